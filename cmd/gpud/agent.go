@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/simnode"
+)
+
+// component is one part of the agent. Each registers its own flags (which
+// are also its config-file keys) and runs until ctx ends; the first error
+// stops the agent.
+type component interface {
+	name() string
+	registerFlags(fs *flag.FlagSet)
+	run(ctx context.Context, a *agent) error
+}
+
+// agentComponents lists the agent's parts in start order. A new part is one
+// file with a type implementing component, and one line here.
+func agentComponents() []component {
+	return []component{
+		&httpComponent{},
+		&inventoryComponent{},
+	}
+}
+
+// agent is what components share: the NVML handle, the logger and the
+// current inventory.
+type agent struct {
+	log  *slog.Logger
+	lib  nvml.Interface
+	sim  *simnode.Node // nil on real hardware
+	disc *discovery.Discoverer
+	node string
+
+	mu      sync.Mutex
+	inv     gpu.Inventory
+	haveInv bool
+	changed chan struct{} // closed and replaced when inv changes
+}
+
+// Inventory returns the latest inventory and whether one was read yet.
+func (a *agent) Inventory() (gpu.Inventory, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inv, a.haveInv
+}
+
+// InventoryChanged returns a channel closed at the next inventory change.
+func (a *agent) InventoryChanged() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.changed
+}
+
+// setInventory stores inv and wakes watchers.
+func (a *agent) setInventory(inv gpu.Inventory) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inv, a.haveInv = inv, true
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpud agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var nf nvmlFlags
+	nf.register(fs)
+	configPath := fs.String("config", "", "agent config file (YAML; keys are flag names, flags on the command line win)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	comps := agentComponents()
+	for _, c := range comps {
+		c.registerFlags(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("agent: unexpected arguments %q", fs.Args())
+	}
+	if *configPath != "" {
+		if err := applyConfigFile(fs, *configPath); err != nil {
+			return err
+		}
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	lib, sim, closeLib, err := openNVML(nf)
+	if err != nil {
+		return err
+	}
+	defer closeLib()
+	a := &agent{log: log, lib: lib, sim: sim, node: nf.resolveNodeName(sim), changed: make(chan struct{})}
+	a.disc = discovery.New(lib, a.node, log.With("component", "discovery"))
+	log.Info("agent starting", "version", version, "node", a.node, "simulated", sim != nil)
+
+	g, ctx := errgroup.WithContext(ctx)
+	for _, c := range comps {
+		g.Go(func() error {
+			if err := c.run(ctx, a); err != nil {
+				return fmt.Errorf("%s: %w", c.name(), err)
+			}
+			return nil
+		})
+	}
+	err = g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("agent stopped", "err", err)
+		return err
+	}
+	log.Info("agent stopped")
+	return nil
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpud/gpud/pkg/simnode"
+)
+
+// nvmlFlags are the flags every command that reads GPUs shares.
+type nvmlFlags struct {
+	simulate  string
+	stateFile string
+	library   string
+	nodeName  string
+}
+
+func (f *nvmlFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.simulate, "simulate", "", "use a simulated node instead of NVML: "+fmt.Sprint(simnode.BuiltinNames())+" or a node .yaml file")
+	fs.StringVar(&f.stateFile, "sim-state-file", "", "with --simulate, keep the simulated MIG layout in this file across restarts")
+	fs.StringVar(&f.library, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic loader's search path)")
+	fs.StringVar(&f.nodeName, "node-name", "", "node name to report (default: $NODE_NAME, else the hostname, else the simulated node's name)")
+}
+
+// errNoNVML is returned when the NVML library cannot be loaded.
+var errNoNVML = errors.New("NVML (libnvidia-ml.so.1) is not available: no NVIDIA driver on this machine? Run with --simulate dgx-h100 to use a simulated node")
+
+// openNVML returns the simulated node or the real library, initialized, and
+// its shutdown. The simulated node is returned too, for hooks; nil for NVML.
+func openNVML(f nvmlFlags) (nvml.Interface, *simnode.Node, func(), error) {
+	if f.simulate != "" {
+		p, err := simnode.LoadProfile(f.simulate)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		var opts []simnode.Option
+		if f.stateFile != "" {
+			opts = append(opts, simnode.WithStateFile(f.stateFile))
+		}
+		n, err := simnode.New(p, opts...)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return n, n, func() {}, nil
+	}
+	var opts []nvml.LibraryOption
+	if f.library != "" {
+		opts = append(opts, nvml.WithLibraryPath(f.library))
+	}
+	lib := nvml.New(opts...)
+	ret := lib.Init()
+	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+		return nil, nil, nil, errNoNVML
+	}
+	if ret != nvml.SUCCESS {
+		return nil, nil, nil, fmt.Errorf("NVML init failed: %w (is the NVIDIA driver loaded? Without a GPU, run with --simulate dgx-h100)", ret)
+	}
+	return lib, nil, func() { _ = lib.Shutdown() }, nil
+}
+
+// nodeName resolves the name to report: the flag, $NODE_NAME, the hostname,
+// or the simulated profile's name.
+func (f nvmlFlags) resolveNodeName(sim *simnode.Node) string {
+	if f.nodeName != "" {
+		return f.nodeName
+	}
+	if v := os.Getenv("NODE_NAME"); v != "" {
+		return v
+	}
+	if sim != nil {
+		return sim.Profile().Name
+	}
+	h, _ := os.Hostname()
+	return h
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/simulate"
+	"github.com/gpud/gpud/pkg/trace"
+)
+
+const simUsage = `usage:
+  gpud sim openb  --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seeds 42-51] [--tune 1.3] [-o csv] [--plot F.svg]
+  gpud sim replay --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seed 42] [-o csv]
+
+policies: ` + "Random, DotProd, GpuClustering, GpuPacking, BestFit, FGD, gpud (default), or all"
+
+// runSim implements `gpud sim ...`; args exclude "gpud sim".
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, simUsage)
+		return errors.New("sim: missing subcommand")
+	}
+	switch args[0] {
+	case "openb":
+		return runSimOpenB(ctx, args[1:], stdout, stderr)
+	case "replay":
+		return runSimReplay(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, simUsage)
+		return nil
+	}
+	fmt.Fprintln(stderr, simUsage)
+	return fmt.Errorf("sim: unknown subcommand %q", args[0])
+}
+
+type simFlags struct {
+	nodes, pods, policy, out string
+}
+
+func (f *simFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.nodes, "nodes", "", "node list CSV (openb_node_list_gpu_node.csv)")
+	fs.StringVar(&f.pods, "pods", "", "pod list CSV (openb_pod_list_*.csv)")
+	fs.StringVar(&f.policy, "policy", allocator.PolicyGpud, "policies, comma-separated, or \"all\"")
+	fs.StringVar(&f.out, "o", "csv", "output format (csv)")
+}
+
+func (f *simFlags) load() ([]trace.Node, []trace.Pod, []string, error) {
+	if f.nodes == "" || f.pods == "" {
+		return nil, nil, nil, errors.New("sim: --nodes and --pods are required")
+	}
+	if f.out != "csv" {
+		return nil, nil, nil, fmt.Errorf("sim: -o %q: only csv is supported", f.out)
+	}
+	policies := strings.Split(f.policy, ",")
+	if f.policy == "all" {
+		policies = allocator.PolicyNames
+	}
+	for _, p := range policies {
+		if _, err := allocator.NewPolicy(p, allocator.Workload{}); err != nil {
+			return nil, nil, nil, fmt.Errorf("sim: %w", err)
+		}
+	}
+	nodes, err := trace.ReadNodesFile(f.nodes)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("sim: %w", err)
+	}
+	pods, err := trace.ReadPodsFile(f.pods)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("sim: %w", err)
+	}
+	return nodes, pods, policies, nil
+}
+
+func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpud sim openb", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f simFlags
+	f.register(fs)
+	seeds := fs.String("seeds", "42-51", "seeds: a range A-B or a list A,B,C")
+	tune := fs.Float64("tune", 1.3, "total GPU request as a multiple of cluster GPU capacity")
+	plot := fs.String("plot", "", "also write an SVG plot of unallocated GPU % to this file")
+	quiet := fs.Bool("q", false, "no progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("sim openb: %w", err)
+	}
+	seedList, err := parseSeeds(*seeds)
+	if err != nil {
+		return fmt.Errorf("sim openb: %w", err)
+	}
+	if *tune <= 0 {
+		return fmt.Errorf("sim openb: --tune %v must be positive", *tune)
+	}
+	nodes, pods, policies, err := f.load()
+	if err != nil {
+		return err
+	}
+	cfg := simulate.Config{
+		Workload: trace.Workload(f.pods), Nodes: nodes, Pods: pods,
+		Policies: policies, Seeds: seedList, Tune: *tune,
+	}
+	if !*quiet {
+		cfg.Progress = stderr
+	}
+	rows, _, err := simulate.RunOpenB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := simulate.WriteCSV(stdout, rows); err != nil {
+		return err
+	}
+	if *plot != "" {
+		file, err := os.Create(*plot)
+		if err != nil {
+			return fmt.Errorf("sim openb: %w", err)
+		}
+		title := fmt.Sprintf("%s: unallocated GPU, %d seeds", cfg.Workload, len(seedList))
+		if err := simulate.WriteSVG(file, title, rows); err != nil {
+			file.Close()
+			return err
+		}
+		if err := file.Close(); err != nil {
+			return fmt.Errorf("sim openb: %w", err)
+		}
+	}
+	return nil
+}
+
+func runSimReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpud sim replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f simFlags
+	f.register(fs)
+	seed := fs.Uint64("seed", 42, "seed for tie-breaking and random policies")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("sim replay: %w", err)
+	}
+	nodes, pods, policies, err := f.load()
+	if err != nil {
+		return err
+	}
+	var res []simulate.ReplayResult
+	for _, p := range policies {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("sim replay: %w", err)
+		}
+		r, err := simulate.Replay(nodes, pods, p, *seed)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "sim replay %s: %s done\n", trace.Workload(f.pods), allocator.PolicyLabel(r.Policy))
+		res = append(res, r)
+	}
+	return simulate.WriteReplayCSV(stdout, trace.Workload(f.pods), res)
+}
+
+// parseSeeds accepts "42-51", "42,43,44" or "42".
+func parseSeeds(s string) ([]uint64, error) {
+	if a, b, ok := strings.Cut(s, "-"); ok {
+		lo, err1 := strconv.ParseUint(a, 10, 64)
+		hi, err2 := strconv.ParseUint(b, 10, 64)
+		if err := errors.Join(err1, err2); err != nil || hi < lo || hi-lo > 10000 {
+			return nil, fmt.Errorf("seeds %q: want A-B with A <= B", s)
+		}
+		var out []uint64
+		for v := lo; v <= hi; v++ {
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	var out []uint64
+	for _, part := range strings.Split(s, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(part), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("seeds %q: %w", s, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

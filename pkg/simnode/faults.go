@@ -1,0 +1,139 @@
+package simnode
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// XidGPUFallenOffBus is the Xid the driver logs when a GPU drops off the bus.
+const XidGPUFallenOffBus = 79
+
+// ErrUnknownGPU is returned by the hooks for an index or UUID the node lacks.
+var ErrUnknownGPU = errors.New("simnode: unknown GPU")
+
+// fault makes an NVML call fail or stall: after `after` successful calls, the
+// next `times` calls return ret (times < 0: forever), each after delay.
+type fault struct {
+	gpu   int // -1: any GPU
+	after int
+	times int
+	ret   nvml.Return
+	delay time.Duration
+	calls int
+}
+
+// FaultSpec says how an injected fault behaves; see [Node.InjectFault].
+type FaultSpec struct {
+	// GPU limits the fault to one GPU index; nil means every GPU.
+	GPU *int
+	// After lets this many calls succeed first.
+	After int
+	// Times is how many calls fail; 0 means one, negative means all.
+	Times int
+	// Return is the error the calls get; SUCCESS with a Delay only stalls.
+	Return nvml.Return
+	// Delay stalls each affected call, as a slow driver does.
+	Delay time.Duration
+}
+
+// InjectFault makes the NVML operation op fail or stall. op is the method
+// name (GetMemoryInfo, GetPowerUsage, SetMigMode, CreateGpuInstance,
+// CreateComputeInstance, DestroyGpuInstance, DestroyComputeInstance, ...).
+// A later InjectFault for the same op replaces it; ClearFaults removes all.
+func (n *Node) InjectFault(op string, s FaultSpec) {
+	f := &fault{gpu: -1, after: s.After, times: s.Times, ret: s.Return, delay: s.Delay}
+	if s.GPU != nil {
+		f.gpu = *s.GPU
+	}
+	if f.times == 0 {
+		f.times = 1
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.faults[op] = f
+}
+
+// ClearFaults removes every injected fault.
+func (n *Node) ClearFaults() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.faults = map[string]*fault{}
+}
+
+// fault returns the injected result of one call of op on a GPU.
+func (n *Node) fault(op string, gpu int) nvml.Return {
+	n.mu.Lock()
+	f := n.faults[op]
+	if f == nil || (f.gpu >= 0 && f.gpu != gpu) {
+		n.mu.Unlock()
+		return nvml.SUCCESS
+	}
+	f.calls++
+	hit := f.calls > f.after && (f.times < 0 || f.calls <= f.after+f.times)
+	delay, ret := f.delay, f.ret
+	n.mu.Unlock()
+	if !hit {
+		return nvml.SUCCESS
+	}
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	return ret
+}
+
+func (n *Node) device(index int) (*Device, error) {
+	if index < 0 || index >= len(n.devices) {
+		return nil, fmt.Errorf("%w: index %d (node has %d)", ErrUnknownGPU, index, len(n.devices))
+	}
+	return n.devices[index], nil
+}
+
+// InjectXid reports an Xid error on a GPU through the event sets registered
+// for EventTypeXidCriticalError.
+func (n *Node) InjectXid(index int, xid uint64) error {
+	d, err := n.device(index)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d.emitLocked(nvml.EventTypeXidCriticalError, xid, 0xFFFFFFFF, 0xFFFFFFFF)
+	return nil
+}
+
+// InjectECC counts one ECC error and delivers its event: double-bit errors
+// are uncorrectable and leave a row remapping pending.
+func (n *Node) InjectECC(index int, doubleBit bool) error {
+	d, err := n.device(index)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if doubleBit {
+		d.dbe++
+		d.emitLocked(nvml.EventTypeDoubleBitEccError, 0, 0xFFFFFFFF, 0xFFFFFFFF)
+	} else {
+		d.sbe++
+		d.emitLocked(nvml.EventTypeSingleBitEccError, 0, 0xFFFFFFFF, 0xFFFFFFFF)
+	}
+	return nil
+}
+
+// FallOffBus makes a GPU lost: Xid 79 is delivered, then every call but its
+// identity (index, minor, UUID, PCI info) returns ERROR_GPU_IS_LOST. A lost
+// GPU stays lost for the life of the Node, as it does until a reboot.
+func (n *Node) FallOffBus(index int) error {
+	d, err := n.device(index)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d.emitLocked(nvml.EventTypeXidCriticalError, XidGPUFallenOffBus, 0xFFFFFFFF, 0xFFFFFFFF)
+	d.lost = true
+	return nil
+}

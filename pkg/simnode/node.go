@@ -1,0 +1,153 @@
+// Package simnode is gpud's simulated GPU node: an nvml.Interface built on
+// go-nvml's mock servers (pkg/nvml/mock) that answers every call gpud makes
+// as real hardware would. It fills in what the mocks lack: stable UUIDs, PCI
+// bus IDs, NUMA and CPU affinity, NVLink and PCIe topology, MIG capacity and
+// placement rules (an instance that does not fit fails with
+// ERROR_INSUFFICIENT_RESOURCES), a pending MIG mode, running processes,
+// telemetry that changes deterministically with time, Xid and ECC events,
+// GPUs that fall off the bus, injectable NVML errors and latency, and an
+// optional state file so the MIG layout survives a restart.
+//
+// Calls the simulator does not model return ERROR_NOT_SUPPORTED, as a driver
+// does for a feature the GPU lacks.
+package simnode
+
+import (
+	"crypto/sha1"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+// Node is a simulated GPU node. It implements nvml.Interface; the exported
+// methods beyond it (InjectXid, AddProcess, ...) are the test and demo hooks
+// that play the hardware's part. All methods are safe for concurrent use.
+type Node struct {
+	mock.Interface
+	profile Profile
+	model   model
+	clock   func() time.Time
+	start   time.Time
+
+	mu        sync.Mutex // guards everything below and all device state
+	devices   []*Device
+	eventSets map[*eventSet]struct{}
+	faults    map[string]*fault
+	statePath string
+}
+
+var _ nvml.Interface = (*Node)(nil)
+
+// Option configures a Node.
+type Option func(*Node)
+
+// WithClock sets the clock that drives telemetry (default time.Now).
+func WithClock(now func() time.Time) Option { return func(n *Node) { n.clock = now } }
+
+// WithStateFile keeps the MIG layout in path: loaded at New when the file
+// exists, rewritten after every MIG change, as the layout survives a driver
+// reload on real hardware.
+func WithStateFile(path string) Option { return func(n *Node) { n.statePath = path } }
+
+// New builds a simulated node from a profile (see LoadProfile).
+func New(p Profile, opts ...Option) (*Node, error) {
+	p = p.withDefaults()
+	if err := p.validate(nil); err != nil {
+		return nil, fmt.Errorf("simnode: profile %s: %w", p.Name, err)
+	}
+	n := &Node{
+		profile:   p,
+		model:     models[p.Model],
+		clock:     time.Now,
+		eventSets: map[*eventSet]struct{}{},
+		faults:    map[string]*fault{},
+	}
+	for _, o := range opts {
+		o(n)
+	}
+	n.start = n.clock()
+	for i := range p.Count {
+		n.devices = append(n.devices, newDevice(n, i))
+	}
+	if n.statePath != "" {
+		if err := n.loadState(); err != nil {
+			return nil, err
+		}
+	}
+	n.setFuncs()
+	return n, nil
+}
+
+// NewBuiltin is New(LoadProfile(name)) for a built-in name; it panics on an
+// unknown name and is meant for tests.
+func NewBuiltin(name string, opts ...Option) *Node {
+	p, ok := builtins[name]
+	if !ok {
+		panic("simnode: unknown built-in node " + name)
+	}
+	n, err := New(p, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// Profile returns the profile the node was built from.
+func (n *Node) Profile() Profile { return n.profile }
+
+// Device returns the simulated GPU at index i.
+func (n *Node) Device(i int) *Device { return n.devices[i] }
+
+func (n *Node) setFuncs() {
+	n.InitFunc = func() nvml.Return { return nvml.SUCCESS }
+	n.ShutdownFunc = func() nvml.Return { return nvml.SUCCESS }
+	n.ErrorStringFunc = func(r nvml.Return) string { return r.Error() }
+	n.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return n.profile.DriverVersion, nvml.SUCCESS }
+	n.SystemGetNVMLVersionFunc = func() (string, nvml.Return) { return "12." + n.profile.DriverVersion, nvml.SUCCESS }
+	n.SystemGetCudaDriverVersionFunc = func() (int, nvml.Return) { return n.profile.CUDADriverVersion, nvml.SUCCESS }
+	n.DeviceGetCountFunc = func() (int, nvml.Return) { return len(n.devices), nvml.SUCCESS }
+	n.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i < 0 || i >= len(n.devices) {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return n.devices[i], nvml.SUCCESS
+	}
+	n.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for _, d := range n.devices {
+			if d.uuid == uuid {
+				return d, nvml.SUCCESS
+			}
+			for _, h := range d.migHandlesLocked() {
+				if h.ci.uuid == uuid {
+					return h, nvml.SUCCESS
+				}
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	n.DeviceGetHandleByPciBusIdFunc = func(busID string) (nvml.Device, nvml.Return) {
+		for _, d := range n.devices {
+			if d.busID == busID || d.busID[4:] == busID {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	n.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return n.newEventSet(), nvml.SUCCESS }
+	fillUnsupported(&n.Interface)
+}
+
+// elapsed is the simulated time since the node started.
+func (n *Node) elapsed() time.Duration { return n.clock().Sub(n.start) }
+
+// stableUUID derives a UUID-formatted string from parts, so a node's UUIDs are
+// the same on every start.
+func stableUUID(prefix string, parts ...any) string {
+	h := sha1.Sum(fmt.Append(nil, parts...))
+	return fmt.Sprintf("%s-%x-%x-%x-%x-%x", prefix, h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}

@@ -1,0 +1,169 @@
+package simnode
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+)
+
+// Profile describes a simulated node: its GPUs and how they are wired. It is
+// what a user writes in a node YAML file (see deploy/examples/simnode.yaml).
+type Profile struct {
+	// Name is the node name; GPU UUIDs are derived from it and the index.
+	Name string `yaml:"name"`
+	// Model is one of ModelNames().
+	Model string `yaml:"model"`
+	// Count is the number of GPUs, 1 to 16.
+	Count int `yaml:"count"`
+	// NUMANodes splits the GPUs evenly over this many NUMA nodes (default 1).
+	NUMANodes int `yaml:"numaNodes"`
+	// CPUsPerNUMANode is the host CPUs per NUMA node (default 32).
+	CPUsPerNUMANode int `yaml:"cpusPerNUMANode"`
+	// Interconnect is "nvswitch" (every pair NVLinked) or "pcie".
+	Interconnect string `yaml:"interconnect"`
+	// GPUsPerPCIeSwitch is how many GPUs share a PCIe switch (default 1).
+	GPUsPerPCIeSwitch int `yaml:"gpusPerPCIeSwitch"`
+	// DriverVersion and CUDADriverVersion are reported by NVML.
+	DriverVersion     string `yaml:"driverVersion"`
+	CUDADriverVersion int    `yaml:"cudaDriverVersion"`
+	// Seed drives the simulated telemetry (utilization, power, temperature).
+	Seed int64 `yaml:"seed"`
+}
+
+// builtins are the node profiles `--simulate NAME` accepts.
+var builtins = map[string]Profile{
+	"dgx-a100":  {Name: "dgx-a100", Model: "A100-SXM4-40GB", Count: 8, NUMANodes: 2, CPUsPerNUMANode: 64, Interconnect: "nvswitch", GPUsPerPCIeSwitch: 2},
+	"dgx-h100":  {Name: "dgx-h100", Model: "H100-SXM5-80GB", Count: 8, NUMANodes: 2, CPUsPerNUMANode: 56, Interconnect: "nvswitch", GPUsPerPCIeSwitch: 1},
+	"dgx-h200":  {Name: "dgx-h200", Model: "H200-SXM5-141GB", Count: 8, NUMANodes: 2, CPUsPerNUMANode: 56, Interconnect: "nvswitch", GPUsPerPCIeSwitch: 1},
+	"pcie-l40s": {Name: "pcie-l40s", Model: "L40S", Count: 4, NUMANodes: 2, CPUsPerNUMANode: 32, Interconnect: "pcie", GPUsPerPCIeSwitch: 2},
+}
+
+// BuiltinNames lists the built-in node profiles, sorted.
+func BuiltinNames() []string {
+	names := make([]string, 0, len(builtins))
+	for n := range builtins {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LoadProfile resolves `--simulate NAME|FILE.yaml`: a built-in name, or a
+// path to a YAML node profile.
+func LoadProfile(nameOrPath string) (Profile, error) {
+	if p, ok := builtins[nameOrPath]; ok {
+		return p.withDefaults(), nil
+	}
+	if !strings.HasSuffix(nameOrPath, ".yaml") && !strings.HasSuffix(nameOrPath, ".yml") {
+		return Profile{}, fmt.Errorf("simnode: unknown node %q: use one of %s, or a .yaml profile file", nameOrPath, strings.Join(BuiltinNames(), ", "))
+	}
+	data, err := os.ReadFile(nameOrPath)
+	if err != nil {
+		return Profile{}, fmt.Errorf("simnode: read profile: %w", err)
+	}
+	p, err := ParseProfile(data)
+	if err != nil {
+		return Profile{}, fmt.Errorf("simnode: %s: %w", nameOrPath, err)
+	}
+	return p, nil
+}
+
+// ParseProfile decodes a YAML node profile strictly: unknown fields and bad
+// values are errors naming the field and its line.
+func ParseProfile(data []byte) (Profile, error) {
+	var p Profile
+	if err := yaml.UnmarshalWithOptions(data, &p, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+		return Profile{}, errors.New(yaml.FormatError(err, false, false))
+	}
+	if err := p.validate(data); err != nil {
+		return Profile{}, err
+	}
+	return p.withDefaults(), nil
+}
+
+func (p Profile) withDefaults() Profile {
+	if p.NUMANodes == 0 {
+		p.NUMANodes = 1
+	}
+	if p.CPUsPerNUMANode == 0 {
+		p.CPUsPerNUMANode = 32
+	}
+	if p.GPUsPerPCIeSwitch == 0 {
+		p.GPUsPerPCIeSwitch = 1
+	}
+	if p.Interconnect == "" {
+		p.Interconnect = "pcie"
+		if models[p.Model].nvlinks > 0 {
+			p.Interconnect = "nvswitch"
+		}
+	}
+	if p.DriverVersion == "" {
+		p.DriverVersion = "550.54.15"
+	}
+	if p.CUDADriverVersion == 0 {
+		p.CUDADriverVersion = 12040
+	}
+	return p
+}
+
+// validate checks values; data (when non-nil) is the YAML source, used to
+// name the line of a bad field.
+func (p Profile) validate(data []byte) error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("field %q%s: %s", field, lineOf(data, field), fmt.Sprintf(format, args...)))
+	}
+	if p.Name == "" {
+		bad("name", "is required")
+	}
+	m, ok := models[p.Model]
+	if !ok {
+		bad("model", "unknown GPU model %q, want one of %s", p.Model, strings.Join(ModelNames(), ", "))
+	}
+	if p.Count < 1 || p.Count > 16 {
+		bad("count", "%d GPUs, want 1 to 16", p.Count)
+	}
+	if p.NUMANodes < 0 || p.NUMANodes > 8 || (p.Count > 0 && p.NUMANodes > p.Count) {
+		bad("numaNodes", "%d, want 1 to 8 and at most count", p.NUMANodes)
+	}
+	if p.CPUsPerNUMANode < 0 || p.CPUsPerNUMANode > 512 {
+		bad("cpusPerNUMANode", "%d, want 1 to 512", p.CPUsPerNUMANode)
+	}
+	if p.GPUsPerPCIeSwitch < 0 || p.GPUsPerPCIeSwitch > 16 {
+		bad("gpusPerPCIeSwitch", "%d, want 1 to 16", p.GPUsPerPCIeSwitch)
+	}
+	switch p.Interconnect {
+	case "", "pcie":
+	case "nvswitch":
+		if ok && m.nvlinks == 0 {
+			bad("interconnect", "nvswitch needs a model with NVLink; %s has none", p.Model)
+		}
+	default:
+		bad("interconnect", "%q, want nvswitch or pcie", p.Interconnect)
+	}
+	return errors.Join(errs...)
+}
+
+// lineOf returns " (line N)" for a top-level field in the YAML source.
+func lineOf(data []byte, field string) string {
+	if data == nil {
+		return ""
+	}
+	path, err := yaml.PathString("$." + field)
+	if err != nil {
+		return ""
+	}
+	file, err := parseFile(data)
+	if err != nil {
+		return ""
+	}
+	node, err := path.FilterFile(file)
+	if err != nil || node == nil || node.GetToken() == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (line %d)", node.GetToken().Position.Line)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -49,6 +50,14 @@ type agent struct {
 	inv     gpu.Inventory
 	haveInv bool
 	changed chan struct{} // closed and replaced when inv changes
+	health  map[string]healthOverride
+}
+
+// healthOverride is a health state set by the health monitor; it outlives
+// rediscovery until the monitor clears it.
+type healthOverride struct {
+	health gpu.Health
+	reason string
 }
 
 // Inventory returns the latest inventory and whether one was read yet.
@@ -65,13 +74,67 @@ func (a *agent) InventoryChanged() <-chan struct{} {
 	return a.changed
 }
 
-// setInventory stores inv and wakes watchers.
-func (a *agent) setInventory(inv gpu.Inventory) {
+// setInventory stores inv (with health overrides applied) and wakes
+// watchers when it changed. It reports whether it changed.
+func (a *agent) setInventory(inv gpu.Inventory) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.applyHealthLocked(&inv)
+	if a.haveInv && reflect.DeepEqual(a.inv, inv) {
+		return false
+	}
 	a.inv, a.haveInv = inv, true
 	close(a.changed)
 	a.changed = make(chan struct{})
+	return true
+}
+
+func (a *agent) applyHealthLocked(inv *gpu.Inventory) {
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		if o, ok := a.health[g.UUID]; ok && g.Health != gpu.Lost {
+			g.Health, g.HealthReason = o.health, o.reason
+		}
+	}
+}
+
+// SetHealth overrides a GPU's health in the inventory (Healthy clears the
+// override) and wakes watchers when that changes anything.
+func (a *agent) SetHealth(uuid string, h gpu.Health, reason string) {
+	a.mu.Lock()
+	if a.health == nil {
+		a.health = map[string]healthOverride{}
+	}
+	if h == gpu.Healthy {
+		delete(a.health, uuid)
+	} else {
+		a.health[uuid] = healthOverride{health: h, reason: reason}
+	}
+	inv := a.inv
+	inv.GPUs = append([]gpu.GPU(nil), a.inv.GPUs...)
+	have := a.haveInv
+	a.mu.Unlock()
+	if !have {
+		return
+	}
+	for i := range inv.GPUs {
+		if inv.GPUs[i].UUID == uuid && h == gpu.Healthy && inv.GPUs[i].Health != gpu.Lost {
+			inv.GPUs[i].Health, inv.GPUs[i].HealthReason = gpu.Healthy, ""
+		}
+	}
+	a.setInventory(inv)
+}
+
+// Rediscover rereads the node now (after a MIG change, say) and publishes
+// the result.
+func (a *agent) Rediscover() (gpu.Inventory, error) {
+	inv, err := a.disc.Inventory()
+	if err != nil {
+		return gpu.Inventory{}, fmt.Errorf("rediscover: %w", err)
+	}
+	a.setInventory(inv)
+	got, _ := a.Inventory()
+	return got, nil
 }
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {

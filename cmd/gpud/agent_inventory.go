@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"reflect"
 	"time"
 )
 
@@ -26,11 +25,9 @@ func (c *inventoryComponent) run(ctx context.Context, a *agent) error {
 			log.Warn("inventory read failed", "err", err)
 			return
 		}
-		if old, ok := a.Inventory(); ok && reflect.DeepEqual(old, inv) {
-			return
+		if a.setInventory(inv) {
+			log.Info("inventory updated", "gpus", len(inv.GPUs), "links", len(inv.Links))
 		}
-		a.setInventory(inv)
-		log.Info("inventory updated", "gpus", len(inv.GPUs), "links", len(inv.Links))
 	}
 	refresh()
 	t := time.NewTicker(max(c.interval, time.Second))

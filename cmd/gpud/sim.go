@@ -87,6 +87,7 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	tune := fs.Float64("tune", 1.3, "total GPU request as a multiple of cluster GPU capacity")
 	plot := fs.String("plot", "", "also write an SVG plot of unallocated GPU % to this file")
 	quiet := fs.Bool("q", false, "no progress on stderr")
+	published := fs.String("published", "", "published table CSV to print ours next to, on stderr")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("sim openb: %w", err)
 	}
@@ -114,6 +115,13 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if err := simulate.WriteCSV(stdout, rows); err != nil {
 		return err
+	}
+	if *published != "" {
+		pub, err := simulate.ReadPublished(*published)
+		if err != nil {
+			return err
+		}
+		simulate.WriteComparison(stderr, rows, pub)
 	}
 	if *plot != "" {
 		file, err := os.Create(*plot)

@@ -1,0 +1,171 @@
+// Package timeslice models GPU sharing: a GPU (or MIG device) split into
+// replicas or fractional shares, each advertised to the kubelet as its own
+// device `<uuid>::<n>`, with the MPS limits that make a share real. It is
+// pure: it imports only pkg/gpu and the standard library.
+package timeslice
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// replicaSep separates a device UUID from its share number in device IDs.
+const replicaSep = "::"
+
+// ReplicaID is the device-plugin ID of share n of the device uuid.
+func ReplicaID(uuid string, n int) string { return uuid + replicaSep + strconv.Itoa(n) }
+
+// ParseReplicaID splits `<uuid>::<n>`; ok is false for a plain device ID.
+func ParseReplicaID(id string) (uuid string, n int, ok bool) {
+	i := strings.LastIndex(id, replicaSep)
+	if i < 0 {
+		return id, 0, false
+	}
+	n, err := strconv.Atoi(id[i+len(replicaSep):])
+	if err != nil || n < 0 {
+		return id, 0, false
+	}
+	return id[:i], n, true
+}
+
+// Share is one slice of a shared device: a memory limit and a compute
+// percentage, enforced through MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT,
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and watched by the memory watchdog.
+type Share struct {
+	// MemoryMiB is the share's framebuffer limit; 0 means no limit.
+	MemoryMiB uint64 `json:"memoryMiB,omitempty" yaml:"memoryMiB,omitempty"`
+	// ComputePercent is the share of SMs, 1 to 100; 0 means no limit.
+	ComputePercent int `json:"computePercent,omitempty" yaml:"computePercent,omitempty"`
+}
+
+// Sharing says how one device is shared: either Replicas equal time-sliced
+// copies, or an explicit list of Shares (unequal fractions allowed).
+type Sharing struct {
+	// Replicas splits the device into this many equal shares (2 to 64).
+	Replicas int `json:"replicas,omitempty" yaml:"replicas,omitempty"`
+	// Shares lists unequal shares; their memory and compute must fit the device.
+	Shares []Share `json:"shares,omitempty" yaml:"shares,omitempty"`
+	// LimitMemory, with Replicas, gives each replica memory/Replicas as its
+	// limit; without it replicas only time-slice, as NVIDIA's plugin does.
+	LimitMemory bool `json:"limitMemory,omitempty" yaml:"limitMemory,omitempty"`
+}
+
+// Config is the node's sharing: per device, keyed by GPU UUID, MIG UUID, or
+// GPU index ("0"), with Default for every whole GPU not listed.
+type Config struct {
+	Default *Sharing           `json:"default,omitempty" yaml:"default,omitempty"`
+	Devices map[string]Sharing `json:"devices,omitempty" yaml:"devices,omitempty"`
+}
+
+// MaxReplicas bounds the shares of one device.
+const MaxReplicas = 64
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("timeslice: invalid sharing")
+
+// Validate checks one device's sharing against its memory (0: unknown).
+func (s Sharing) Validate(memoryMiB uint64) error {
+	switch {
+	case s.Replicas != 0 && len(s.Shares) != 0:
+		return fmt.Errorf("%w: set replicas or shares, not both", ErrInvalid)
+	case s.Replicas < 0 || s.Replicas == 1 || s.Replicas > MaxReplicas:
+		return fmt.Errorf("%w: replicas %d, want 2 to %d", ErrInvalid, s.Replicas, MaxReplicas)
+	case len(s.Shares) > MaxReplicas:
+		return fmt.Errorf("%w: %d shares, want at most %d", ErrInvalid, len(s.Shares), MaxReplicas)
+	}
+	var mem uint64
+	compute := 0
+	for i, sh := range s.Shares {
+		if sh.ComputePercent < 0 || sh.ComputePercent > 100 {
+			return fmt.Errorf("%w: share %d: computePercent %d, want 0 to 100", ErrInvalid, i, sh.ComputePercent)
+		}
+		mem += sh.MemoryMiB
+		compute += sh.ComputePercent
+	}
+	if memoryMiB > 0 && mem > memoryMiB {
+		return fmt.Errorf("%w: shares ask for %d MiB, the device has %d MiB", ErrInvalid, mem, memoryMiB)
+	}
+	if compute > 100 {
+		return fmt.Errorf("%w: shares ask for %d%% compute, more than 100%%", ErrInvalid, compute)
+	}
+	return nil
+}
+
+// Validate checks every entry; memoryMiB maps device keys to their memory
+// where known.
+func (c Config) Validate(memoryMiB map[string]uint64) error {
+	var errs []error
+	if c.Default != nil {
+		if err := c.Default.Validate(0); err != nil {
+			errs = append(errs, fmt.Errorf("default: %w", err))
+		}
+	}
+	keys := make([]string, 0, len(c.Devices))
+	for k := range c.Devices {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := c.Devices[k].Validate(memoryMiB[k]); err != nil {
+			errs = append(errs, fmt.Errorf("device %s: %w", k, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// For returns the sharing of a device by UUID or index key, and false when
+// the device is not shared.
+func (c Config) For(uuid string, index int) (Sharing, bool) {
+	if s, ok := c.Devices[uuid]; ok {
+		return s, s.Count() > 0
+	}
+	if s, ok := c.Devices[strconv.Itoa(index)]; ok {
+		return s, s.Count() > 0
+	}
+	if c.Default != nil && !strings.HasPrefix(uuid, "MIG-") {
+		return *c.Default, c.Default.Count() > 0
+	}
+	return Sharing{}, false
+}
+
+// Count is the number of devices the sharing advertises.
+func (s Sharing) Count() int {
+	if len(s.Shares) > 0 {
+		return len(s.Shares)
+	}
+	return s.Replicas
+}
+
+// ShareOf returns share n of a device with memoryMiB of framebuffer:
+// the listed share, or an equal split of compute (and of memory with
+// LimitMemory) for replicas.
+func (s Sharing) ShareOf(n int, memoryMiB uint64) (Share, error) {
+	if n < 0 || n >= s.Count() {
+		return Share{}, fmt.Errorf("%w: share %d of %d", ErrInvalid, n, s.Count())
+	}
+	if len(s.Shares) > 0 {
+		return s.Shares[n], nil
+	}
+	sh := Share{ComputePercent: max(1, 100/s.Replicas)}
+	if s.LimitMemory {
+		sh.MemoryMiB = memoryMiB / uint64(s.Replicas)
+	}
+	return sh, nil
+}
+
+// MPSEnv is the container environment that enforces a share through MPS.
+// deviceIndex is the device's index in the container (its
+// NVIDIA_VISIBLE_DEVICES order), used by the per-device memory limit.
+func (sh Share) MPSEnv(deviceIndex int) map[string]string {
+	env := map[string]string{}
+	if sh.ComputePercent > 0 {
+		env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.Itoa(sh.ComputePercent)
+	}
+	if sh.MemoryMiB > 0 {
+		env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt.Sprintf("%d=%dM", deviceIndex, sh.MemoryMiB)
+	}
+	return env
+}

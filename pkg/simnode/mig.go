@@ -227,8 +227,11 @@ func (d *Device) freePlacementLocked(idx int, want *nvml.GpuInstancePlacement) (
 	if count >= int(info.InstanceCount) || compute+int(info.SliceCount) > computeSlices {
 		return nvml.GpuInstancePlacement{}, false
 	}
+	// Like the driver, try the highest start first: small instances fill
+	// from the end and leave slot 0 free for the large ones.
 	rule := placementRules[idx]
-	for _, s := range rule.starts {
+	for i := len(rule.starts) - 1; i >= 0; i-- {
+		s := rule.starts[i]
 		if want != nil && want.Start != s {
 			continue
 		}

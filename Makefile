@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: all build test test-short run lint bench vet fmt-check staticcheck tools clean
+.PHONY: all build test test-short run lint bench vet fmt-check staticcheck purity clean
 
 all: build
 
@@ -24,7 +24,13 @@ test: lint
 test-short:
 	$(GO) test -short $(PKGS)
 
-lint: fmt-check vet staticcheck
+lint: fmt-check vet staticcheck purity
+
+## purity: the pure packages import only the standard library and each other.
+PURE_PKGS := ./pkg/gpu/... ./pkg/topology/... ./pkg/allocator/... ./pkg/timeslice/...
+purity:
+	@bad="$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(PURE_PKGS) | grep -v '^github.com/gpud/gpud/' || true)"; \
+	if [ -n "$$bad" ]; then echo "pure packages import non-stdlib packages:"; echo "$$bad"; exit 1; fi
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
@@ -41,3 +47,14 @@ bench:
 
 clean:
 	rm -rf bin .run
+
+# fgd-table runs the FGD paper's protocol (10 seeds, tune 1.3) for every pod
+# list with a published row and prints ours next to the published table.
+FGD_DATA ?= ../shared/data/openb-gpu-v2023
+fgd-table:
+	@go build -o bin/gpud-sim ./cmd/gpud
+	@for w in $$(cut -d, -f1 $(FGD_DATA)/fgd-published-unallocated.csv | tail -n +2 | sort -u); do \
+		./bin/gpud-sim sim openb --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --pods $(FGD_DATA)/$$w.csv \
+			--policy all --seeds 42-51 --tune 1.3 -o csv -q --published $(FGD_DATA)/fgd-published-unallocated.csv \
+			> /dev/null || exit 1; \
+	done 2>&1

@@ -42,6 +42,22 @@ func withName(c gpus.Config, name string) gpus.Config {
 	return c
 }
 
+// withMIGMemory replaces GPU-instance memory sizes. go-nvml's H200 table
+// uses nominal sizes (18 GiB for 1g.18gb), from which the driver's naming
+// rule (memory fraction rounded up to eighths) derives 1g.35gb; the real
+// driver reports less than nominal, as these do.
+func withMIGMemory(c gpus.Config, memMiB map[int]uint64) gpus.Config {
+	profiles := make(map[int]nvml.GpuInstanceProfileInfo, len(c.MIGProfiles.GpuInstanceProfiles))
+	for idx, info := range c.MIGProfiles.GpuInstanceProfiles {
+		if m, ok := memMiB[idx]; ok {
+			info.MemorySizeMB = m
+		}
+		profiles[idx] = info
+	}
+	c.MIGProfiles.GpuInstanceProfiles = profiles
+	return c
+}
+
 // models maps the model names users write in a node profile.
 var models = map[string]model{
 	"A100-SXM4-40GB": {
@@ -60,7 +76,15 @@ var models = map[string]model{
 		powerLimitW: 700, idlePowerW: 70, maxSMClock: 1980, memClock: 2619, maxMemTempC: 95,
 	},
 	"H200-SXM5-141GB": {
-		config:      gpus.H200_SXM5_141GB,
+		config: withMIGMemory(gpus.H200_SXM5_141GB, map[int]uint64{
+			nvml.GPU_INSTANCE_PROFILE_1_SLICE:      16896,
+			nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: 16896,
+			nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: 33792,
+			nvml.GPU_INSTANCE_PROFILE_2_SLICE:      33792,
+			nvml.GPU_INSTANCE_PROFILE_3_SLICE:      69888,
+			nvml.GPU_INSTANCE_PROFILE_4_SLICE:      69888,
+			nvml.GPU_INSTANCE_PROFILE_7_SLICE:      139264,
+		}),
 		reservedMiB: 551, pcieGen: 5, pcieWidth: 16, nvlinks: 18, nvlinkVer: 4,
 		powerLimitW: 700, idlePowerW: 75, maxSMClock: 1980, memClock: 3201, maxMemTempC: 95,
 	},

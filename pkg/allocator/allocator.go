@@ -1,0 +1,131 @@
+package allocator
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// Allocator decides placements on a [Cluster] with one [Policy]. It is not
+// safe for concurrent use.
+type Allocator struct {
+	c      *Cluster
+	p      Policy
+	rng    *rand.Rand
+	types  map[reqKey]int
+	cache  [][]cached // [type][node]
+	counts map[string]int
+	// rank, if set, breaks ties toward the lowest rank instead of at random.
+	rank []int
+}
+
+// SetTieOrder makes ties go to the node of lowest rank[i] instead of a
+// uniformly random one. The FGD artifact's scheduler (a kube-scheduler fork)
+// behaves this way over nodes whose names carry a per-seed random prefix,
+// which is what its published baselines reflect; pass a random permutation
+// to reproduce it. nil restores random tie-breaking.
+func (a *Allocator) SetTieOrder(rank []int) error {
+	if rank != nil && len(rank) != a.c.Len() {
+		return fmt.Errorf("tie order: %d ranks for %d nodes: %w", len(rank), a.c.Len(), ErrInvalid)
+	}
+	a.rank = rank
+	return nil
+}
+
+type cached struct {
+	version uint32
+	score   float64
+}
+
+// New returns an allocator over c. rng breaks ties and drives random
+// policies; the same seed gives the same decisions.
+func New(c *Cluster, p Policy, rng *rand.Rand) *Allocator {
+	return &Allocator{c: c, p: p, rng: rng, types: map[reqKey]int{}, counts: map[string]int{}}
+}
+
+// Cluster returns the cluster the allocator places on.
+func (a *Allocator) Cluster() *Cluster { return a.c }
+
+// Policy returns the allocator's policy.
+func (a *Allocator) Policy() Policy { return a.p }
+
+// Decide chooses a node and GPUs for q without changing the cluster. It
+// returns a [*NoFitError] if no node passes the filter.
+func (a *Allocator) Decide(q Request) (Decision, error) {
+	r := a.c.normalize(q)
+	var cache []cached
+	if a.p.stable() {
+		t, ok := a.types[r.key]
+		if !ok {
+			t = len(a.cache)
+			a.types[r.key] = t
+			a.cache = append(a.cache, make([]cached, len(a.c.state)))
+		}
+		cache = a.cache[t]
+	}
+	_, random := a.p.(randomPolicy)
+	best, n, pick := math.Inf(-1), 0, -1
+	clear(a.counts)
+	for i := range a.c.state {
+		s := &a.c.state[i]
+		if why := fit(s, &r); why != "" {
+			a.counts[why]++
+			continue
+		}
+		var sc float64
+		if cache != nil && cache[i].version == s.version {
+			sc = cache[i].score
+		} else {
+			sc = a.p.score(s, &r)
+			if cache != nil {
+				cache[i] = cached{version: s.version, score: sc}
+			}
+		}
+		switch {
+		case sc > best:
+			best, n, pick = sc, 1, i
+		case sc == best && a.rank != nil && !random:
+			if a.rank[i] < a.rank[pick] {
+				pick = i
+			}
+		case sc == best:
+			n++
+			if a.rng.IntN(n) == 0 {
+				pick = i
+			}
+		}
+	}
+	if pick < 0 {
+		return Decision{}, a.noFit()
+	}
+	s := &a.c.state[pick]
+	d := Decision{Node: pick, MilliPerGPU: r.milli}
+	if r.num > 0 {
+		d.GPUs = a.p.selectGPUs(s, &r, a.rng, make([]int, 0, r.num))
+	}
+	return d, nil
+}
+
+// Place decides and binds q.
+func (a *Allocator) Place(q Request) (Decision, error) {
+	d, err := a.Decide(q)
+	if err != nil {
+		return d, err
+	}
+	if err := a.c.Bind(d, q); err != nil {
+		return Decision{}, err
+	}
+	return d, nil
+}
+
+func (a *Allocator) noFit() error {
+	e := &NoFitError{Reason: "no nodes", Counts: make(map[string]int, len(a.counts))}
+	most := 0
+	for k, v := range a.counts {
+		e.Counts[k] = v
+		if v > most || (v == most && k < e.Reason) {
+			e.Reason, most = k, v
+		}
+	}
+	return e
+}

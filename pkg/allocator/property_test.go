@@ -1,0 +1,115 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// randomCluster builds a small heterogeneous cluster.
+func randomCluster(rng *rand.Rand) []Node {
+	models := []string{"T4", "V100M16", "V100M32", "G2"}
+	nodes := make([]Node, 5+rng.IntN(20))
+	for i := range nodes {
+		nodes[i] = node(fmt.Sprint("n", i), int64(8+rng.IntN(120))*1000, models[rng.IntN(len(models))], rng.IntN(9))
+		nodes[i].MemoryMiB = int64(64+rng.IntN(512)) * 1024
+		for g := range nodes[i].GPUs {
+			nodes[i].GPUs[g].Unhealthy = rng.IntN(20) == 0
+		}
+	}
+	return nodes
+}
+
+func randomRequest(rng *rand.Rand) Request {
+	q := Request{CPUMilli: int64(rng.IntN(16000)), MemoryMiB: int64(rng.IntN(64 * 1024))}
+	switch rng.IntN(4) {
+	case 0:
+	case 1:
+		q.NumGPU, q.GPUMilli = 1, int64(1+rng.IntN(999))
+	default:
+		q.NumGPU = []int{1, 1, 2, 4, 8}[rng.IntN(5)]
+	}
+	if rng.IntN(4) == 0 {
+		q.Models = ParseModels([]string{"T4", "V100M16|V100M32", "G2|T4"}[rng.IntN(3)])
+	}
+	return q
+}
+
+// TestPlacementInvariants places random requests with every policy and
+// checks: no GPU ever goes above 1000m used or below 0, CPU and memory never
+// go negative, decisions name distinct healthy GPUs of allowed models, a
+// no-fit really fits nowhere, and a seed reproduces its decisions.
+func TestPlacementInvariants(t *testing.T) {
+	for seed := range uint64(20) {
+		for _, pol := range PolicyNames {
+			t.Run(fmt.Sprintf("seed=%d/%s", seed, pol), func(t *testing.T) {
+				run := func() []Decision {
+					rng := rand.New(rand.NewPCG(seed, 99))
+					nodes := randomCluster(rng)
+					c, err := NewCluster(nodes)
+					if err != nil {
+						t.Fatal(err)
+					}
+					reqs := make([]Request, 300)
+					for i := range reqs {
+						reqs[i] = randomRequest(rng)
+					}
+					p, _ := NewPolicy(pol, c.Workload(reqs))
+					a := New(c, p, rand.New(rand.NewPCG(seed, 7)))
+					var out []Decision
+					for _, q := range reqs {
+						d, err := a.Place(q)
+						if errors.Is(err, ErrNoFit) {
+							r := c.normalize(q)
+							for i := range c.state {
+								if fit(&c.state[i], &r) == "" {
+									t.Fatalf("no fit for %+v but node %d fits", q, i)
+								}
+							}
+							continue
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						checkDecision(t, c, d, q)
+						out = append(out, d)
+					}
+					for i := range c.state {
+						s := &c.state[i]
+						if s.cpuFree < 0 || s.memFree < 0 {
+							t.Fatalf("node %d: cpu %d mem %d", i, s.cpuFree, s.memFree)
+						}
+						for _, f := range s.gpuFree {
+							if f < 0 || f > MilliPerGPU {
+								t.Fatalf("node %d: GPU free %d outside 0..1000", i, f)
+							}
+						}
+					}
+					return out
+				}
+				a, b := run(), run()
+				if !slices.EqualFunc(a, b, func(x, y Decision) bool { return x.Node == y.Node && slices.Equal(x.GPUs, y.GPUs) }) {
+					t.Fatal("same seed gave different decisions")
+				}
+			})
+		}
+	}
+}
+
+func checkDecision(t *testing.T, c *Cluster, d Decision, q Request) {
+	t.Helper()
+	n := c.Node(d.Node)
+	if len(d.GPUs) != q.NumGPU {
+		t.Fatalf("decision %+v for %+v: wrong GPU count", d, q)
+	}
+	for i, g := range d.GPUs {
+		if slices.Contains(d.GPUs[:i], g) || n.GPUs[g].Unhealthy {
+			t.Fatalf("decision %+v: GPU %d repeated or unhealthy", d, g)
+		}
+		if len(q.Models) > 0 && !slices.Contains(q.Models, n.GPUs[g].Model) {
+			t.Fatalf("decision %+v: model %s not in %v", d, n.GPUs[g].Model, q.Models)
+		}
+	}
+}

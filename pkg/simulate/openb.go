@@ -1,0 +1,300 @@
+package simulate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/trace"
+)
+
+// DefaultArrived are the arrived-workload percentages the published table
+// reports.
+var DefaultArrived = []int{90, 100, 110, 120, 130}
+
+// Config is one static (FGD protocol) experiment.
+type Config struct {
+	// Workload names the pod list in the output, e.g. "openb_pod_list_default".
+	Workload string
+	Nodes    []trace.Node
+	Pods     []trace.Pod
+	// Policies by name (see allocator.NewPolicy).
+	Policies []string
+	Seeds    []uint64
+	// Tune is the target total GPU request as a multiple of the cluster's GPU
+	// capacity; zero means 1.3.
+	Tune float64
+	// Arrived are the percentages reported; nil means DefaultArrived.
+	Arrived []int
+	// Parallel runs; zero means GOMAXPROCS.
+	Parallel int
+	// Progress, if not nil, receives one line per finished run.
+	Progress io.Writer
+}
+
+// Point is the cluster after one arrival.
+type Point struct {
+	ArrivedMilli int64
+	UsedMilli    int64
+	FragMilli    float64
+}
+
+// Run is the outcome of one policy and seed.
+type Run struct {
+	Policy   string
+	Seed     uint64
+	CapMilli int64
+	Points   []Point
+	Failed   int
+	Elapsed  time.Duration
+}
+
+// Row is one line of the published table.
+type Row struct {
+	Workload       string
+	Policy         string // label, e.g. "06-FGD"
+	ArrivedPct     int
+	NSeeds         int
+	UnallocMean    float64
+	UnallocMedian  float64
+	UnallocSD      float64
+	FragOfTotalPct float64
+}
+
+// RunOpenB runs every policy with every seed and aggregates the table rows
+// (policies in the given order, then arrived ascending) and the raw runs.
+func RunOpenB(ctx context.Context, cfg Config) ([]Row, []Run, error) {
+	if len(cfg.Policies) == 0 || len(cfg.Seeds) == 0 || len(cfg.Nodes) == 0 || len(cfg.Pods) == 0 {
+		return nil, nil, errors.New("simulate: need nodes, pods, policies and seeds")
+	}
+	if cfg.Tune == 0 {
+		cfg.Tune = 1.3
+	}
+	if cfg.Arrived == nil {
+		cfg.Arrived = DefaultArrived
+	}
+	par := cfg.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	nodes := Nodes(cfg.Nodes)
+	pods := slices.Clone(cfg.Pods)
+	slices.SortStableFunc(pods, func(a, b trace.Pod) int { return cmp.Compare(a.Name, b.Name) })
+	reqs := Requests(pods)
+	tmpl, err := allocator.NewCluster(nodes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("simulate: %w", err)
+	}
+	work := tmpl.Workload(reqs)
+	for _, p := range cfg.Policies {
+		if _, err := allocator.NewPolicy(p, work); err != nil {
+			return nil, nil, fmt.Errorf("simulate: %w", err)
+		}
+	}
+
+	type job struct{ policy, seed int }
+	jobs := make(chan job)
+	runs := make([]Run, len(cfg.Policies)*len(cfg.Seeds))
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
+	for range par {
+		wg.Go(func() {
+			for j := range jobs {
+				i := j.policy*len(cfg.Seeds) + j.seed
+				runs[i], errs[i] = runOne(nodes, reqs, work, cfg.Policies[j.policy], cfg.Seeds[j.seed], cfg.Tune)
+				if cfg.Progress != nil {
+					mu.Lock()
+					done++
+					fmt.Fprintf(cfg.Progress, "sim %s: %s seed %d done in %v (%d/%d)\n", cfg.Workload,
+						allocator.PolicyLabel(runs[i].Policy), runs[i].Seed, runs[i].Elapsed.Round(time.Millisecond), done, len(runs))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+feed:
+	for p := range cfg.Policies {
+		for s := range cfg.Seeds {
+			select {
+			case jobs <- job{p, s}:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("simulate: %w", err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, fmt.Errorf("simulate: %w", err)
+	}
+	var rows []Row
+	for p := range cfg.Policies {
+		rows = append(rows, Aggregate(cfg.Workload, runs[p*len(cfg.Seeds):(p+1)*len(cfg.Seeds)], cfg.Arrived)...)
+	}
+	return rows, runs, nil
+}
+
+// Resample reproduces the FGD simulator's workload tuning: shuffle the pods
+// (sorted by name), then drop random pods while the total GPU request exceeds
+// tune × capMilli, or append random copies until the next one would pass it.
+func Resample(reqs []allocator.Request, capMilli int64, tune float64, rng *rand.Rand) []allocator.Request {
+	out := slices.Clone(reqs)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	var total int64
+	for _, r := range out {
+		total += r.TotalGPUMilli()
+	}
+	target := tune * float64(capMilli)
+	for float64(total) > target && len(out) > 0 {
+		i := rng.IntN(len(out))
+		total -= out[i].TotalGPUMilli()
+		out = slices.Delete(out, i, i+1)
+	}
+	for float64(total) < target {
+		r := reqs[rng.IntN(len(reqs))]
+		// The simulator compares with the per-GPU milli here, not the total.
+		if float64(total+r.MilliPerGPUOf()) > target {
+			break
+		}
+		total += r.TotalGPUMilli()
+		out = append(out, r)
+	}
+	return out
+}
+
+func runOne(nodes []allocator.Node, reqs []allocator.Request, work allocator.Workload, policy string, seed uint64, tune float64) (Run, error) {
+	start := time.Now()
+	c, err := allocator.NewCluster(nodes)
+	if err != nil {
+		return Run{}, err
+	}
+	p, err := allocator.NewPolicy(policy, work)
+	if err != nil {
+		return Run{}, err
+	}
+	run := Run{Policy: p.Name(), Seed: seed, CapMilli: c.GPUCapacityMilli()}
+	order := Resample(reqs, run.CapMilli, tune, rand.New(rand.NewPCG(seed, 0x5eed)))
+	rng := rand.New(rand.NewPCG(seed, 0x7135))
+	a := allocator.New(c, p, rng)
+	if err := a.SetTieOrder(rng.Perm(c.Len())); err != nil {
+		return Run{}, err
+	}
+	nodeFrag := make([]float64, c.Len())
+	var frag float64
+	for i := range nodeFrag {
+		nodeFrag[i] = c.NodeFragMilli(&work, i)
+		frag += nodeFrag[i]
+	}
+	run.Points = make([]Point, 0, len(order))
+	var arrived int64
+	for _, r := range order {
+		arrived += r.TotalGPUMilli()
+		d, err := a.Place(r)
+		switch {
+		case errors.Is(err, allocator.ErrNoFit):
+			run.Failed++
+		case err != nil:
+			return run, fmt.Errorf("%s seed %d: %w", policy, seed, err)
+		default:
+			f := c.NodeFragMilli(&work, d.Node)
+			frag += f - nodeFrag[d.Node]
+			nodeFrag[d.Node] = f
+		}
+		run.Points = append(run.Points, Point{ArrivedMilli: arrived, UsedMilli: c.AllocatedGPUMilli(), FragMilli: frag})
+	}
+	run.Elapsed = time.Since(start)
+	return run, nil
+}
+
+// Aggregate turns runs of one policy into table rows, measuring as the FGD
+// artifact's analysis does: at arrived X%, the mean allocation (rounded to
+// 0.01%) over all arrivals whose arrived percentage rounds to X (±1 if none),
+// unallocated = 100 − that; then mean, median and sample SD across seeds.
+func Aggregate(workload string, runs []Run, arrived []int) []Row {
+	var rows []Row
+	if len(runs) == 0 {
+		return nil
+	}
+	for _, x := range arrived {
+		var unalloc, frag []float64
+		for _, r := range runs {
+			a, f, ok := atArrived(r, x)
+			if ok {
+				unalloc = append(unalloc, 100-a)
+				frag = append(frag, f)
+			}
+		}
+		if len(unalloc) == 0 {
+			continue
+		}
+		rows = append(rows, Row{
+			Workload: workload, Policy: allocator.PolicyLabel(runs[0].Policy), ArrivedPct: x, NSeeds: len(unalloc),
+			UnallocMean: mean(unalloc), UnallocMedian: median(unalloc), UnallocSD: sd(unalloc), FragOfTotalPct: mean(frag),
+		})
+	}
+	return rows
+}
+
+func atArrived(r Run, x int) (alloc, frag float64, ok bool) {
+	for _, win := range []float64{0, 1} {
+		var sa, sf float64
+		n := 0
+		for _, p := range r.Points {
+			ar := math.RoundToEven(float64(p.ArrivedMilli) / float64(r.CapMilli) * 100)
+			if math.Abs(ar-float64(x)) <= win {
+				sa += math.Round(float64(p.UsedMilli)/float64(r.CapMilli)*100*100) / 100
+				sf += p.FragMilli / float64(r.CapMilli) * 100
+				n++
+			}
+		}
+		if n > 0 {
+			return math.Round(sa/float64(n)*100) / 100, sf / float64(n), true
+		}
+	}
+	return 0, 0, false
+}
+
+func mean(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func sd(v []float64) float64 {
+	if len(v) < 2 {
+		return 0
+	}
+	m := mean(v)
+	var s float64
+	for _, x := range v {
+		s += (x - m) * (x - m)
+	}
+	return math.Sqrt(s / float64(len(v)-1))
+}
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }

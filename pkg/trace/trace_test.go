@@ -1,0 +1,92 @@
+package trace
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// dataDir is the shared trace directory relative to this package.
+const dataDir = "../../../shared/data/openb-gpu-v2023"
+
+func TestReadPods(t *testing.T) {
+	tests := []struct {
+		name     string
+		csv      string
+		wantN    int
+		wantLine int
+		wantCol  string
+	}{
+		{name: "ok", csv: "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n" +
+			"p0,1000,100,1,500,,LS,Running,0,10,0\np1,2000,100,2,1000,V100M16|V100M32,BE,Failed,1,,1\n", wantN: 2},
+		{name: "bad int", csv: "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,100,1,500,\np1,x,1,0,0,\n", wantLine: 3, wantCol: "cpu_milli"},
+		{name: "milli too big", csv: "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,100,1,1500,\n", wantLine: 2, wantCol: "gpu_milli"},
+		{name: "shared multi gpu", csv: "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,100,2,500,\n", wantLine: 2, wantCol: "gpu_milli"},
+		{name: "missing column", csv: "name,cpu_milli\np0,1\n", wantLine: 1, wantCol: "memory_mib"},
+		{name: "short row", csv: "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,100\n", wantLine: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pods, err := ReadPods(strings.NewReader(tc.csv), "pods.csv")
+			if tc.wantLine == 0 {
+				if err != nil || len(pods) != tc.wantN {
+					t.Fatalf("ReadPods() = %d pods, %v; want %d, nil", len(pods), err, tc.wantN)
+				}
+				return
+			}
+			var re *RowError
+			if !errors.As(err, &re) || !errors.Is(err, ErrMalformed) {
+				t.Fatalf("ReadPods() err = %v, want *RowError", err)
+			}
+			if re.File != "pods.csv" || re.Line != tc.wantLine || re.Column != tc.wantCol {
+				t.Fatalf("RowError = %s:%d col %q, want pods.csv:%d col %q", re.File, re.Line, re.Column, tc.wantLine, tc.wantCol)
+			}
+			if !strings.Contains(err.Error(), "pods.csv:") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestReadNodes(t *testing.T) {
+	nodes, err := ReadNodes(strings.NewReader("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,1024,0,nan\nn1,96000,2048,8,V100M32\n"), "nodes.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 2 || nodes[0].Model != "" || nodes[1].NumGPU != 8 || nodes[1].Model != "V100M32" {
+		t.Fatalf("ReadNodes() = %+v", nodes)
+	}
+	if _, err := ReadNodes(strings.NewReader("sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,-1,T4\n"), "nodes.csv"); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("negative gpu: err = %v", err)
+	}
+}
+
+func TestReadShared(t *testing.T) {
+	nodesPath := filepath.Join(dataDir, "openb_node_list_gpu_node.csv")
+	if _, err := os.Stat(nodesPath); err != nil {
+		t.Skipf("trace data absent: %v", err)
+	}
+	nodes, err := ReadNodesFile(nodesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus := 0
+	for _, n := range nodes {
+		gpus += n.NumGPU
+	}
+	if len(nodes) != 1213 || gpus != 6212 {
+		t.Fatalf("gpu node list: %d nodes, %d GPUs; want 1213, 6212", len(nodes), gpus)
+	}
+	pods, err := ReadPodsFile(filepath.Join(dataDir, "openb_pod_list_default.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 8152 {
+		t.Fatalf("default pod list: %d pods, want 8152", len(pods))
+	}
+	if got := Workload("/x/openb_pod_list_default.csv"); got != "openb_pod_list_default" {
+		t.Fatalf("Workload() = %q", got)
+	}
+}

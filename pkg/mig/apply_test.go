@@ -1,0 +1,230 @@
+package mig
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpud/gpud/pkg/simnode"
+)
+
+// layouts is every GPU's "profile@start" list, for comparing node states.
+func layouts(st State) [][]string {
+	out := make([][]string, len(st.GPUs))
+	for i, g := range st.GPUs {
+		out[i] = layoutString(g)
+	}
+	return out
+}
+
+func TestApplyMixedKeepsSharedSlices(t *testing.T) {
+	n := simnode.NewBuiltin("dgx-a100")
+	applyConfig(t, n, "all-1g.5gb")
+	before := mustState(t, n)
+	res := applyConfig(t, n, "mixed")
+	after := res.State
+	for i := range 4 {
+		if got, want := layoutString(after.GPUs[i]), []string{"1g.5gb@0", "1g.5gb@1", "2g.10gb@2", "3g.20gb@4"}; !slices.Equal(got, want) {
+			t.Errorf("gpu %d = %v, want %v", i, got, want)
+		}
+		// The kept slices are the same MIG devices, not recreated ones.
+		for k := range 2 {
+			if a, b := before.GPUs[i].Instances[k].CIs[0].UUID, after.GPUs[i].Instances[k].CIs[0].UUID; a != b || a == "" {
+				t.Errorf("gpu %d slice %d UUID %q became %q", i, k, a, b)
+			}
+		}
+	}
+	for i := 4; i < 8; i++ {
+		if !slices.Equal(layoutString(after.GPUs[i]), layoutString(before.GPUs[i])) {
+			t.Errorf("gpu %d changed: %v -> %v", i, layoutString(before.GPUs[i]), layoutString(after.GPUs[i]))
+		}
+	}
+}
+
+func TestApplyPendingWithoutReset(t *testing.T) {
+	n := simnode.NewBuiltin("dgx-a100") // enabling MIG needs a reset on A100
+	st := mustState(t, n)
+	w, err := mustLayouts(t).Resolve("all-1g.5gb", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlan(st, w, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := NewApplier(n, nil).Apply(t.Context(), st, w, p)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if len(res.Pending) != 8 {
+		t.Fatalf("pending = %v, want all 8 GPUs", res.Pending)
+	}
+	for _, g := range res.State.GPUs {
+		if !g.Pending() || len(g.Instances) != 0 {
+			t.Errorf("gpu %d: pending %v with %d instances, want pending and empty", g.Index, g.Pending(), len(g.Instances))
+		}
+	}
+}
+
+func TestApplyRollsBackOnNVMLFailure(t *testing.T) {
+	tests := []struct {
+		name  string
+		op    string
+		after int
+	}{
+		{name: "second GPU fails to create", op: "CreateGpuInstance", after: 2},
+		{name: "first GPU fails halfway", op: "CreateGpuInstance", after: 1},
+		{name: "compute instance fails", op: "CreateComputeInstance", after: 1},
+		{name: "destroy fails", op: "DestroyGpuInstance", after: 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := simnode.NewBuiltin("dgx-a100")
+			applyConfig(t, n, "all-1g.5gb")
+			start := mustState(t, n)
+			n.InjectFault(tc.op, simnode.FaultSpec{After: tc.after, Return: nvml.ERROR_UNKNOWN})
+			_, err := planAndApply(t.Context(), n, mustLayouts(t), "mixed", nil, Options{})
+			if !errors.Is(err, ErrRolledBack) || !errors.Is(err, nvml.ERROR_UNKNOWN) {
+				t.Fatalf("Apply error = %v, want ErrRolledBack wrapping ERROR_UNKNOWN", err)
+			}
+			if got, want := layouts(mustState(t, n)), layouts(start); !slices.EqualFunc(got, want, slices.Equal) {
+				t.Errorf("after rollback:\n got %v\nwant %v", got, want)
+			}
+			for _, g := range mustState(t, n).GPUs {
+				for _, in := range g.Instances {
+					if !in.Complete() {
+						t.Errorf("gpu %d: %s left without its compute instance", g.Index, in)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestRecoverAfterKilledApply(t *testing.T) {
+	dir := t.TempDir()
+	statePath, journal := filepath.Join(dir, "node.json"), filepath.Join(dir, "mig-journal.json")
+	first := simnode.NewBuiltin("dgx-h100", simnode.WithStateFile(statePath))
+	f, err := ParseLayoutFile([]byte(`version: v1
+mig-configs:
+  small:
+    - devices: [0, 1]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+  mixed:
+    - devices: [0, 1]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 3, "4g.40gb": 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := planAndApply(t.Context(), first, f, "small", nil, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// The 2nd compute instance of the apply hangs forever: the agent is as
+	// good as killed with a GPU instance created and its CI missing.
+	first.InjectFault("CreateComputeInstance", simnode.FaultSpec{After: 1, Delay: time.Hour})
+	st := mustState(t, first)
+	w, err := f.Resolve("mixed", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlan(st, w, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = NewApplier(first, nil, WithJournal(journal)).Apply(t.Context(), st, w, p) }()
+	waitFor(t, "a GPU instance without its compute instance in the state file", func() bool {
+		data, _ := os.ReadFile(statePath)
+		var raw struct {
+			GPUs []struct {
+				GPUInstances []struct {
+					ComputeInstances []json.RawMessage `json:"computeInstances"`
+				} `json:"gpuInstances"`
+			} `json:"gpus"`
+		}
+		if json.Unmarshal(data, &raw) != nil {
+			return false
+		}
+		for _, g := range raw.GPUs {
+			for _, gi := range g.GPUInstances {
+				if len(gi.ComputeInstances) == 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+
+	// The agent restarts: a new node from the same state file.
+	second, err := simnode.New(first.Profile(), simnode.WithStateFile(statePath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recovered, res, err := NewApplier(second, nil, WithJournal(journal)).Recover(t.Context(), nil)
+	if err != nil || !recovered {
+		t.Fatalf("Recover = %v, %v; want recovered", recovered, err)
+	}
+	for i := range 2 {
+		g := res.State.GPUs[i]
+		if err := checkGPU(g, w.GPUs[i], nil); err != nil {
+			t.Errorf("after recovery: %v (layout %v)", err, layoutString(g))
+		}
+	}
+	if _, err := os.Stat(journal); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("journal still there after recovery: %v", err)
+	}
+	again, _, err := NewApplier(second, nil, WithJournal(journal)).Recover(t.Context(), nil)
+	if again || err != nil {
+		t.Errorf("second Recover = %v, %v; want nothing to do", again, err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestReadProcessesAndBusy(t *testing.T) {
+	n := simnode.NewBuiltin("dgx-h100")
+	f, _ := ParseLayoutFile([]byte("version: v1\nmig-configs:\n  a:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 2}\n"))
+	if _, err := planAndApply(t.Context(), n, f, "a", nil, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st := mustState(t, n)
+	mig := st.GPUs[0].Instances[1].CIs[0].UUID
+	if err := n.AddMIGProcess(mig, 101, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AddProcess(3, 202, 2<<30); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := ReadProcesses(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Process{
+		{PID: 101, GPU: 0, GPUUUID: st.GPUs[0].UUID, DeviceUUID: mig, UsedBytes: 1 << 30},
+		{PID: 202, GPU: 3, GPUUUID: st.GPUs[3].UUID, DeviceUUID: st.GPUs[3].UUID, UsedBytes: 2 << 30},
+	}
+	if !slices.Equal(ps, want) {
+		t.Fatalf("ReadProcesses = %+v, want %+v", ps, want)
+	}
+	b := BusyFromProcesses(ps)
+	if !slices.Equal(b[mig], []string{"pid 101"}) {
+		t.Errorf("busy[%s] = %v", mig, b[mig])
+	}
+}

@@ -1,0 +1,107 @@
+package mig
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Process is a compute process on a GPU or a MIG device.
+type Process struct {
+	PID uint32 `json:"pid"`
+	GPU int    `json:"gpu"`
+	// GPUUUID is the physical GPU; DeviceUUID is the MIG device the process
+	// runs on, or GPUUUID when MIG is off.
+	GPUUUID    string `json:"gpuUUID"`
+	DeviceUUID string `json:"deviceUUID"`
+	UsedBytes  uint64 `json:"usedBytes"`
+}
+
+// ReadProcesses lists the compute processes on every GPU and MIG device. A
+// GPU that cannot be read (lost, say) is skipped; the error of the first
+// such GPU is returned with what could be read.
+func ReadProcesses(lib nvml.Interface) ([]Process, error) {
+	n, ret := lib.DeviceGetCount()
+	if err := nvmlErr(ret); err != nil {
+		return nil, fmt.Errorf("mig: count GPUs: %w", err)
+	}
+	var out []Process
+	var firstErr error
+	for i := range n {
+		ps, err := gpuProcesses(lib, i)
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("mig: processes on gpu %d: %w", i, err)
+		}
+		out = append(out, ps...)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].PID < out[b].PID })
+	return out, firstErr
+}
+
+func gpuProcesses(lib nvml.Interface, i int) ([]Process, error) {
+	dev, ret := lib.DeviceGetHandleByIndex(i)
+	if err := nvmlErr(ret); err != nil {
+		return nil, err
+	}
+	uuid, ret := dev.GetUUID()
+	if err := nvmlErr(ret); err != nil {
+		return nil, err
+	}
+	cur, _, ret := dev.GetMigMode()
+	if ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_ENABLE {
+		infos, ret := dev.GetComputeRunningProcesses()
+		if err := nvmlErr(ret); err != nil {
+			return nil, err
+		}
+		out := make([]Process, 0, len(infos))
+		for _, p := range infos {
+			out = append(out, Process{PID: p.Pid, GPU: i, GPUUUID: uuid, DeviceUUID: uuid, UsedBytes: p.UsedGpuMemory})
+		}
+		return out, nil
+	}
+	maxN, ret := dev.GetMaxMigDeviceCount()
+	if err := nvmlErr(ret); err != nil {
+		return nil, err
+	}
+	var out []Process
+	for m := range maxN {
+		h, ret := dev.GetMigDeviceHandleByIndex(m)
+		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue
+		}
+		if err := nvmlErr(ret); err != nil {
+			return out, err
+		}
+		mu, ret := h.GetUUID()
+		if err := nvmlErr(ret); err != nil {
+			return out, err
+		}
+		infos, ret := h.GetComputeRunningProcesses()
+		if err := nvmlErr(ret); err != nil {
+			return out, err
+		}
+		for _, p := range infos {
+			out = append(out, Process{PID: p.Pid, GPU: i, GPUUUID: uuid, DeviceUUID: mu, UsedBytes: p.UsedGpuMemory})
+		}
+	}
+	return out, nil
+}
+
+// BusyFromProcesses marks each device a process runs on as held by
+// "pid N".
+func BusyFromProcesses(ps []Process) Busy {
+	b := Busy{}
+	for _, p := range ps {
+		b[p.DeviceUUID] = append(b[p.DeviceUUID], fmt.Sprintf("pid %d", p.PID))
+	}
+	return b
+}
+
+// Merge adds o's holders to b and returns b.
+func (b Busy) Merge(o Busy) Busy {
+	for k, v := range o {
+		b[k] = append(b[k], v...)
+	}
+	return b
+}

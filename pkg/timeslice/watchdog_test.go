@@ -1,0 +1,210 @@
+package timeslice_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/pkg/timeslice"
+)
+
+// nvmlProcs lists the simulated node's processes through NVML.
+type nvmlProcs struct{ n *simnode.Node }
+
+func (p nvmlProcs) GPUProcesses(context.Context) ([]timeslice.GPUProcess, error) {
+	ps, err := mig.ReadProcesses(p.n)
+	out := make([]timeslice.GPUProcess, len(ps))
+	for i, q := range ps {
+		out[i] = timeslice.GPUProcess{PID: q.PID, DeviceUUID: q.DeviceUUID, UsedBytes: q.UsedBytes}
+	}
+	return out, err
+}
+
+// fakeCgroups maps pids to pod UIDs, as /proc/<pid>/cgroup would.
+type fakeCgroups map[uint32]string
+
+func (f fakeCgroups) Lookup(pid uint32) (timeslice.ContainerRef, error) {
+	uid, ok := f[pid]
+	if !ok {
+		return timeslice.ContainerRef{}, fmt.Errorf("pid %d: not in a container", pid)
+	}
+	return timeslice.ContainerRef{PodUID: uid, ContainerID: "c-" + uid}, nil
+}
+
+type fakePods map[string]timeslice.PodName
+
+func (f fakePods) Pods() (map[string]timeslice.PodName, error) { return f, nil }
+
+type fakeAssignments []timeslice.Assignment
+
+func (f fakeAssignments) List(context.Context) ([]timeslice.Assignment, error) { return f, nil }
+
+// killer records kills and ends the simulated process.
+type killer struct {
+	n      *simnode.Node
+	mu     sync.Mutex
+	killed []uint32
+}
+
+func (k *killer) kill(pid uint32) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.killed = append(k.killed, pid)
+	if !k.n.RemoveProcess(pid) {
+		return fmt.Errorf("pid %d not running", pid)
+	}
+	return nil
+}
+
+func TestWatchdogModes(t *testing.T) {
+	const gib = 1 << 30
+	tests := []struct {
+		mode        timeslice.Enforce
+		names       bool
+		wantViol    []string
+		wantKilled  []uint32
+		wantRunning []uint32
+	}{
+		{mode: timeslice.EnforceOff, wantRunning: []uint32{11, 12, 21, 31}},
+		{mode: timeslice.EnforceReport, names: true,
+			wantViol:    []string{"ml/small on GPU uses 12288 MiB, limit 10240 MiB (pids 11,12)", "ml/mig-a on MIG uses 24576 MiB, limit MIGHALF MiB (pids 31)"},
+			wantRunning: []uint32{11, 12, 21, 31}},
+		{mode: timeslice.EnforceKill, names: true,
+			wantViol:    []string{"ml/small on GPU uses 12288 MiB, limit 10240 MiB (pids 11,12)", "ml/mig-a on MIG uses 24576 MiB, limit MIGHALF MiB (pids 31)"},
+			wantKilled:  []uint32{11, 31}, // the largest of ml/small, then the MIG one
+			wantRunning: []uint32{12, 21}},
+		{mode: timeslice.EnforceReport, names: false, // no pod names: the MIG device has one holder, the GPU two
+			wantViol:    []string{"ml/mig-a on MIG uses 24576 MiB, limit MIGHALF MiB (pids 31)"},
+			wantRunning: []uint32{11, 12, 21, 31}},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s names=%v", tc.mode, tc.names), func(t *testing.T) {
+			n := simnode.NewBuiltin("dgx-h100")
+			layouts, err := mig.ParseLayoutFile([]byte("version: v1\nmig-configs:\n  a:\n    - devices: [1]\n      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 2}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := mig.ReadState(n)
+			want, _ := layouts.Resolve("a", st)
+			p, err := mig.NewPlan(st, want, nil, mig.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := mig.NewApplier(n, nil).Apply(t.Context(), st, want, p); err != nil {
+				t.Fatal(err)
+			}
+			inv, err := discovery.New(n, "sim", nil).Inventory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpu0, migA := inv.GPUs[0].UUID, inv.GPUs[1].MIGDevices[0].UUID
+			// GPU 0: two unequal shares. MIG device: 2 replicas, memory split.
+			sharing := timeslice.Config{Devices: map[string]timeslice.Sharing{
+				"0":  {Shares: []timeslice.Share{{MemoryMiB: 10240}, {MemoryMiB: 40960}}},
+				migA: {Replicas: 2, LimitMemory: true},
+			}}
+			for _, pr := range []struct {
+				pid uint32
+				dev string
+				mem uint64
+			}{{11, gpu0, 8 * gib}, {12, gpu0, 4 * gib}, {21, gpu0, 30 * gib}, {31, migA, 24 * gib}} {
+				if pr.dev == gpu0 {
+					err = n.AddProcess(0, pr.pid, pr.mem)
+				} else {
+					err = n.AddMIGProcess(pr.dev, pr.pid, pr.mem)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			k := &killer{n: n}
+			cfg := timeslice.WatchdogConfig{
+				Mode:       tc.mode,
+				Sharing:    func() timeslice.Config { return sharing },
+				Inventory:  func() gpu.Inventory { return inv },
+				Processes:  nvmlProcs{n},
+				Containers: fakeCgroups{11: "uid-small", 12: "uid-small", 21: "uid-big", 31: "uid-mig"},
+				Assignments: fakeAssignments{
+					{Namespace: "ml", Pod: "small", Container: "main", ResourceName: "nvidia.com/gpu.shared", DeviceIDs: []string{timeslice.ReplicaID(gpu0, 0)}},
+					{Namespace: "ml", Pod: "big", Container: "main", ResourceName: "nvidia.com/gpu.shared", DeviceIDs: []string{timeslice.ReplicaID(gpu0, 1)}},
+					{Namespace: "ml", Pod: "mig-a", Container: "main", ResourceName: "nvidia.com/mig-3g.40gb.shared", DeviceIDs: []string{timeslice.ReplicaID(migA, 1)}},
+				},
+				Kill: k.kill,
+			}
+			if tc.names {
+				cfg.Pods = fakePods{"uid-small": {Namespace: "ml", Name: "small"}, "uid-big": {Namespace: "ml", Name: "big"}, "uid-mig": {Namespace: "ml", Name: "mig-a"}}
+			}
+			w, err := timeslice.NewWatchdog(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vs, err := w.Check(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, v := range vs {
+				s := v.String()
+				s = replaceUUID(s, gpu0, "GPU")
+				got = append(got, replaceUUID(s, migA, "MIG"))
+			}
+			slices.Sort(got)
+			half := fmt.Sprint(inv.GPUs[1].MIGDevices[0].MemoryBytes >> 20 / 2)
+			var wantViol []string
+			for _, v := range tc.wantViol {
+				wantViol = append(wantViol, strings.Replace(v, "MIGHALF", half, 1))
+			}
+			slices.Sort(wantViol)
+			if !slices.Equal(got, wantViol) {
+				t.Errorf("violations:\n got %q\nwant %q", got, wantViol)
+			}
+			if viol, kills := w.Counts(); viol != uint64(len(tc.wantViol)) || kills != uint64(len(tc.wantKilled)) {
+				t.Errorf("counts = %d violations, %d kills; want %d, %d", viol, kills, len(tc.wantViol), len(tc.wantKilled))
+			}
+			if slices.Sort(k.killed); !slices.Equal(k.killed, tc.wantKilled) {
+				t.Errorf("killed %v, want %v", k.killed, tc.wantKilled)
+			}
+			ps, _ := mig.ReadProcesses(n)
+			var running []uint32
+			for _, p := range ps {
+				running = append(running, p.PID)
+			}
+			if !slices.Equal(running, tc.wantRunning) {
+				t.Errorf("running %v, want %v", running, tc.wantRunning)
+			}
+			// A second pass counts no new violation: a report is per episode.
+			if _, err := w.Check(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if viol, _ := w.Counts(); viol != uint64(len(tc.wantViol)) {
+				t.Errorf("after a second check: %d violations counted, want still %d", viol, len(tc.wantViol))
+			}
+			if tc.mode == timeslice.EnforceKill && len(w.Active()) != 0 {
+				t.Errorf("after kills, still active: %v", w.Active())
+			}
+		})
+	}
+}
+
+func replaceUUID(s, uuid, with string) string { return strings.ReplaceAll(s, uuid, with) }
+
+func TestParseEnforce(t *testing.T) {
+	for _, s := range []string{"off", "report", "kill"} {
+		if e, err := timeslice.ParseEnforce(s); err != nil || string(e) != s {
+			t.Errorf("ParseEnforce(%q) = %q, %v", s, e, err)
+		}
+	}
+	if _, err := timeslice.ParseEnforce("warn"); err == nil {
+		t.Error("ParseEnforce(warn) accepted")
+	}
+	if _, err := timeslice.NewWatchdog(timeslice.WatchdogConfig{Mode: timeslice.EnforceKill}); err == nil {
+		t.Error("kill mode without sources or Kill accepted")
+	}
+}

@@ -15,7 +15,7 @@ build:
 
 ## run: the agent on the embedded simulated DGX H100 (Ctrl-C to stop).
 run: build
-	./$(BIN) agent --simulate dgx-h100 --http-addr 127.0.0.1:9400
+	./$(BIN) agent --simulate dgx-h100 --http-addr 127.0.0.1:9400 --device-plugin-dir $(CURDIR)/.run/device-plugins --cdi-dir $(CURDIR)/.run/cdi
 
 ## test: lint, then every test with the race detector.
 test: lint

@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/pkg/timeslice"
 )
 
 // component is one part of the agent. Each registers its own flags (which
@@ -34,6 +38,11 @@ func agentComponents() []component {
 	return []component{
 		&httpComponent{},
 		&inventoryComponent{},
+		&devicePluginComponent{},
+		&telemetryComponent{},
+		&adminComponent{},
+		&migComponent{},
+		&sharingComponent{},
 	}
 }
 
@@ -45,6 +54,15 @@ type agent struct {
 	sim  *simnode.Node // nil on real hardware
 	disc *discovery.Discoverer
 	node string
+
+	flags    *flag.FlagSet
+	mux      *http.ServeMux       // the HTTP server's routes (/healthz, /metrics, ...)
+	adminMux *http.ServeMux       // the admin API's routes, on the root-only socket
+	metrics  *prometheus.Registry // served on /metrics; components register here
+	sharing  *timeslice.Store     // GPU sharing, changed at run time
+
+	podResOnce sync.Once
+	podRes     *podresources.Client
 
 	mu      sync.Mutex
 	inv     gpu.Inventory
@@ -59,6 +77,29 @@ type healthOverride struct {
 	health gpu.Health
 	reason string
 }
+
+// flag returns the value of any agent flag, so a component can read a flag
+// another one registered; "" for an unknown name.
+func (a *agent) flag(name string) string {
+	if f := a.flags.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+// PodResources is the agent's kubelet PodResources client, on the socket
+// --pod-resources-socket names.
+func (a *agent) PodResources() *podresources.Client {
+	a.podResOnce.Do(func() { a.podRes = podresources.New(a.flag("pod-resources-socket")) })
+	return a.podRes
+}
+
+// Sharing returns the current sharing config (the device plugin's
+// SharingSource).
+func (a *agent) Sharing() timeslice.Config { return a.sharing.Get() }
+
+// SharingChanged returns a channel closed at the next sharing change.
+func (a *agent) SharingChanged() <-chan struct{} { return a.sharing.Changed() }
 
 // Inventory returns the latest inventory and whether one was read yet.
 func (a *agent) Inventory() (gpu.Inventory, bool) {
@@ -169,7 +210,22 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeLib()
-	a := &agent{log: log, lib: lib, sim: sim, node: nf.resolveNodeName(sim), changed: make(chan struct{})}
+	sharing := timeslice.Config{}
+	if file := fs.Lookup("sharing-config"); file != nil && file.Value.String() != "" {
+		if sharing, err = loadSharing(file.Value.String()); err != nil {
+			return err
+		}
+	}
+	a := &agent{
+		log: log, lib: lib, sim: sim, node: nf.resolveNodeName(sim), changed: make(chan struct{}),
+		flags: fs, mux: http.NewServeMux(), adminMux: http.NewServeMux(),
+		metrics: prometheus.NewRegistry(), sharing: timeslice.NewStore(sharing),
+	}
+	defer func() {
+		if a.podRes != nil {
+			_ = a.podRes.Close()
+		}
+	}()
 	a.disc = discovery.New(lib, a.node, log.With("component", "discovery"))
 	log.Info("agent starting", "version", version, "node", a.node, "simulated", sim != nil)
 

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // httpComponent serves /healthz, /readyz, /inventory and whatever other
@@ -24,12 +26,9 @@ func (c *httpComponent) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "http-addr", "127.0.0.1:9400", "address of the HTTP server (/healthz, /readyz, /inventory, /metrics); empty disables it")
 }
 
-// mux is shared by components; net/http's ServeMux is safe to add routes to
-// while it serves.
-var agentMux = http.NewServeMux()
-
-// Handle mounts an HTTP handler on the agent's server.
-func (a *agent) Handle(pattern string, h http.Handler) { agentMux.Handle(pattern, h) }
+// Handle mounts an HTTP handler on the agent's server; net/http's ServeMux
+// is safe to add routes to while it serves.
+func (a *agent) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
 
 func (c *httpComponent) run(ctx context.Context, a *agent) error {
 	if c.addr == "" {
@@ -37,17 +36,21 @@ func (c *httpComponent) run(ctx context.Context, a *agent) error {
 		return nil
 	}
 	log := a.log.With("component", "http")
-	agentMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	agentMux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	a.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if _, ok := a.Inventory(); !ok {
 			http.Error(w, "inventory not read yet", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	agentMux.HandleFunc("GET /inventory", func(w http.ResponseWriter, _ *http.Request) {
+	a.mux.HandleFunc("GET /inventory", func(w http.ResponseWriter, _ *http.Request) {
 		inv, ok := a.Inventory()
 		if !ok {
 			http.Error(w, "inventory not read yet", http.StatusServiceUnavailable)
@@ -63,7 +66,7 @@ func (c *httpComponent) run(ctx context.Context, a *agent) error {
 		return fmt.Errorf("listen on --http-addr %s: %w", c.addr, err)
 	}
 	srv := &http.Server{
-		Handler:           agentMux,
+		Handler:           a.mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelError),
 	}

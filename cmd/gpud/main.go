@@ -21,6 +21,7 @@ Usage:
   gpud inventory [flags]   print the node's GPUs, MIG devices and links
   gpud topo      [flags]   print the GPU link matrix as nvidia-smi topo -m
   gpud sim       ...       replay cluster traces through the allocator
+  gpud mig       ...       plan, apply and show MIG layouts (mig-parted format)
   gpud version             print the version
 
 Run 'gpud <command> -h' for a command's flags. Without an NVIDIA driver, add
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runInventory(ctx, rest, stdout, stderr)
 	case "topo":
 		return runTopo(ctx, rest, stdout, stderr)
+	case "mig":
+		return runMig(ctx, rest, stdout, stderr)
 	case "sim":
 		return runSim(ctx, rest, stdout, stderr)
 	case "version", "--version":

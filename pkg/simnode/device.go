@@ -26,6 +26,7 @@ type Device struct {
 	lost       bool
 	sbe, dbe   uint64 // single- and double-bit ECC error counts
 	energyMJ   float64
+	nvlinkKiB  float64 // NVLink traffic counter
 	energyAt   float64 // seconds since start of the last energy update
 }
 

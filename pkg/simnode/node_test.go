@@ -202,3 +202,45 @@ func TestTopologyAnswers(t *testing.T) {
 		t.Fatalf("H100 link 18 = %v, want INVALID_ARGUMENT", ret)
 	}
 }
+
+func TestFieldValues(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	n := NewBuiltin("dgx-h100", WithClock(func() time.Time { return now }))
+	if err := n.AddProcess(0, 1, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := n.DeviceGetHandleByIndex(0)
+	read := func() []nvml.FieldValue {
+		vals := []nvml.FieldValue{{FieldId: nvml.FI_DEV_MEMORY_TEMP}, {FieldId: nvml.FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL}, {FieldId: nvml.FI_DEV_PCIE_REPLAY_COUNTER}}
+		if ret := d.GetFieldValues(vals); ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
+		return vals
+	}
+	first := read()
+	if first[0].NvmlReturn != uint32(nvml.SUCCESS) || first[0].Value[0] < 30 {
+		t.Fatalf("memory temperature %+v", first[0])
+	}
+	if first[2].NvmlReturn != uint32(nvml.ERROR_NOT_SUPPORTED) {
+		t.Fatalf("unmodeled field %+v, want NOT_SUPPORTED", first[2])
+	}
+	now = now.Add(10 * time.Second)
+	second := read()
+	if second[1].NvmlReturn != uint32(nvml.SUCCESS) || leUint64(second[1].Value) <= leUint64(first[1].Value) {
+		t.Fatalf("NVLink counter did not grow on a busy GPU: %d then %d", leUint64(first[1].Value), leUint64(second[1].Value))
+	}
+	l40s, _ := NewBuiltin("pcie-l40s").DeviceGetHandleByIndex(0)
+	vals := []nvml.FieldValue{{FieldId: nvml.FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL}}
+	l40s.GetFieldValues(vals)
+	if vals[0].NvmlReturn != uint32(nvml.ERROR_NOT_SUPPORTED) {
+		t.Fatal("L40S reports NVLink bandwidth")
+	}
+}
+
+func leUint64(b [8]byte) uint64 {
+	var v uint64
+	for i := range b {
+		v |= uint64(b[i]) << (8 * i)
+	}
+	return v
+}

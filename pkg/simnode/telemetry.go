@@ -39,6 +39,8 @@ func (d *Device) sample() (util float64, powerMW uint32, tempC uint32, energyMJ 
 	watts := float64(m.idlePowerW) + util*(0.9*float64(m.powerLimitW)-float64(m.idlePowerW))
 	if t > d.energyAt {
 		d.energyMJ += watts * 1000 * (t - d.energyAt)
+		// NVLink traffic follows load: a quarter of each link's 25 GB/s.
+		d.nvlinkKiB += util * 0.25 * 25e9 / 1024 * float64(m.nvlinks) * (t - d.energyAt)
 		d.energyAt = t
 	}
 	return util, uint32(watts * 1000), uint32(30 + float64(d.index%3) + 50*util), uint64(d.energyMJ)
@@ -113,4 +115,44 @@ func (d *Device) setTelemetryFuncs() {
 		return 0, int(d.dbe), d.dbe > 0, false, nvml.SUCCESS
 	}
 	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return 0, d.lostOr("GetPcieReplayCounter") }
+	d.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
+		if r := d.lostOr("GetFieldValues"); r != nvml.SUCCESS {
+			return r
+		}
+		_, _, tempC, _ := d.sample()
+		d.node.mu.Lock()
+		nvlinkKiB := uint64(d.nvlinkKiB)
+		d.node.mu.Unlock()
+		now := d.node.clock().UnixMicro()
+		for i := range values {
+			v := &values[i]
+			v.Timestamp, v.NvmlReturn = now, uint32(nvml.SUCCESS)
+			switch v.FieldId {
+			case nvml.FI_DEV_MEMORY_TEMP:
+				if m.maxMemTempC == 0 {
+					v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+					continue
+				}
+				v.ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+				putUint64(&v.Value, uint64(tempC+6))
+			case nvml.FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL:
+				if m.nvlinks == 0 || d.node.profile.Interconnect != "nvswitch" {
+					v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+					continue
+				}
+				v.ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+				putUint64(&v.Value, nvlinkKiB)
+			default:
+				v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+			}
+		}
+		return nvml.SUCCESS
+	}
+}
+
+// putUint64 stores v little-endian, as NVML's value union holds it.
+func putUint64(dst *[8]byte, v uint64) {
+	for i := range dst {
+		dst[i] = byte(v >> (8 * i))
+	}
 }

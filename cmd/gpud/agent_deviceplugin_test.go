@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpud/gpud/pkg/deviceplugin"
+	"github.com/gpud/gpud/test/kubeletstub"
+)
+
+// syncBuffer is a log sink safe for the agent's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestAgentServesDevicePlugin(t *testing.T) {
+	dir, err := os.MkdirTemp("", "gpud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	pluginDir, cdiDir := filepath.Join(dir, "dp"), filepath.Join(dir, "cdi")
+	if err := os.Mkdir(pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k, err := kubeletstub.Start(pluginDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runAgent(ctx, []string{"--simulate", "dgx-h100", "--http-addr", "",
+			"--device-plugin-dir", pluginDir, "--cdi-dir", cdiDir}, &logs, &logs)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
+
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	reg, err := k.WaitRegistered(wctx, "nvidia.com/gpu", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubeletstub.Dial(wctx, pluginDir, reg.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, err := c.Watch(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := w.WaitFor(wctx, kubeletstub.Count(8, pluginapi.Healthy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	numa := map[int64]int{}
+	for _, d := range devs {
+		if !strings.HasPrefix(d.ID, "GPU-") || d.Topology == nil || len(d.Topology.Nodes) != 1 {
+			t.Fatalf("device %v: want a GPU UUID with one NUMA node", d)
+		}
+		numa[d.Topology.Nodes[0].ID]++
+	}
+	if numa[0] != 4 || numa[1] != 4 {
+		t.Errorf("NUMA nodes of the 8 GPUs = %v, want 4 on each of 0 and 1", numa)
+	}
+	if _, err := cdi.ReadSpec(filepath.Join(cdiDir, deviceplugin.CDISpecName), 0); err != nil {
+		t.Errorf("CDI spec: %v", err)
+	}
+}
+
+func TestParseXids(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []uint64
+		wantErr bool
+	}{
+		{in: "13,31, 43", want: []uint64{13, 31, 43}},
+		{in: "", want: []uint64{}},
+		{in: "13,x", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseXids(tc.in)
+			if (err != nil) != tc.wantErr || (!tc.wantErr && !slicesEqual(got, tc.want)) {
+				t.Fatalf("parseXids(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func slicesEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestLoadSharingRejectsUnknownKeys(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(good, []byte("default:\n  replicas: 4\ndevices:\n  \"0\":\n    replicas: 8\n"), 0o644)
+	_ = os.WriteFile(bad, []byte("default:\n  replica: 4\n"), 0o644)
+	cfg, err := loadSharing(good)
+	if err != nil || cfg.Default == nil || cfg.Default.Replicas != 4 || cfg.Devices["0"].Replicas != 8 {
+		t.Fatalf("loadSharing(good) = %+v, %v", cfg, err)
+	}
+	if _, err := loadSharing(bad); err == nil || !strings.Contains(err.Error(), "replica") {
+		t.Fatalf("loadSharing(bad) = %v, want an unknown-field error", err)
+	}
+}
+
+// TestDeployManifestsUseAgentFlags checks that the DaemonSet's args and the
+// ConfigMap's config keys are flags the agent has, and that its sharing
+// config loads.
+func TestDeployManifestsUseAgentFlags(t *testing.T) {
+	var cm corev1.ConfigMap
+	var ds appsv1.DaemonSet
+	for path, obj := range map[string]any{
+		"../../deploy/daemonset/configmap.yaml": &cm,
+		"../../deploy/daemonset/daemonset.yaml": &ds,
+	} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(data, obj); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	var nf nvmlFlags
+	nf.register(fs)
+	fs.String("config", "", "")
+	fs.String("log-format", "", "")
+	fs.String("log-level", "", "")
+	for _, c := range agentComponents() {
+		c.registerFlags(fs)
+	}
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	if len(args) == 0 || args[0] != "agent" {
+		t.Fatalf("args %v: want the agent subcommand first", args)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		t.Fatalf("DaemonSet args: %v", err)
+	}
+	dir := t.TempDir()
+	cfgPath, sharingPath := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "sharing.yaml")
+	_ = os.WriteFile(cfgPath, []byte(cm.Data["config.yaml"]), 0o644)
+	_ = os.WriteFile(sharingPath, []byte(cm.Data["sharing.yaml"]), 0o644)
+	if err := applyConfigFile(fs, cfgPath); err != nil {
+		t.Fatalf("ConfigMap config.yaml: %v", err)
+	}
+	if _, err := loadSharing(sharingPath); err != nil {
+		t.Fatalf("ConfigMap sharing.yaml: %v", err)
+	}
+}

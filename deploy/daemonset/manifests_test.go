@@ -1,0 +1,181 @@
+// Package daemonset holds the manifests that deploy the gpud agent; its
+// test decodes every manifest strictly into the k8s.io/api types, so a
+// typo in a field name fails CI.
+package daemonset
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// decodeAll strictly decodes every document of every manifest file into
+// its typed object, keyed "<file>#<n>".
+func decodeAll(t *testing.T, files []string) map[string]any {
+	t.Helper()
+	objs := map[string]any{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range bytes.Split(data, []byte("\n---")) {
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal(doc, &tm); err != nil {
+				t.Fatalf("%s doc %d: %v", f, i, err)
+			}
+			var obj any
+			switch tm.APIVersion + "/" + tm.Kind {
+			case "v1/Namespace":
+				obj = &corev1.Namespace{}
+			case "v1/ServiceAccount":
+				obj = &corev1.ServiceAccount{}
+			case "v1/ConfigMap":
+				obj = &corev1.ConfigMap{}
+			case "v1/Pod":
+				obj = &corev1.Pod{}
+			case "apps/v1/DaemonSet":
+				obj = &appsv1.DaemonSet{}
+			default:
+				t.Fatalf("%s doc %d: unexpected %s %s", f, i, tm.APIVersion, tm.Kind)
+			}
+			if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+				t.Fatalf("%s doc %d (%s): %v", f, i, tm.Kind, err)
+			}
+			objs[fmt.Sprintf("%s#%d", filepath.Base(f), i)] = obj
+		}
+	}
+	return objs
+}
+
+func glob(t *testing.T, pattern string) []string {
+	t.Helper()
+	files, err := filepath.Glob(pattern)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests match %s: %v", pattern, err)
+	}
+	return files
+}
+
+func TestDaemonSetManifests(t *testing.T) {
+	objs := decodeAll(t, glob(t, "*.yaml"))
+	var ds *appsv1.DaemonSet
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.DaemonSet); ok {
+			ds = d
+		}
+	}
+	if ds == nil {
+		t.Fatal("no DaemonSet in deploy/daemonset")
+	}
+	spec := ds.Spec.Template.Spec
+	if !labelsMatch(ds.Spec.Selector, ds.Spec.Template.Labels) {
+		t.Errorf("selector %v does not match template labels %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v
+	}
+	c := spec.Containers[0]
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		if _, ok := vols[m.Name]; !ok {
+			t.Errorf("mount %s names no volume", m.Name)
+		}
+		mounts[m.MountPath] = m.Name
+	}
+	tests := []struct {
+		name     string
+		hostPath string
+		mount    string
+		flag     string
+	}{
+		{name: "device plugin dir", hostPath: "/var/lib/kubelet/device-plugins", mount: "/var/lib/kubelet/device-plugins", flag: "--device-plugin-dir=/var/lib/kubelet/device-plugins"},
+		{name: "cdi dir", hostPath: "/var/run/cdi", mount: "/var/run/cdi", flag: "--cdi-dir=/var/run/cdi"},
+		{name: "pod resources", hostPath: "/var/lib/kubelet/pod-resources", mount: "/var/lib/kubelet/pod-resources"},
+		{name: "dev", hostPath: "/dev", mount: "/dev"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, ok := vols[mounts[tc.mount]]
+			if !ok || v.HostPath == nil || v.HostPath.Path != tc.hostPath {
+				t.Fatalf("%s: not mounted from host path %s", tc.mount, tc.hostPath)
+			}
+			if tc.flag != "" && !slices.Contains(c.Args, tc.flag) {
+				t.Errorf("args %v lack %s", c.Args, tc.flag)
+			}
+		})
+	}
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Error("the agent needs no host network, PID or IPC namespace")
+	}
+	if spec.NodeSelector["nvidia.com/gpu.present"] != "true" {
+		t.Errorf("node selector %v: want GPU nodes only", spec.NodeSelector)
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(tl corev1.Toleration) bool { return tl.Key == "nvidia.com/gpu" }) {
+		t.Error("no toleration for the nvidia.com/gpu taint")
+	}
+	if sa := spec.ServiceAccountName; sa == "" || !hasServiceAccount(objs, sa) {
+		t.Errorf("service account %q is not in the manifests", sa)
+	}
+}
+
+func TestExamplePods(t *testing.T) {
+	want := map[string]string{
+		"pod-gpu.yaml":    "nvidia.com/gpu",
+		"pod-mig.yaml":    "nvidia.com/mig-",
+		"pod-shared.yaml": "nvidia.com/gpu.shared",
+	}
+	objs := decodeAll(t, glob(t, "../examples/pod-*.yaml"))
+	seen := map[string]bool{}
+	for key, o := range objs {
+		file := strings.Split(key, "#")[0]
+		p := o.(*corev1.Pod)
+		for name := range p.Spec.Containers[0].Resources.Limits {
+			if prefix, ok := want[file]; ok && strings.HasPrefix(string(name), prefix) {
+				if file == "pod-gpu.yaml" && string(name) != prefix {
+					continue
+				}
+				seen[file] = true
+			}
+		}
+	}
+	for file := range want {
+		if !seen[file] {
+			t.Errorf("%s does not request %s", file, want[file])
+		}
+	}
+}
+
+func labelsMatch(sel *metav1.LabelSelector, labels map[string]string) bool {
+	if sel == nil || len(sel.MatchLabels) == 0 {
+		return false
+	}
+	for k, v := range sel.MatchLabels {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func hasServiceAccount(objs map[string]any, name string) bool {
+	for _, o := range objs {
+		if sa, ok := o.(*corev1.ServiceAccount); ok && sa.Name == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,129 @@
+package deviceplugin
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpud/gpud/pkg/timeslice"
+)
+
+// Environment variables Allocate sets.
+const (
+	envVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	envMPSThreads     = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	envMPSMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+)
+
+// Allocate answers each container with its devices' CDI names and/or
+// NVIDIA_VISIBLE_DEVICES, and MPS limits for replicas. An unknown device
+// fails the whole request with InvalidArgument, an unhealthy one with
+// FailedPrecondition, each naming the device; nothing is allocated then.
+func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	set, _ := p.snapshot()
+	resp, err := allocate(set, p.cfg.DeviceListStrategy, req)
+	if err != nil {
+		p.log.Warn("allocate refused", "err", err)
+		return nil, err
+	}
+	for i, c := range req.ContainerRequests {
+		p.log.Info("allocated", "devices", strings.Join(c.DevicesIds, ","), "visible", resp.ContainerResponses[i].Envs[envVisibleDevices])
+	}
+	return resp, nil
+}
+
+// allocate is Allocate without the logging.
+func allocate(set *deviceSet, strategy string, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	for _, c := range req.ContainerRequests {
+		if len(c.DevicesIds) == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "%s: a container request names no device", set.resource)
+		}
+		for _, id := range c.DevicesIds {
+			d, ok := set.byID[id]
+			if !ok {
+				return nil, status.Errorf(codes.InvalidArgument, "%s: unknown device %q (not advertised by this resource)", set.resource, id)
+			}
+			if !d.healthy() {
+				return nil, status.Errorf(codes.FailedPrecondition, "%s: device %q is %s (%s)", set.resource, id, d.Health, d.Reason)
+			}
+		}
+	}
+	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
+	for _, c := range req.ContainerRequests {
+		resp.ContainerResponses = append(resp.ContainerResponses, containerResponse(set, strategy, c.DevicesIds))
+	}
+	return resp, nil
+}
+
+// unitShare is what a container gets of one unit: the sum of its replicas.
+type unitShare struct {
+	unit     string
+	replicas int
+	share    timeslice.Share
+}
+
+func containerResponse(set *deviceSet, strategy string, ids []string) *pluginapi.ContainerAllocateResponse {
+	var units []*unitShare
+	byUnit := map[string]*unitShare{}
+	for _, id := range ids {
+		d := set.byID[id]
+		u, ok := byUnit[d.Unit]
+		if !ok {
+			u = &unitShare{unit: d.Unit}
+			byUnit[d.Unit] = u
+			units = append(units, u)
+		}
+		if d.Replica >= 0 {
+			u.replicas++
+			u.share.ComputePercent = min(100, u.share.ComputePercent+d.Share.ComputePercent)
+			u.share.MemoryMiB += d.Share.MemoryMiB
+		}
+	}
+	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+	visible := make([]string, len(units))
+	for i, u := range units {
+		visible[i] = u.unit
+		if strategy != ListEnvvar {
+			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: cdiName(u.unit)})
+		}
+	}
+	if strategy != ListCDI {
+		r.Envs[envVisibleDevices] = strings.Join(visible, ",")
+	}
+	mpsEnv(units, r.Envs)
+	return r
+}
+
+// mpsEnv sets the MPS limits of the shared units: the compute percentage is
+// one value for the container (the smallest share), the memory limit is
+// per device index.
+func mpsEnv(units []*unitShare, env map[string]string) {
+	threads := 0
+	var limits []string
+	for i, u := range units {
+		if u.replicas == 0 {
+			continue
+		}
+		e := u.share.MPSEnv(i)
+		if v, ok := e[envMPSThreads]; ok {
+			if n, err := strconv.Atoi(v); err == nil && (threads == 0 || n < threads) {
+				threads = n
+			}
+		}
+		if v, ok := e[envMPSMemLimit]; ok {
+			limits = append(limits, v)
+		}
+	}
+	if threads > 0 {
+		env[envMPSThreads] = strconv.Itoa(threads)
+	}
+	if len(limits) > 0 {
+		sort.Strings(limits)
+		env[envMPSMemLimit] = strings.Join(limits, ",")
+	}
+}

@@ -1,0 +1,100 @@
+package deviceplugin
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// CDISpecName is the file the plugin writes in the CDI directory. It is not
+// nvidia-ctk's name, so the two do not overwrite each other.
+const CDISpecName = "gpud-nvidia.com-gpu.json"
+
+// cdiName is the fully qualified CDI device name of a unit.
+func cdiName(unit string) string { return CDIKind + "=" + unit }
+
+// Device nodes every container with a GPU needs.
+var commonNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+
+// migCapMinor returns the minors of /dev/nvidia-caps/nvidia-cap<N> that
+// grant access to a GPU instance and its compute instance, as the driver
+// numbers them in /proc/driver/nvidia-caps/mig-minors: config is 1, monitor
+// 2, then per GPU 15 GPU instances of one access node and 8 compute
+// instance nodes each.
+func migCapMinor(gpuMinor, gi, ci int) (giMinor, ciMinor int) {
+	const perGI, perGPU = 9, 15 * 9
+	giMinor = 3 + gpuMinor*perGPU + gi*perGI
+	return giMinor, giMinor + 1 + ci
+}
+
+// buildCDISpec returns the spec naming every unit advertised by sets, or
+// nil when there is none (CDI rejects a spec without devices).
+func buildCDISpec(sets map[string]*deviceSet) *cdispec.Spec {
+	units := map[string]*device{}
+	for _, s := range sets {
+		for _, d := range s.devices {
+			if _, ok := units[d.Unit]; !ok {
+				units[d.Unit] = d
+			}
+		}
+	}
+	if len(units) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(units))
+	for u := range units {
+		names = append(names, u)
+	}
+	sort.Strings(names)
+	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
+	for _, p := range commonNodes {
+		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: p})
+	}
+	for _, u := range names {
+		d := units[u]
+		edits := cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", d.Minor)}}}
+		if d.MIG != nil {
+			gi, ci := migCapMinor(d.Minor, d.MIG.GPUInstanceID, d.MIG.ComputeInstanceID)
+			edits.DeviceNodes = append(edits.DeviceNodes,
+				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", gi)},
+				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", ci)})
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: u, ContainerEdits: edits})
+	}
+	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {
+		spec.Version = v
+	}
+	return spec
+}
+
+// writeCDISpec validates spec with the CDI library's own parser and
+// validation and writes it atomically (temp file, rename) into dir. A nil
+// spec removes the file.
+func writeCDISpec(dir string, spec *cdispec.Spec) error {
+	if spec == nil {
+		if err := os.Remove(filepath.Join(dir, CDISpecName)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("cdi: remove stale spec: %w", err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cdi: create dir %s (set --cdi-dir to a writable dir): %w", dir, err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return fmt.Errorf("cdi: open spec dir %s: %w", dir, err)
+	}
+	if err := cache.WriteSpec(spec, CDISpecName); err != nil {
+		return fmt.Errorf("cdi: write spec %s: %w", filepath.Join(dir, CDISpecName), err)
+	}
+	// WriteSpec creates the file 0600; runtimes that read it as another
+	// user need it readable.
+	if err := os.Chmod(filepath.Join(dir, CDISpecName), 0o644); err != nil {
+		return fmt.Errorf("cdi: chmod spec: %w", err)
+	}
+	return nil
+}

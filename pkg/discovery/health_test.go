@@ -1,0 +1,179 @@
+package discovery
+
+import (
+	"context"
+	"maps"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/simnode"
+)
+
+// update is one published health transition.
+type update struct {
+	uuid   string
+	health gpu.Health
+	reason string
+}
+
+// healthRig runs a HealthMonitor on a simulated node with a fake clock.
+type healthRig struct {
+	node    *simnode.Node
+	clock   atomic.Int64 // unix nanoseconds
+	updates chan update
+}
+
+func startHealth(t *testing.T, cfg HealthConfig) *healthRig {
+	t.Helper()
+	r := &healthRig{node: simnode.NewBuiltin("dgx-h100"), updates: make(chan update, 64)}
+	r.clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	cfg.WaitTimeout = 10 * time.Millisecond
+	m := NewHealthMonitor(r.node, cfg, func(uuid string, h gpu.Health, reason string) {
+		r.updates <- update{uuid, h, reason}
+	}, nil)
+	m.now = func() time.Time { return time.Unix(0, r.clock.Load()) }
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	})
+	// Run registers asynchronously: inject until an event gets through,
+	// then let that GPU heal so every test starts from a healthy node.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := r.node.InjectXid(7, 94); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case u := <-r.updates:
+			if u.health != gpu.Unhealthy {
+				t.Fatalf("warm-up update = %+v, want Unhealthy", u)
+			}
+			r.advance(cfg.RecoveryPeriod + time.Second)
+			if u := r.next(t); u.health != gpu.Healthy {
+				t.Fatalf("warm-up update = %+v, want Healthy", u)
+			}
+			return r
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("health monitor never saw an event")
+		}
+	}
+}
+
+func (r *healthRig) advance(d time.Duration) { r.clock.Add(int64(d)) }
+
+func (r *healthRig) next(t *testing.T) update {
+	t.Helper()
+	select {
+	case u := <-r.updates:
+		return u
+	case <-time.After(30 * time.Second):
+		t.Fatal("no health update within 30s")
+		return update{}
+	}
+}
+
+// marker injects a critical Xid on GPU 6 and waits for its update: events
+// of one set arrive in order, so everything injected before was handled.
+func (r *healthRig) marker(t *testing.T, index int) {
+	t.Helper()
+	if err := r.node.InjectXid(index, 94); err != nil {
+		t.Fatal(err)
+	}
+	if u := r.next(t); u.uuid != r.node.Device(index).UUID() {
+		t.Fatalf("update before the marker: %+v", u)
+	}
+}
+
+func TestHealthMonitorTransitions(t *testing.T) {
+	const period = time.Minute
+	tests := []struct {
+		name        string
+		ignore      []uint64
+		inject      func(n *simnode.Node) error
+		want        gpu.Health // "": no transition
+		wantReason  string
+		wantHealsTo gpu.Health // after the quiet period
+	}{
+		{name: "critical xid heals", inject: func(n *simnode.Node) error { return n.InjectXid(0, 48) },
+			want: gpu.Unhealthy, wantReason: "xid 48", wantHealsTo: gpu.Healthy},
+		{name: "double-bit ecc heals", inject: func(n *simnode.Node) error { return n.InjectECC(0, true) },
+			want: gpu.Unhealthy, wantReason: "double-bit ECC error", wantHealsTo: gpu.Healthy},
+		{name: "lost gpu never heals", inject: func(n *simnode.Node) error { return n.FallOffBus(0) },
+			want: gpu.Lost, wantReason: "xid 79: gpu fell off the bus", wantHealsTo: gpu.Lost},
+		{name: "application xid 13 ignored", inject: func(n *simnode.Node) error { return n.InjectXid(0, 13) }},
+		{name: "application xid 109 ignored", inject: func(n *simnode.Node) error { return n.InjectXid(0, 109) }},
+		{name: "single-bit ecc ignored", inject: func(n *simnode.Node) error { return n.InjectECC(0, false) }},
+		{name: "configured ignore list", ignore: []uint64{48}, inject: func(n *simnode.Node) error { return n.InjectXid(0, 48) }},
+		{name: "empty ignore list counts xid 13", ignore: []uint64{}, inject: func(n *simnode.Node) error { return n.InjectXid(0, 13) },
+			want: gpu.Unhealthy, wantReason: "xid 13", wantHealsTo: gpu.Healthy},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startHealth(t, HealthConfig{RecoveryPeriod: period, IgnoredXids: tc.ignore})
+			uuid := r.node.Device(0).UUID()
+			if err := tc.inject(r.node); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				r.marker(t, 6)
+				return
+			}
+			if u := r.next(t); u != (update{uuid, tc.want, tc.wantReason}) {
+				t.Fatalf("update = %+v, want %v %q", u, tc.want, tc.wantReason)
+			}
+			r.advance(period + time.Second)
+			if tc.wantHealsTo == gpu.Healthy {
+				if u := r.next(t); u != (update{uuid, gpu.Healthy, ""}) {
+					t.Fatalf("after the quiet period: %+v, want Healthy", u)
+				}
+				return
+			}
+			r.marker(t, 6) // GPU 6 Unhealthy; GPU 0 must not have changed
+			r.advance(2 * period)
+			if u := r.next(t); u.uuid != r.node.Device(6).UUID() || u.health != gpu.Healthy {
+				t.Fatalf("after two periods: %+v, want only GPU 6 healed", u)
+			}
+		})
+	}
+}
+
+func TestHealthMonitorQuietPeriodRestartsOnNewError(t *testing.T) {
+	const period = time.Minute
+	r := startHealth(t, HealthConfig{RecoveryPeriod: period})
+	uuid := r.node.Device(0).UUID()
+	if err := r.node.InjectXid(0, 48); err != nil {
+		t.Fatal(err)
+	}
+	if u := r.next(t); u != (update{uuid, gpu.Unhealthy, "xid 48"}) {
+		t.Fatalf("update = %+v", u)
+	}
+	r.advance(period / 2)
+	if err := r.node.InjectXid(0, 48); err != nil { // same error again: no new transition
+		t.Fatal(err)
+	}
+	r.marker(t, 6)
+	// A full period after the first error but not after the second: the
+	// markers' events make the monitor run its recovery check in between.
+	r.advance(period/2 + time.Second)
+	r.marker(t, 5)
+	r.marker(t, 4)
+	r.advance(period / 2)
+	got := map[string]gpu.Health{}
+	for range 2 { // GPUs 0 and 6 are quiet for a period now; 4 and 5 are not
+		u := r.next(t)
+		got[u.uuid] = u.health
+	}
+	want := map[string]gpu.Health{uuid: gpu.Healthy, r.node.Device(6).UUID(): gpu.Healthy}
+	if !maps.Equal(got, want) {
+		t.Fatalf("updates after the quiet period = %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,136 @@
+// Package podresources is a small client of the kubelet PodResources API v1
+// (k8s.io/kubelet/pkg/apis/podresources/v1): it lists which containers hold
+// which devices, so telemetry and the memory watchdog can put namespace, pod
+// and container names on a GPU, a MIG slice or a time-sliced replica.
+//
+// It owns no hardware and reads no files but the kubelet socket it is given.
+package podresources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// DefaultSocket is where the kubelet serves the PodResources API.
+const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// maxRecvBytes matches the kubelet's own client limit (16 MiB).
+const maxRecvBytes = 16 << 20
+
+// ErrUnavailable is returned (wrapped) by [Client.List] when the kubelet
+// socket does not exist or does not answer; callers degrade to metrics
+// without pod labels.
+var ErrUnavailable = errors.New("podresources: kubelet PodResources API unavailable")
+
+// Assignment is one container's devices of one resource, as the kubelet
+// reports them: DeviceIDs are the IDs the device plugin advertised (GPU
+// UUIDs, MIG UUIDs, replica IDs such as "GPU-x::3").
+type Assignment struct {
+	Namespace    string
+	Pod          string
+	Container    string
+	ResourceName string
+	DeviceIDs    []string
+}
+
+// Client lists device assignments over the kubelet's unix socket. The zero
+// value is not usable; create one with [New]. A Client is safe for
+// concurrent use; Close releases its connection. It reconnects on its own
+// when the kubelet restarts.
+type Client struct {
+	socket string
+
+	mu   sync.Mutex
+	conn *grpc.ClientConn
+}
+
+// New returns a client of the PodResources API at socket (a filesystem path;
+// empty means [DefaultSocket]). It does not connect until the first List.
+func New(socket string) *Client {
+	if socket == "" {
+		socket = DefaultSocket
+	}
+	return &Client{socket: socket}
+}
+
+// Socket returns the path the client talks to.
+func (c *Client) Socket() string { return c.socket }
+
+func (c *Client) client() (podresourcesv1.PodResourcesListerClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		conn, err := grpc.NewClient("unix://"+c.socket,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: dial %s: %w", ErrUnavailable, c.socket, err)
+		}
+		c.conn = conn
+	}
+	return podresourcesv1.NewPodResourcesListerClient(c.conn), nil
+}
+
+// List returns every device assignment of every running container, in the
+// kubelet's order. Containers without devices are left out. A missing
+// socket or an unreachable kubelet gives an error wrapping ErrUnavailable;
+// ctx bounds the call.
+func (c *Client) List(ctx context.Context) ([]Assignment, error) {
+	if _, err := os.Stat(c.socket); err != nil {
+		return nil, fmt.Errorf("%w: %w (is the kubelet running, and is its pod-resources dir mounted?)", ErrUnavailable, err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list on %s: %w", ErrUnavailable, c.socket, err)
+	}
+	return Flatten(resp), nil
+}
+
+// Flatten turns a List response into assignments, one per container and
+// resource with at least one device.
+func Flatten(resp *podresourcesv1.ListPodResourcesResponse) []Assignment {
+	var out []Assignment
+	for _, p := range resp.GetPodResources() {
+		for _, ctr := range p.GetContainers() {
+			for _, d := range ctr.GetDevices() {
+				if len(d.GetDeviceIds()) == 0 {
+					continue
+				}
+				out = append(out, Assignment{
+					Namespace:    p.GetNamespace(),
+					Pod:          p.GetName(),
+					Container:    ctr.GetName(),
+					ResourceName: d.GetResourceName(),
+					DeviceIDs:    append([]string(nil), d.GetDeviceIds()...),
+				})
+			}
+		}
+	}
+	return out
+}
+
+// Close closes the connection; the Client must not be used afterwards.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.Close()
+	c.conn = nil
+	if err != nil {
+		return fmt.Errorf("podresources: close %s: %w", c.socket, err)
+	}
+	return nil
+}

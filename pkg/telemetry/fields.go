@@ -1,0 +1,99 @@
+package telemetry
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// field is one sampled value of a device.
+type field uint8
+
+// Fields, stored in DCGM's units (%, MiB, W, mJ, C, MHz, counts).
+const (
+	fGPUUtil field = iota
+	fMemCopyUtil
+	fFBUsed
+	fFBFree
+	fFBReserved
+	fPower
+	fEnergy
+	fGPUTemp
+	fMemTemp
+	fSMClock
+	fMemClock
+	fPCIeReplay
+	fNVLinkBandwidth
+	fECCSBEVol
+	fECCDBEVol
+	fECCSBEAgg
+	fECCDBEAgg
+	fRemapCorrectable
+	fRemapUncorrectable
+	fRemapFailure
+	numFields
+)
+
+// fieldSpec names a field in both exports. scale converts the stored DCGM
+// unit into the native metric's base unit.
+type fieldSpec struct {
+	dcgm, dcgmHelp     string
+	dcgmType           prometheus.ValueType
+	native, nativeHelp string
+	nativeType         prometheus.ValueType
+	scale              float64
+}
+
+const mib = 1 << 20
+
+// fieldSpecs follow dcgm-exporter's etc/default-counters.csv (names, types,
+// help) and gpud's naming rules (units in names, base units).
+var fieldSpecs = [numFields]fieldSpec{
+	fGPUUtil: {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", prometheus.GaugeValue,
+		"gpud_gpu_utilization_ratio", "Fraction of time a kernel ran on the GPU over the last sample period (0-1).", prometheus.GaugeValue, 0.01},
+	fMemCopyUtil: {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", prometheus.GaugeValue,
+		"gpud_memory_copy_utilization_ratio", "Fraction of time device memory was read or written over the last sample period (0-1).", prometheus.GaugeValue, 0.01},
+	fFBUsed: {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", prometheus.GaugeValue,
+		"gpud_memory_used_bytes", "Framebuffer memory used, in bytes.", prometheus.GaugeValue, mib},
+	fFBFree: {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", prometheus.GaugeValue,
+		"gpud_memory_free_bytes", "Framebuffer memory free, in bytes.", prometheus.GaugeValue, mib},
+	fFBReserved: {"DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", prometheus.GaugeValue,
+		"gpud_memory_reserved_bytes", "Framebuffer memory reserved by the driver, in bytes.", prometheus.GaugeValue, mib},
+	fPower: {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", prometheus.GaugeValue,
+		"gpud_power_usage_watts", "Power draw, in watts.", prometheus.GaugeValue, 1},
+	fEnergy: {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", prometheus.CounterValue,
+		"gpud_energy_consumption_joules_total", "Energy consumed since the driver loaded, in joules.", prometheus.CounterValue, 0.001},
+	fGPUTemp: {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", prometheus.GaugeValue,
+		"gpud_gpu_temperature_celsius", "GPU die temperature, in degrees Celsius.", prometheus.GaugeValue, 1},
+	fMemTemp: {"DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", prometheus.GaugeValue,
+		"gpud_memory_temperature_celsius", "HBM temperature, in degrees Celsius.", prometheus.GaugeValue, 1},
+	fSMClock: {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", prometheus.GaugeValue,
+		"gpud_sm_clock_hertz", "SM clock frequency, in hertz.", prometheus.GaugeValue, 1e6},
+	fMemClock: {"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", prometheus.GaugeValue,
+		"gpud_memory_clock_hertz", "Memory clock frequency, in hertz.", prometheus.GaugeValue, 1e6},
+	fPCIeReplay: {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", prometheus.CounterValue,
+		"gpud_pcie_replays_total", "PCIe replays (retries) since the driver loaded.", prometheus.CounterValue, 1},
+	fNVLinkBandwidth: {"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "Total number of NVLink bandwidth counters for all lanes.", prometheus.CounterValue,
+		"gpud_nvlink_bandwidth_total", "NVLink bandwidth counter summed over all links (counter set 0).", prometheus.CounterValue, 1},
+	fECCSBEVol: {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.", prometheus.CounterValue,
+		"gpud_ecc_sbe_volatile_errors_total", "Single-bit ECC errors since the driver loaded.", prometheus.CounterValue, 1},
+	fECCDBEVol: {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.", prometheus.CounterValue,
+		"gpud_ecc_dbe_volatile_errors_total", "Double-bit ECC errors since the driver loaded.", prometheus.CounterValue, 1},
+	fECCSBEAgg: {"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "Total number of single-bit persistent ECC errors.", prometheus.CounterValue,
+		"gpud_ecc_sbe_aggregate_errors_total", "Single-bit ECC errors over the GPU's life.", prometheus.CounterValue, 1},
+	fECCDBEAgg: {"DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "Total number of double-bit persistent ECC errors.", prometheus.CounterValue,
+		"gpud_ecc_dbe_aggregate_errors_total", "Double-bit ECC errors over the GPU's life.", prometheus.CounterValue, 1},
+	fRemapCorrectable: {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors", prometheus.CounterValue,
+		"gpud_remapped_rows_correctable_total", "Memory rows remapped for correctable errors.", prometheus.CounterValue, 1},
+	fRemapUncorrectable: {"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors", prometheus.CounterValue,
+		"gpud_remapped_rows_uncorrectable_total", "Memory rows remapped for uncorrectable errors.", prometheus.CounterValue, 1},
+	fRemapFailure: {"DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed", prometheus.GaugeValue,
+		"gpud_remapped_rows_failed", "1 when row remapping failed (the GPU needs service), else 0.", prometheus.GaugeValue, 1},
+}
+
+// FieldName returns the DCGM name of the i-th value in
+// DeviceSnapshot.Values (for tests and tools reading a [Snapshot]).
+func FieldName(i int) string {
+	if i < 0 || i >= int(numFields) {
+		return ""
+	}
+	return fieldSpecs[i].dcgm
+}

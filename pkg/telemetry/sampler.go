@@ -1,0 +1,364 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/podresources"
+	"github.com/gpud/gpud/pkg/procattr"
+)
+
+// InventoryFunc returns the agent's current inventory and whether one was
+// read yet.
+type InventoryFunc func() (gpu.Inventory, bool)
+
+// Lister lists the kubelet's device assignments (a *podresources.Client).
+type Lister interface {
+	List(ctx context.Context) ([]podresources.Assignment, error)
+}
+
+// ProcResolver finds the container of a process (a procattr.Resolver).
+type ProcResolver interface {
+	Lookup(pid uint32) (procattr.Container, error)
+}
+
+// PodNamer maps pod UIDs to names (a procattr.PodLogs).
+type PodNamer interface {
+	Pods() (map[string]procattr.PodRef, error)
+}
+
+var (
+	_ Lister       = (*podresources.Client)(nil)
+	_ ProcResolver = procattr.Resolver{}
+	_ PodNamer     = procattr.PodLogs{}
+)
+
+// Attribution is where the sampler learns who uses a device. Nil fields
+// turn that part off: without Pods no device gets pod labels, without
+// Procs processes are listed without containers.
+type Attribution struct {
+	Pods  Lister
+	Procs ProcResolver
+	Names PodNamer
+}
+
+// Sampler reads NVML into a cache in the background. Create it with
+// [NewSampler], run it with [Sampler.Run] (once), read it with
+// [Sampler.Snapshot] from any goroutine.
+type Sampler struct {
+	lib  nvml.Interface
+	inv  InventoryFunc
+	attr Attribution
+	cfg  Config
+	log  *slog.Logger
+
+	snap atomic.Pointer[Snapshot]
+
+	mu        sync.Mutex // guards everything below
+	devs      []*devState
+	byUUID    map[string]*devState
+	errs      map[errKey]uint64
+	sweeps    uint64
+	lastXid   map[string]uint64
+	xids      map[xidKey]uint64
+	pids      map[uint32]pidEntry
+	podNames  map[string]procattr.PodRef
+	assigned  []podresources.Assignment
+	podUp     bool
+	attrErrs  map[string]uint64
+	xidRegged map[string]bool
+}
+
+type errKey struct{ uuid, call, reason string }
+
+type xidKey struct {
+	uuid string
+	xid  uint64
+}
+
+type pidEntry struct {
+	c   procattr.Container
+	err error
+}
+
+// devState is a device's mutable state; snap holds its meta and values.
+type devState struct {
+	snap     DeviceSnapshot
+	handle   nvml.Device
+	inflight [numCalls + 1]bool // the last slot is the process list
+	procs    []nvml.ProcessInfo
+	procsAt  time.Time
+}
+
+// NewSampler returns a sampler of lib's devices as inv lists them. log
+// gets constant messages; attr may be zero.
+func NewSampler(lib nvml.Interface, inv InventoryFunc, attr Attribution, cfg Config, log *slog.Logger) (*Sampler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Sampler{
+		lib: lib, inv: inv, attr: attr, cfg: cfg.withDefaults(), log: log,
+		byUUID:    map[string]*devState{},
+		errs:      map[errKey]uint64{},
+		lastXid:   map[string]uint64{},
+		xids:      map[xidKey]uint64{},
+		pids:      map[uint32]pidEntry{},
+		attrErrs:  map[string]uint64{},
+		xidRegged: map[string]bool{},
+	}, nil
+}
+
+// Config returns the sampler's configuration, defaults filled in.
+func (s *Sampler) Config() Config { return s.cfg }
+
+// Run samples every Interval until ctx ends, and watches Xid events. It
+// returns nil when ctx ends; NVML failures are counted, never returned.
+func (s *Sampler) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.watchXids(ctx)
+	}()
+	defer wg.Wait()
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		s.Sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep samples every device once: it starts each NVML call that is not
+// still running from an earlier sweep, waits up to CallTimeout for them,
+// refreshes pod attribution, and publishes a snapshot. Tests call it
+// directly; Run calls it every Interval.
+func (s *Sampler) Sweep(ctx context.Context) {
+	start := s.cfg.Clock()
+	inv, ok := s.inv()
+	if !ok {
+		return
+	}
+	s.syncDevices(inv)
+
+	var wg sync.WaitGroup
+	type launched struct {
+		d *devState
+		i int
+	}
+	var started []launched
+	s.mu.Lock()
+	for _, d := range s.devs {
+		if d.handle == nil {
+			h, ret := s.lib.DeviceGetHandleByUUID(d.snap.UUID)
+			if ret != nvml.SUCCESS {
+				s.errs[errKey{d.snap.UUID, "DeviceGetHandleByUUID", reason(ret)}]++
+				continue
+			}
+			d.handle = h
+		}
+		for i := range len(calls) + 1 {
+			if !s.applies(d, i) {
+				continue
+			}
+			if d.inflight[i] {
+				s.errs[errKey{d.snap.UUID, callName(i), "busy"}]++
+				continue
+			}
+			d.inflight[i] = true
+			started = append(started, launched{d, i})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.run(d, i)
+			}()
+		}
+	}
+	s.mu.Unlock()
+
+	s.refreshAssignments(ctx)
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	timer := time.NewTimer(s.cfg.CallTimeout)
+	select {
+	case <-done:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	timer.Stop()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range started {
+		if l.d.inflight[l.i] {
+			s.errs[errKey{l.d.snap.UUID, callName(l.i), "timeout"}]++
+		}
+	}
+	s.sweeps++
+	s.attributeProcsLocked()
+	snap := s.buildLocked(start)
+	snap.Duration = s.cfg.Clock().Sub(start)
+	s.snap.Store(snap)
+}
+
+// applies reports whether call i is asked of device d.
+func (s *Sampler) applies(d *devState, i int) bool { return s.appliesMeta(&d.snap, i) }
+
+func (s *Sampler) appliesMeta(d *DeviceSnapshot, i int) bool {
+	if i == len(calls) {
+		return !d.MIG
+	}
+	c := calls[i]
+	if d.MIG {
+		return c.onMIG
+	}
+	if c.name == "GetUtilizationRates" && d.MIGEnabled {
+		return false // NVML has no whole-GPU utilization in MIG mode
+	}
+	return c.onGPU
+}
+
+// fieldApplies reports whether some call asked of d fills field f.
+func (s *Sampler) fieldApplies(d *DeviceSnapshot, f field) bool {
+	for i, c := range calls {
+		if s.appliesMeta(d, i) && slices.Contains(c.fields, f) {
+			return true
+		}
+	}
+	return false
+}
+
+func callName(i int) string {
+	if i == len(calls) {
+		return callProcesses
+	}
+	return calls[i].name
+}
+
+// run makes call i on d without the lock, then stores what it returned.
+func (s *Sampler) run(d *devState, i int) {
+	if i == len(calls) {
+		procs, ret := d.handle.GetComputeRunningProcesses()
+		at := s.cfg.Clock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		d.inflight[i] = false
+		if ret != nvml.SUCCESS {
+			s.errs[errKey{d.snap.UUID, callProcesses, reason(ret)}]++
+			return
+		}
+		d.procs, d.procsAt = procs, at
+		return
+	}
+	c := calls[i]
+	var r reading
+	ret := c.read(d.handle, &r)
+	at := s.cfg.Clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d.inflight[i] = false
+	switch {
+	case errors.Is(ret, nvml.ERROR_NOT_SUPPORTED):
+		for _, f := range c.fields {
+			d.snap.Unsupported[f] = true
+		}
+		return
+	case ret != nvml.SUCCESS:
+		s.errs[errKey{d.snap.UUID, c.name, reason(ret)}]++
+		return
+	}
+	for _, f := range c.fields {
+		if !r.ok[f] {
+			d.snap.Unsupported[f] = true
+			continue
+		}
+		d.snap.Values[f], d.snap.At[f], d.snap.Unsupported[f] = r.vals[f], at, false
+	}
+}
+
+// syncDevices makes the device list follow the inventory, keeping the
+// values and handles of devices that stay.
+func (s *Sampler) syncDevices(inv gpu.Inventory) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	devs := make([]*devState, 0, len(s.devs))
+	byUUID := make(map[string]*devState, len(s.byUUID))
+	keep := func(meta DeviceSnapshot) {
+		d := s.byUUID[meta.UUID]
+		if d == nil || d.snap.MIG != meta.MIG || d.snap.GIID != meta.GIID {
+			d = &devState{}
+		}
+		vals, at, unsup := d.snap.Values, d.snap.At, d.snap.Unsupported
+		d.snap = meta
+		d.snap.Values, d.snap.At, d.snap.Unsupported = vals, at, unsup
+		devs = append(devs, d)
+		byUUID[meta.UUID] = d
+	}
+	for _, g := range inv.GPUs {
+		if g.UUID == "" {
+			continue // lost before its identity could be read: nothing to key it by
+		}
+		base := DeviceSnapshot{
+			GPUIndex: g.Index, GPUUUID: g.UUID, UUID: g.UUID, PCIBusID: g.PCIBusID,
+			Minor: g.Minor, Model: g.Name, MemoryBytes: g.MemoryBytes,
+			MIGEnabled: g.MIGEnabled, MIGPending: g.MIGPending,
+			Health: g.Health, HealthReason: g.HealthReason,
+		}
+		keep(base)
+		for _, m := range g.MIGDevices {
+			md := base
+			md.UUID, md.MIG, md.GIProfile = m.UUID, true, m.Profile
+			md.GIID, md.CIID, md.MemoryBytes = m.GPUInstanceID, m.ComputeInstanceID, m.MemoryBytes
+			md.PlacementStart, md.PlacementSize = m.PlacementStart, m.PlacementSize
+			md.MIGEnabled, md.MIGPending = false, false
+			keep(md)
+		}
+	}
+	s.devs, s.byUUID = devs, byUUID
+}
+
+// refreshAssignments lists the kubelet's assignments, bounded by
+// PodResourcesTimeout. A failure keeps no stale assignments: devices lose
+// their pod labels rather than keep wrong ones.
+func (s *Sampler) refreshAssignments(ctx context.Context) {
+	if s.attr.Pods == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PodResourcesTimeout)
+	defer cancel()
+	as, err := s.attr.Pods.List(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if s.podUp || s.attrErrs["podresources"] == 0 {
+			s.log.Warn("pod resources unavailable, metrics go without pod labels", "err", err)
+		}
+		s.attrErrs["podresources"]++
+		s.podUp, s.assigned = false, nil
+		return
+	}
+	if !s.podUp {
+		s.log.Info("pod resources available", "assignments", len(as))
+	}
+	s.podUp, s.assigned = true, as
+}
+
+// deviceName is dcgm-exporter's device label: nvidia<minor>.
+func deviceName(minor int) string { return "nvidia" + strconv.Itoa(minor) }

@@ -1,0 +1,227 @@
+package test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpud/gpud/pkg/deviceplugin"
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/test/kubeletstub"
+)
+
+// waitTimeout bounds every wait: generous, for a loaded 2-core machine.
+const waitTimeout = 60 * time.Second
+
+// nodeSource is the agent's side in these tests: a discovered inventory
+// with health overrides, and a change channel, like cmd/gpud's agent.
+type nodeSource struct {
+	disc *discovery.Discoverer
+
+	mu      sync.Mutex
+	inv     gpu.Inventory
+	health  map[string][2]string // uuid -> health, reason
+	changed chan struct{}
+}
+
+func (s *nodeSource) Inventory() (gpu.Inventory, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inv, true
+}
+
+func (s *nodeSource) InventoryChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// rediscover rereads the node, as the agent does after a MIG change.
+func (s *nodeSource) rediscover(t *testing.T) {
+	t.Helper()
+	inv, err := s.disc.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.publishLocked(inv)
+}
+
+// SetHealth is the agent's SetHealth.
+func (s *nodeSource) SetHealth(uuid string, h gpu.Health, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h == gpu.Healthy {
+		delete(s.health, uuid)
+	} else {
+		s.health[uuid] = [2]string{string(h), reason}
+	}
+	inv := s.inv
+	inv.GPUs = append([]gpu.GPU(nil), s.inv.GPUs...)
+	for i := range inv.GPUs {
+		if inv.GPUs[i].UUID == uuid && inv.GPUs[i].Health != gpu.Lost {
+			inv.GPUs[i].Health, inv.GPUs[i].HealthReason = gpu.Healthy, ""
+		}
+	}
+	s.publishLocked(inv)
+}
+
+func (s *nodeSource) publishLocked(inv gpu.Inventory) {
+	for i := range inv.GPUs {
+		if o, ok := s.health[inv.GPUs[i].UUID]; ok && inv.GPUs[i].Health != gpu.Lost {
+			inv.GPUs[i].Health, inv.GPUs[i].HealthReason = gpu.Health(o[0]), o[1]
+		}
+	}
+	if reflect.DeepEqual(inv, s.inv) {
+		return
+	}
+	s.inv = inv
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// rig is a simulated node served by a device plugin manager, with a fake
+// kubelet in a short temp dir.
+type rig struct {
+	node    *simnode.Node
+	src     *nodeSource
+	dir     string
+	cdiDir  string
+	kubelet *kubeletstub.Kubelet
+	cancel  context.CancelFunc
+}
+
+type rigOption func(*deviceplugin.Config)
+
+// shortDir is a temp dir short enough for unix socket paths.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// startRig serves profile's node. withKubelet false leaves the kubelet
+// down (start it with r.startKubelet).
+func startRig(t *testing.T, profile string, withKubelet bool, opts ...rigOption) *rig {
+	t.Helper()
+	r := &rig{node: simnode.NewBuiltin(profile), dir: shortDir(t)}
+	r.cdiDir = r.dir + "/cdi"
+	r.src = &nodeSource{disc: discovery.New(r.node, profile, nil), health: map[string][2]string{}, changed: make(chan struct{})}
+	r.src.rediscover(t)
+	if withKubelet {
+		r.startKubelet(t)
+	}
+	cfg := deviceplugin.Config{PluginDir: r.dir, CDIDir: r.cdiDir, RenameShared: true,
+		PollInterval: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	m, err := deviceplugin.New(cfg, r.src, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Manager.Run() = %v", err)
+		}
+		if r.kubelet != nil {
+			r.kubelet.Stop()
+		}
+	})
+	return r
+}
+
+func (r *rig) startKubelet(t *testing.T) {
+	t.Helper()
+	k, err := kubeletstub.Start(r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.kubelet = k
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// client waits for resource's n-th registration and dials it.
+func (r *rig) client(t *testing.T, resource string, n int) *kubeletstub.Client {
+	t.Helper()
+	reg, err := r.kubelet.WaitRegistered(ctxT(t), resource, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubeletstub.Dial(ctxT(t), r.dir, reg.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// watch starts ListAndWatch and waits for a list that satisfies ok.
+func watch(t *testing.T, c *kubeletstub.Client) *kubeletstub.Watch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := c.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (r *rig) uuid(i int) string { return r.node.Device(i).UUID() }
+
+// enableMIG turns MIG on for GPU index and creates count instances of a
+// GPU-instance profile (nvml.GPU_INSTANCE_PROFILE_*), each with one
+// compute instance using all of its slices.
+func enableMIG(t *testing.T, n *simnode.Node, index, profile, ciProfile, count int) {
+	t.Helper()
+	d := n.Device(index)
+	if ret, _ := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret == nvml.ERROR_RESET_REQUIRED {
+		if err := n.ResetGPU(index); err != nil {
+			t.Fatal(err)
+		}
+	} else if ret != nvml.SUCCESS {
+		t.Fatalf("SetMigMode: %v", ret)
+	}
+	info, ret := d.GetGpuInstanceProfileInfo(profile)
+	if ret != nvml.SUCCESS {
+		t.Fatalf("GetGpuInstanceProfileInfo: %v", ret)
+	}
+	for range count {
+		gi, ret := d.CreateGpuInstance(&info)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("CreateGpuInstance: %v", ret)
+		}
+		ci, ret := gi.GetComputeInstanceProfileInfo(ciProfile, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("GetComputeInstanceProfileInfo: %v", ret)
+		}
+		if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
+			t.Fatalf("CreateComputeInstance: %v", ret)
+		}
+	}
+}

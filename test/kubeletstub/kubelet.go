@@ -1,0 +1,176 @@
+// Package kubeletstub is a fake kubelet for device plugin tests: a
+// Registration server on <dir>/kubelet.sock that records what plugins
+// register, and a Client that dials a plugin's socket and calls
+// ListAndWatch, GetPreferredAllocation and Allocate as the kubelet does.
+//
+// Typical use:
+//
+//	k, err := kubeletstub.Start(dir)      // dir: the plugin dir, short path
+//	defer k.Stop()
+//	reg, err := k.WaitRegistered(ctx, "nvidia.com/gpu", 1)
+//	c, err := kubeletstub.Dial(ctx, dir, reg.Endpoint)
+//	defer c.Close()
+//	w, err := c.Watch(ctx)
+//	devs, err := w.WaitFor(ctx, kubeletstub.Count(8, pluginapi.Healthy))
+//
+// Restart plays a kubelet restart: it deletes every socket in dir, as the
+// kubelet's device manager does on start, and serves a new kubelet.sock.
+package kubeletstub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Kubelet is the fake kubelet. Its methods are safe for concurrent use.
+type Kubelet struct {
+	dir string
+
+	mu      sync.Mutex
+	srv     *grpc.Server
+	regs    []*pluginapi.RegisterRequest
+	changed chan struct{} // closed and replaced on each registration
+}
+
+// Start serves the Registration API on dir/kubelet.sock. dir must exist
+// and be short enough for a unix socket path (under 108 bytes in all).
+func Start(dir string) (*Kubelet, error) {
+	k := &Kubelet{dir: dir, changed: make(chan struct{})}
+	if err := k.serve(); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Socket is the path of kubelet.sock.
+func (k *Kubelet) Socket() string { return filepath.Join(k.dir, "kubelet.sock") }
+
+func (k *Kubelet) serve() error {
+	sock := k.Socket()
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("kubeletstub: listen on %s: %w", sock, err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, &registration{k: k})
+	go func() { _ = srv.Serve(ln) }()
+	k.mu.Lock()
+	k.srv = srv
+	k.mu.Unlock()
+	return nil
+}
+
+// Stop stops serving and removes kubelet.sock; the recorded registrations
+// stay readable.
+func (k *Kubelet) Stop() {
+	k.mu.Lock()
+	srv := k.srv
+	k.srv = nil
+	k.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+	}
+	_ = os.Remove(k.Socket())
+}
+
+// Restart plays a kubelet restart: stop, delete every socket in the dir
+// (the plugins' too), then serve a new kubelet.sock.
+func (k *Kubelet) Restart() error {
+	k.Stop()
+	entries, err := os.ReadDir(k.dir)
+	if err != nil {
+		return fmt.Errorf("kubeletstub: read %s: %w", k.dir, err)
+	}
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket != 0 {
+			_ = os.Remove(filepath.Join(k.dir, e.Name()))
+		}
+	}
+	return k.serve()
+}
+
+// Registrations returns every accepted registration of resource ("" for
+// all), oldest first.
+func (k *Kubelet) Registrations(resource string) []*pluginapi.RegisterRequest {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []*pluginapi.RegisterRequest
+	for _, r := range k.regs {
+		if resource == "" || r.ResourceName == resource {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// WaitRegistered waits until resource has registered at least n times in
+// all and returns the latest registration.
+func (k *Kubelet) WaitRegistered(ctx context.Context, resource string, n int) (*pluginapi.RegisterRequest, error) {
+	for {
+		k.mu.Lock()
+		changed := k.changed
+		k.mu.Unlock()
+		if regs := k.Registrations(resource); len(regs) >= n {
+			return regs[len(regs)-1], nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kubeletstub: %s registered %d times, want %d: %w", resource, len(k.Registrations(resource)), n, ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+// registration checks requests as the kubelet does: the API version, a
+// domain-qualified resource name, and an endpoint socket in the dir that
+// answers GetDevicePluginOptions.
+type registration struct {
+	pluginapi.UnimplementedRegistrationServer
+	k *Kubelet
+}
+
+func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	if req.Version != pluginapi.Version {
+		return nil, status.Errorf(codes.InvalidArgument, "unsupported version %q, want %q", req.Version, pluginapi.Version)
+	}
+	if i := strings.Index(req.ResourceName, "/"); i <= 0 || i == len(req.ResourceName)-1 {
+		return nil, status.Errorf(codes.InvalidArgument, "resource name %q is not domain/name", req.ResourceName)
+	}
+	if req.Endpoint == "" || strings.Contains(req.Endpoint, "/") {
+		return nil, status.Errorf(codes.InvalidArgument, "endpoint %q: want a socket name in the plugin dir", req.Endpoint)
+	}
+	c, err := Dial(ctx, r.k.dir, req.Endpoint)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "dial plugin: %v", err)
+	}
+	defer c.Close()
+	opts, err := c.GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "plugin options: %v", err)
+	}
+	if req.Options == nil || req.Options.GetPreferredAllocationAvailable != opts.GetPreferredAllocationAvailable ||
+		req.Options.PreStartRequired != opts.PreStartRequired {
+		return nil, status.Errorf(codes.InvalidArgument, "registered options %v differ from the plugin's %v", req.Options, opts)
+	}
+	r.k.mu.Lock()
+	r.k.regs = append(r.k.regs, req)
+	close(r.k.changed)
+	r.k.changed = make(chan struct{})
+	r.k.mu.Unlock()
+	return &pluginapi.Empty{}, nil
+}
+
+// ErrStreamClosed is returned by Watch methods once ListAndWatch ended.
+var ErrStreamClosed = errors.New("kubeletstub: ListAndWatch stream closed")

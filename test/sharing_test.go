@@ -1,0 +1,94 @@
+package test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpud/gpud/pkg/adminapi"
+	"github.com/gpud/gpud/test/kubeletstub"
+)
+
+// TestSharingChangeReadvertised runs `gpud agent` with a fake kubelet: a
+// sharing change sent to the admin API shows up in the kubelet's device
+// lists without restarting the agent.
+func TestSharingChangeReadvertised(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gpud binary")
+	}
+	bin := buildGpud(t)
+	dir := shortDir(t)
+	kubelet, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+	sock := filepath.Join(dir, "admin.sock")
+	ctx, cancel := context.WithCancel(t.Context())
+	agent := exec.CommandContext(ctx, bin, "agent", "--simulate", "dgx-h100", "--http-addr", "",
+		"--device-plugin-dir", dir, "--cdi-dir", filepath.Join(dir, "cdi"), "--admin-socket", sock,
+		"--pod-resources-socket", filepath.Join(dir, "none.sock"), "--mig-journal", filepath.Join(dir, "journal.json"),
+		"--enforce-memory", "off")
+	var logs strings.Builder
+	agent.Stdout, agent.Stderr = &logs, &logs
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = agent.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+
+	dial := func(resource string) *kubeletstub.Watch {
+		t.Helper()
+		reg, err := kubelet.WaitRegistered(ctxT(t), resource, 1)
+		if err != nil {
+			t.Fatalf("%s never registered: %v", resource, err)
+		}
+		c, err := kubeletstub.Dial(ctxT(t), dir, reg.Endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return watch(t, c)
+	}
+	whole := dial("nvidia.com/gpu")
+	if _, err := whole.WaitFor(ctxT(t), kubeletstub.Count(8, pluginapi.Healthy)); err != nil {
+		t.Fatalf("8 whole GPUs before sharing: %v", err)
+	}
+
+	c := adminapi.NewClient(sock, 30*time.Second)
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var changed map[string]bool
+		err := c.Call(t.Context(), "PUT", "/v1/sharing", map[string]any{"devices": map[string]any{"0": map[string]any{"replicas": 4, "limitMemory": true}}}, &changed)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PUT /v1/sharing: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // the admin socket may not be up yet
+	}
+	shared := dial("nvidia.com/gpu.shared")
+	devs, err := shared.WaitFor(ctxT(t), kubeletstub.Count(4, pluginapi.Healthy))
+	if err != nil {
+		t.Fatalf("4 replicas after the sharing change: %v", err)
+	}
+	for _, d := range devs {
+		if !strings.Contains(d.ID, "::") {
+			t.Errorf("replica ID %q is not <uuid>::<n>", d.ID)
+		}
+	}
+	if _, err := whole.WaitFor(ctxT(t), kubeletstub.Count(7, pluginapi.Healthy)); err != nil {
+		t.Fatalf("whole GPUs did not drop to 7: %v", err)
+	}
+}

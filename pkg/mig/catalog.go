@@ -132,16 +132,6 @@ func (c Catalog) Lookup(name string) (Profile, error) {
 	return Profile{}, fmt.Errorf("%w %q: this GPU offers %s", ErrUnknownProfile, name, strings.Join(c.Names(), ", "))
 }
 
-// byID finds a profile by the driver's profile ID.
-func (c Catalog) byID(id uint32) (Profile, bool) {
-	for _, p := range c.Profiles {
-		if p.ID == id {
-			return p, true
-		}
-	}
-	return Profile{}, false
-}
-
 // Names lists the profile names, smallest first.
 func (c Catalog) Names() []string {
 	out := make([]string, len(c.Profiles))

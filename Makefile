@@ -15,7 +15,10 @@ build:
 
 ## run: the agent on the embedded simulated DGX H100 (Ctrl-C to stop).
 run: build
-	./$(BIN) agent --simulate dgx-h100 --http-addr 127.0.0.1:9400 --device-plugin-dir $(CURDIR)/.run/device-plugins --cdi-dir $(CURDIR)/.run/cdi
+	./$(BIN) agent --simulate dgx-h100 --http-addr 127.0.0.1:9400 \
+		--device-plugin-dir $(CURDIR)/.run/device-plugins --cdi-dir $(CURDIR)/.run/cdi \
+		--admin-socket $(CURDIR)/.run/admin.sock --mig-journal $(CURDIR)/.run/mig-journal.json \
+		--sim-state-file $(CURDIR)/.run/simnode-state.json
 
 ## test: lint, then every test with the race detector.
 test: lint

@@ -131,6 +131,29 @@ func (c Config) For(uuid string, index int) (Sharing, bool) {
 	return Sharing{}, false
 }
 
+// HasMemoryLimits reports whether any share has a memory limit, that is,
+// whether the memory watchdog has anything to check.
+func (c Config) HasMemoryLimits() bool {
+	all := make([]Sharing, 0, len(c.Devices)+1)
+	if c.Default != nil {
+		all = append(all, *c.Default)
+	}
+	for _, s := range c.Devices {
+		all = append(all, s)
+	}
+	for _, s := range all {
+		if s.Replicas > 0 && s.LimitMemory {
+			return true
+		}
+		for _, sh := range s.Shares {
+			if sh.MemoryMiB > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Count is the number of devices the sharing advertises.
 func (s Sharing) Count() int {
 	if len(s.Shares) > 0 {

@@ -82,3 +82,23 @@ func TestConfigFor(t *testing.T) {
 		t.Errorf("default sharing applied to a MIG device")
 	}
 }
+
+func TestHasMemoryLimits(t *testing.T) {
+	tests := []struct {
+		name string
+		c    Config
+		want bool
+	}{
+		{name: "empty", c: Config{}},
+		{name: "plain replicas", c: Config{Default: &Sharing{Replicas: 4}}},
+		{name: "limited replicas", c: Config{Devices: map[string]Sharing{"0": {Replicas: 4, LimitMemory: true}}}, want: true},
+		{name: "share with memory", c: Config{Devices: map[string]Sharing{"GPU-a": {Shares: []Share{{ComputePercent: 50}, {MemoryMiB: 1024}}}}}, want: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.c.HasMemoryLimits(); got != tc.want {
+				t.Fatalf("HasMemoryLimits() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -156,9 +156,18 @@ func (w *Watchdog) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
+	failing := false
 	for {
-		if _, err := w.Check(ctx); err != nil {
-			w.cfg.Log.Warn("memory watchdog check failed", "err", err)
+		// A failure is logged once per outage, not once per interval.
+		switch _, err := w.Check(ctx); {
+		case err != nil && !failing:
+			w.cfg.Log.Warn("memory watchdog check failed, retrying quietly", "err", err)
+			failing = true
+		case err != nil:
+			w.cfg.Log.Debug("memory watchdog check failed", "err", err)
+		case failing:
+			w.cfg.Log.Info("memory watchdog checks again")
+			failing = false
 		}
 		select {
 		case <-ctx.Done():
@@ -192,8 +201,11 @@ func (w *Watchdog) Active() []Violation {
 // kill mode kills processes of each violating pod, largest first, until
 // the rest fits the limit.
 func (w *Watchdog) Check(ctx context.Context) ([]Violation, error) {
-	if w.cfg.Mode == EnforceOff {
-		return nil, nil
+	if w.cfg.Mode == EnforceOff || !w.cfg.Sharing().HasMemoryLimits() {
+		w.mu.Lock()
+		w.active = nil
+		w.mu.Unlock()
+		return nil, nil // nothing has a limit to enforce
 	}
 	vs, procs, err := w.find(ctx)
 	if err != nil {

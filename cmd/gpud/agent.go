@@ -19,6 +19,7 @@ import (
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/podresources"
+	"github.com/gpud/gpud/pkg/procattr"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
@@ -60,6 +61,9 @@ type agent struct {
 	adminMux *http.ServeMux       // the admin API's routes, on the root-only socket
 	metrics  *prometheus.Registry // served on /metrics; components register here
 	sharing  *timeslice.Store     // GPU sharing, changed at run time
+
+	procRoot    string // host /proc: pid -> cgroup -> pod
+	podLogsRoot string // kubelet pod log dirs: pod UID -> namespace/name
 
 	podResOnce sync.Once
 	podRes     *podresources.Client
@@ -186,6 +190,8 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	configPath := fs.String("config", "", "agent config file (YAML; keys are flag names, flags on the command line win)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	procRoot := fs.String("proc-root", procattr.DefaultProcRoot, "the host's /proc (GPU processes are host PIDs: run with hostPID or mount the host's /proc here)")
+	podLogsRoot := fs.String("pod-logs-root", procattr.DefaultPodLogsRoot, "the kubelet's pod log directory, which maps pod UIDs to namespace/name")
 	comps := agentComponents()
 	for _, c := range comps {
 		c.registerFlags(fs)
@@ -220,6 +226,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log: log, lib: lib, sim: sim, node: nf.resolveNodeName(sim), changed: make(chan struct{}),
 		flags: fs, mux: http.NewServeMux(), adminMux: http.NewServeMux(),
 		metrics: prometheus.NewRegistry(), sharing: timeslice.NewStore(sharing),
+		procRoot: *procRoot, podLogsRoot: *podLogsRoot,
 	}
 	defer func() {
 		if a.podRes != nil {

@@ -40,8 +40,8 @@ func (c *telemetryComponent) run(ctx context.Context, a *agent) error {
 	}()
 	s, err := telemetry.NewSampler(a.lib, a.Inventory, telemetry.Attribution{
 		Pods:  pods,
-		Procs: procattr.Resolver{ProcRoot: procattr.DefaultProcRoot},
-		Names: procattr.PodLogs{Root: procattr.DefaultPodLogsRoot},
+		Procs: procattr.Resolver{ProcRoot: a.procRoot},
+		Names: procattr.PodLogs{Root: a.podLogsRoot},
 	}, telemetry.Config{Interval: c.interval, Hostname: a.node}, log)
 	if err != nil {
 		return fmt.Errorf("--sample-interval %s: %w", c.interval, err)

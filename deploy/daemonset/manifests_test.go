@@ -106,6 +106,9 @@ func TestDaemonSetManifests(t *testing.T) {
 		{name: "cdi dir", hostPath: "/var/run/cdi", mount: "/var/run/cdi", flag: "--cdi-dir=/var/run/cdi"},
 		{name: "pod resources", hostPath: "/var/lib/kubelet/pod-resources", mount: "/var/lib/kubelet/pod-resources"},
 		{name: "dev", hostPath: "/dev", mount: "/dev"},
+		{name: "admin socket", hostPath: "/run/gpud", mount: "/run/gpud", flag: "--admin-socket=/run/gpud/admin.sock"},
+		{name: "mig journal", hostPath: "/var/lib/gpud", mount: "/var/lib/gpud", flag: "--mig-journal=/var/lib/gpud/mig-journal.json"},
+		{name: "pod logs", hostPath: "/var/log/pods", mount: "/var/log/pods", flag: "--pod-logs-root=/var/log/pods"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,8 +121,13 @@ func TestDaemonSetManifests(t *testing.T) {
 			}
 		})
 	}
-	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
-		t.Error("the agent needs no host network, PID or IPC namespace")
+	if spec.HostNetwork || spec.HostIPC {
+		t.Error("the agent needs no host network or IPC namespace")
+	}
+	// NVML reports GPU processes by host PID: attribution reads their
+	// cgroups and the memory watchdog signals them.
+	if !spec.HostPID {
+		t.Error("the agent needs the host PID namespace to attribute GPU processes to pods")
 	}
 	if spec.NodeSelector["nvidia.com/gpu.present"] != "true" {
 		t.Errorf("node selector %v: want GPU nodes only", spec.NodeSelector)

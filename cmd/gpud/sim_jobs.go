@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/jobsim"
+	"github.com/gpud/gpud/pkg/trace"
+)
+
+const simJobsUsage = `usage:
+  gpud sim jobs     --nodes FILE --jobs FILE [--policies gpud,fifo,no-backfill] [--checkpoint-s 1800]
+  gpud sim jobs-gen --pods FILE --nodes FILE [--seed 42] [--jobs 20000] [--load 0.9] [--gang-fraction 0.05] [-o jobs.csv]
+
+The job-trace format is documented in docs/job-trace.md.`
+
+// runSimJobs implements `gpud sim jobs`: it replays a job trace once per
+// policy and prints the reports side by side with ratios of the first
+// policy to the others. args exclude "gpud sim jobs".
+func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpud sim jobs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, simJobsUsage) }
+	nodesPath := fs.String("nodes", "", "node CSV (openb_node_list_gpu_node.csv, optionally with topology columns)")
+	jobsPath := fs.String("jobs", "", "job-trace CSV (docs/job-trace.md)")
+	policies := fs.String("policies", strings.Join(jobsim.PolicyNames, ","), "policies to run, the first compared to the rest: "+strings.Join(jobsim.PolicyNames, ", "))
+	ckpt := fs.Int64("checkpoint-s", 1800, "checkpoint interval of checkpointable jobs, seconds")
+	buckets := fs.Int("buckets", 12, "points on the utilization timeline")
+	perRack := fs.Int("nodes-per-rack", 16, "nodes per rack when the node file has no rack column")
+	perZone := fs.Int("racks-per-zone", 8, "racks per zone when the node file has no zone column")
+	quiet := fs.Bool("q", false, "no progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
+	}
+	if *nodesPath == "" || *jobsPath == "" {
+		fs.Usage()
+		return errors.New("sim jobs: --nodes and --jobs are required")
+	}
+	names := strings.Split(*policies, ",")
+	for _, n := range names {
+		if _, ok := jobsim.Policies[n]; !ok {
+			return fmt.Errorf("sim jobs: policy %q: want one of %s", n, strings.Join(jobsim.PolicyNames, ", "))
+		}
+	}
+	nodes, err := readJobNodes(*nodesPath, jobsim.NodeOptions{NodesPerRack: *perRack, RacksPerZone: *perZone})
+	if err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
+	}
+	f, err := os.Open(*jobsPath)
+	if err != nil {
+		return fmt.Errorf("sim jobs: open the job trace: %w", err)
+	}
+	tr, err := jobsim.ReadJobs(f, *jobsPath)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
+	}
+	queues := jobsim.DefaultQueues(tr, capacityMilli(nodes))
+	var reports []*jobsim.Report
+	for _, name := range names {
+		o := jobsim.ReplayOptions{Policy: name, Options: jobsim.Policies[name], Queues: queues, CheckpointSeconds: *ckpt, Buckets: *buckets}
+		start := time.Now()
+		if !*quiet {
+			fmt.Fprintf(stderr, "sim jobs: %s: replaying %d jobs on %d nodes\n", name, len(tr), len(nodes))
+			o.Progress = func(done, total int) {
+				if done%5000 == 0 {
+					fmt.Fprintf(stderr, "sim jobs: %s: %d/%d jobs done\n", name, done, total)
+				}
+			}
+		}
+		r, err := jobsim.Replay(ctx, nodes, tr, o)
+		if err != nil {
+			return fmt.Errorf("sim jobs: %w", err)
+		}
+		if !*quiet {
+			fmt.Fprintf(stderr, "sim jobs: %s: done in %s\n", name, time.Since(start).Round(time.Millisecond))
+		}
+		reports = append(reports, r)
+	}
+	fmt.Fprintf(stdout, "gpud sim jobs: %d jobs from %s on %d nodes (%d GPUs) from %s\n\n", len(tr), *jobsPath, len(nodes), capacityMilli(nodes)/1000, *nodesPath)
+	return jobsim.WriteReports(stdout, reports)
+}
+
+// runSimJobsGen implements `gpud sim jobs-gen`: a seeded synthetic job
+// trace derived from an openb pod list. args exclude "gpud sim jobs-gen".
+func runSimJobsGen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpud sim jobs-gen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, simJobsUsage) }
+	podsPath := fs.String("pods", "", "openb pod list CSV the sizes and durations come from")
+	nodesPath := fs.String("nodes", "", "node CSV whose GPU count the load is relative to")
+	seed := fs.Uint64("seed", 42, "random seed")
+	n := fs.Int("jobs", 20000, "number of jobs")
+	load := fs.Float64("load", 0.9, "offered GPU load as a fraction of capacity")
+	gang := fs.Float64("gang-fraction", 0.05, "fraction of jobs that are multi-pod gangs")
+	out := fs.String("o", "-", "output file, - for stdout")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("sim jobs-gen: %w", err)
+	}
+	if *podsPath == "" || *nodesPath == "" {
+		fs.Usage()
+		return errors.New("sim jobs-gen: --pods and --nodes are required")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sim jobs-gen: %w", err)
+	}
+	pods, err := trace.ReadPodsFile(*podsPath)
+	if err != nil {
+		return fmt.Errorf("sim jobs-gen: %w", err)
+	}
+	nodes, err := readJobNodes(*nodesPath, jobsim.NodeOptions{})
+	if err != nil {
+		return fmt.Errorf("sim jobs-gen: %w", err)
+	}
+	js, err := jobsim.Generate(pods, jobsim.GenOptions{Seed: *seed, Jobs: *n, Load: *load, GangFraction: *gang,
+		CapacityGPUs: int(capacityMilli(nodes) / allocator.MilliPerGPU)})
+	if err != nil {
+		return fmt.Errorf("sim jobs-gen: %w", err)
+	}
+	w := stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return fmt.Errorf("sim jobs-gen: %w", err)
+		}
+		defer f.Close()
+		w = f
+	}
+	if err := jobsim.WriteJobs(w, js); err != nil {
+		return fmt.Errorf("sim jobs-gen: %w", err)
+	}
+	if f, ok := w.(*os.File); ok && f != os.Stdout {
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("sim jobs-gen: %w", err)
+		}
+	}
+	fmt.Fprintf(stderr, "sim jobs-gen: wrote %d jobs (seed %d, load %.2f)\n", len(js), *seed, *load)
+	return nil
+}
+
+func readJobNodes(path string, o jobsim.NodeOptions) ([]allocator.Node, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open the node file: %w", err)
+	}
+	defer f.Close()
+	return jobsim.ReadNodes(f, path, o)
+}
+
+// capacityMilli is the milli-GPU of healthy non-MIG GPUs plus MIG GPUs.
+func capacityMilli(nodes []allocator.Node) int64 {
+	var c int64
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			if !g.Unhealthy {
+				c += allocator.MilliPerGPU
+			}
+		}
+	}
+	return c
+}

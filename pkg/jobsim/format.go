@@ -10,31 +10,16 @@ import (
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/trace"
 )
 
-// ErrMalformed is matched by every [*RowError].
-var ErrMalformed = errors.New("jobsim: malformed")
+// ErrMalformed is matched by every [*RowError]; it is pkg/trace's, so one
+// errors.Is check covers pod, node and job traces.
+var ErrMalformed = trace.ErrMalformed
 
-// RowError is a malformed row or header of a trace or node file.
-type RowError struct {
-	File   string
-	Line   int
-	Column string
-	Err    error
-}
-
-func (e *RowError) Error() string {
-	if e.Column != "" {
-		return fmt.Sprintf("%s:%d: column %s: %v", e.File, e.Line, e.Column, e.Err)
-	}
-	return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *RowError) Unwrap() error { return e.Err }
-
-// Is maps the error onto [ErrMalformed].
-func (e *RowError) Is(target error) bool { return target == ErrMalformed }
+// RowError is a malformed row or header of a trace or node file: file, line
+// and column, as pkg/trace reports them.
+type RowError = trace.RowError
 
 // TraceJob is one row of a job trace: the scheduler's job plus what only
 // the simulator knows, its true runtime.
@@ -83,134 +68,64 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 func ReadJobs(r io.Reader, name string) ([]TraceJob, error) {
 	var out []TraceJob
 	seen := map[string]int{}
-	err := readRows(r, name, JobColumns, optional, func(row *row) {
+	err := readRows(r, name, JobColumns, optional, func(row *trace.Row) {
 		j := TraceJob{}
-		j.ID = row.str("id")
-		j.Submit = row.int("submit_s")
-		j.Queue = row.str("queue")
-		j.Priority = int(row.optInt("priority"))
-		j.Pods = int(row.optInt("pods"))
-		j.Pod = jobs.Pod{CPUMilli: row.int("cpu_milli"), MemoryMiB: row.int("memory_mib"), NumGPU: int(row.int("num_gpu")),
-			GPUMilli: row.int("gpu_milli"), GPUMemoryMiB: row.optInt("gpu_mem_mib"), MIG: row.str("mig"),
-			Models: allocator.ParseModels(row.str("gpu_spec"))}
-		lv, err := jobs.ParseLevel(row.str("topology"))
+		j.ID = row.Str("id")
+		j.Submit = row.Int("submit_s")
+		j.Queue = row.Str("queue")
+		j.Priority = int(row.OptInt("priority"))
+		j.Pods = int(row.OptInt("pods"))
+		j.Pod = jobs.Pod{CPUMilli: row.Int("cpu_milli"), MemoryMiB: row.Int("memory_mib"), NumGPU: int(row.Int("num_gpu")),
+			GPUMilli: row.Int("gpu_milli"), GPUMemoryMiB: row.OptInt("gpu_mem_mib"), MIG: row.Str("mig"),
+			Models: allocator.ParseModels(row.Str("gpu_spec"))}
+		lv, err := jobs.ParseLevel(row.Str("topology"))
 		if err != nil {
-			row.fail("topology", err)
+			row.Fail("topology", err)
 		}
 		j.Topology = lv
-		j.Required = row.bool("required")
-		j.RuntimeSeconds = row.int("runtime_s")
-		j.EstimateSeconds = row.optInt("estimate_s")
-		j.Checkpointable = row.bool("checkpointable")
-		j.Preemptible = row.bool("preemptible")
+		j.Required = row.Bool("required")
+		j.RuntimeSeconds = row.Int("runtime_s")
+		j.EstimateSeconds = row.OptInt("estimate_s")
+		j.Checkpointable = row.Bool("checkpointable")
+		j.Preemptible = row.Bool("preemptible")
 		switch {
-		case row.err != nil:
+		case row.Err != nil:
 		case j.ID == "":
-			row.fail("id", errors.New("empty"))
+			row.Fail("id", errors.New("empty"))
 		case j.Queue == "":
-			row.fail("queue", errors.New("empty"))
+			row.Fail("queue", errors.New("empty"))
 		case j.RuntimeSeconds <= 0:
-			row.fail("runtime_s", fmt.Errorf("%d: must be positive", j.RuntimeSeconds))
+			row.Fail("runtime_s", fmt.Errorf("%d: must be positive", j.RuntimeSeconds))
 		case j.Pods < 0 || j.Pods > 4096:
-			row.fail("pods", fmt.Errorf("%d outside 1..4096", j.Pods))
+			row.Fail("pods", fmt.Errorf("%d outside 1..4096", j.Pods))
 		case j.Pod.GPUMilli < 0 || j.Pod.GPUMilli > 1000:
-			row.fail("gpu_milli", fmt.Errorf("%d outside 0..1000", j.Pod.GPUMilli))
+			row.Fail("gpu_milli", fmt.Errorf("%d outside 0..1000", j.Pod.GPUMilli))
 		case j.Pod.NumGPU > 1 && j.Pod.GPUMilli != 0 && j.Pod.GPUMilli != 1000:
-			row.fail("gpu_milli", fmt.Errorf("%d GPUs of %d milli: only single-GPU pods may share", j.Pod.NumGPU, j.Pod.GPUMilli))
+			row.Fail("gpu_milli", fmt.Errorf("%d GPUs of %d milli: only single-GPU pods may share", j.Pod.NumGPU, j.Pod.GPUMilli))
 		}
-		if j.Pod.MIG != "" && row.err == nil {
+		if j.Pod.MIG != "" && row.Err == nil {
 			if _, err := jobs.LookupMIG(j.Pod.MIG); err != nil {
-				row.fail("mig", err)
+				row.Fail("mig", err)
 			}
 		}
-		if prev, dup := seen[j.ID]; dup && row.err == nil {
-			row.fail("id", fmt.Errorf("%q already on line %d", j.ID, prev))
+		if prev, dup := seen[j.ID]; dup && row.Err == nil {
+			row.Fail("id", fmt.Errorf("%q already on line %d", j.ID, prev))
 		}
-		seen[j.ID] = row.line
+		seen[j.ID] = row.Line
 		out = append(out, j)
 	})
 	return out, err
 }
 
-// row gives typed access to one CSV record.
-type row struct {
-	file string
-	line int
-	idx  map[string]int
-	rec  []string
-	err  error
-}
-
-func (r *row) fail(col string, err error) {
-	if r.err == nil {
-		r.err = &RowError{File: r.file, Line: r.line, Column: col, Err: err}
-	}
-}
-
-func (r *row) str(col string) string {
-	i, ok := r.idx[col]
-	if !ok || i >= len(r.rec) {
-		return ""
-	}
-	return strings.TrimSpace(r.rec[i])
-}
-
-func (r *row) int(col string) int64 {
-	s := r.str(col)
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		r.fail(col, fmt.Errorf("not an integer: %q", s))
-	}
-	return v
-}
-
-func (r *row) optInt(col string) int64 {
-	if r.str(col) == "" {
-		return 0
-	}
-	return r.int(col)
-}
-
-func (r *row) bool(col string) bool {
-	switch strings.ToLower(r.str(col)) {
-	case "", "false", "0", "no":
-		return false
-	case "true", "1", "yes":
-		return true
-	}
-	r.fail(col, fmt.Errorf("not a boolean: %q", r.str(col)))
-	return false
-}
-
-func readRows(rd io.Reader, file string, cols []string, opt map[string]bool, fn func(*row)) error {
-	cr := csv.NewReader(rd)
-	cr.FieldsPerRecord = -1
-	header, err := cr.Read()
-	if err != nil {
-		return &RowError{File: file, Line: 1, Err: fmt.Errorf("header: %w", err)}
-	}
-	idx := make(map[string]int, len(header))
-	for i, h := range header {
-		idx[strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))] = i
-	}
+func readRows(rd io.Reader, file string, cols []string, opt map[string]bool, fn func(*trace.Row)) error {
+	required := make([]string, 0, len(cols))
 	for _, c := range cols {
-		if _, ok := idx[c]; !ok && !opt[c] {
-			return &RowError{File: file, Line: 1, Column: c, Err: errors.New("missing column")}
+		if !opt[c] {
+			required = append(required, c)
 		}
 	}
-	for {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			return nil
-		}
-		line, _ := cr.FieldPos(0)
-		if err != nil {
-			return &RowError{File: file, Line: line, Err: err}
-		}
-		r := &row{file: file, line: line, idx: idx, rec: rec}
+	return trace.ReadRows(rd, file, required, func(r *trace.Row) error {
 		fn(r)
-		if r.err != nil {
-			return r.err
-		}
-	}
+		return r.Err
+	})
 }

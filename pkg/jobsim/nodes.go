@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/trace"
 )
 
 // NodeColumns are the node file's columns: the openb node list's five,
@@ -44,27 +45,27 @@ func ReadNodes(r io.Reader, name string, o NodeOptions) ([]allocator.Node, error
 		o.RacksPerZone = 8
 	}
 	var out []allocator.Node
-	err := readRows(r, name, NodeColumns, nodeOptional, func(row *row) {
+	err := readRows(r, name, NodeColumns, nodeOptional, func(row *trace.Row) {
 		i := len(out)
-		n := allocator.Node{Name: row.str("sn"), CPUMilli: row.int("cpu_milli"), MemoryMiB: row.int("memory_mib"), Labels: map[string]string{}}
-		num := int(row.int("gpu"))
-		model := row.str("model")
+		n := allocator.Node{Name: row.Str("sn"), CPUMilli: row.Int("cpu_milli"), MemoryMiB: row.Int("memory_mib"), Labels: map[string]string{}}
+		num := int(row.Int("gpu"))
+		model := row.Str("model")
 		if model == "nan" {
 			model = ""
 		}
 		mem := ModelMemoryMiB[model]
-		if row.str("gpu_mem_mib") != "" {
-			mem = row.int("gpu_mem_mib")
+		if row.Str("gpu_mem_mib") != "" {
+			mem = row.Int("gpu_mem_mib")
 		}
-		mig := int(row.optInt("mig_gpus"))
+		mig := int(row.OptInt("mig_gpus"))
 		switch {
-		case row.err != nil:
+		case row.Err != nil:
 		case n.Name == "":
-			row.fail("sn", errors.New("empty"))
+			row.Fail("sn", errors.New("empty"))
 		case n.CPUMilli < 0 || n.MemoryMiB < 0 || num < 0 || num > 64:
-			row.fail("gpu", fmt.Errorf("capacity out of range (gpu %d)", num))
+			row.Fail("gpu", fmt.Errorf("capacity out of range (gpu %d)", num))
 		case mig < 0 || mig > num:
-			row.fail("mig_gpus", fmt.Errorf("%d of %d GPUs", mig, num))
+			row.Fail("mig_gpus", fmt.Errorf("%d of %d GPUs", mig, num))
 		}
 		for g := range num {
 			gpu := allocator.GPU{Model: model, MemoryMiB: mem}
@@ -73,16 +74,16 @@ func ReadNodes(r io.Reader, name string, o NodeOptions) ([]allocator.Node, error
 			}
 			n.GPUs = append(n.GPUs, gpu)
 		}
-		rack := row.str("rack")
+		rack := row.Str("rack")
 		if rack == "" {
 			rack = fmt.Sprintf("rack-%03d", i/o.NodesPerRack)
 		}
-		zone := row.str("zone")
+		zone := row.Str("zone")
 		if zone == "" {
 			zone = fmt.Sprintf("zone-%d", i/(o.NodesPerRack*o.RacksPerZone))
 		}
 		n.Labels[jobs.LabelRack], n.Labels[jobs.LabelZone] = rack, zone
-		if d := row.str("nvlink_domain"); d != "" {
+		if d := row.Str("nvlink_domain"); d != "" {
 			n.Labels[jobs.LabelNVLinkDomain] = d
 		}
 		out = append(out, n)

@@ -140,4 +140,3 @@ func ReadPods(r io.Reader, name string) ([]Pod, error) {
 	})
 	return out, err
 }
-

@@ -52,7 +52,9 @@ clean:
 	rm -rf bin .run
 
 # fgd-table runs the FGD paper's protocol (10 seeds, tune 1.3) for every pod
-# list with a published row and prints ours next to the published table.
+# list with a published row and prints ours next to the published table (the
+# vsFGD column is each policy minus our FGD; gpud's must be negative), then
+# runs the same 10-seed checks as tests (GPUD_SIM_LONG=1).
 FGD_DATA ?= ../shared/data/openb-gpu-v2023
 fgd-table:
 	@go build -o bin/gpud-sim ./cmd/gpud
@@ -61,3 +63,4 @@ fgd-table:
 			--policy all --seeds 42-51 --tune 1.3 -o csv -q --published $(FGD_DATA)/fgd-published-unallocated.csv \
 			> /dev/null || exit 1; \
 	done 2>&1
+	GPUD_SIM_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestBaselinesMatchPublished|TestGpudBeatsFGD' ./pkg/simulate

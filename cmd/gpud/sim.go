@@ -18,6 +18,8 @@ import (
 const simUsage = `usage:
   gpud sim openb  --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seeds 42-51] [--tune 1.3] [-o csv] [--plot F.svg]
   gpud sim replay --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seed 42] [-o csv]
+  gpud sim jobs     --nodes FILE --jobs FILE [--policies gpud,fifo,no-backfill]   (gang, queues, preemption, backfill)
+  gpud sim jobs-gen --pods FILE --nodes FILE [--seed 42] [--jobs 20000] [-o jobs.csv]   (synthetic job trace; docs/job-trace.md)
 
 policies: ` + "Random, DotProd, GpuClustering, GpuPacking, BestFit, FGD, gpud (default), or all"
 
@@ -32,6 +34,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return runSimOpenB(ctx, args[1:], stdout, stderr)
 	case "replay":
 		return runSimReplay(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		return runSimJobs(ctx, args[1:], stdout, stderr)
+	case "jobs-gen":
+		return runSimJobsGen(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, simUsage)
 		return nil

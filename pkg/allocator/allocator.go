@@ -50,9 +50,13 @@ func (a *Allocator) Cluster() *Cluster { return a.c }
 func (a *Allocator) Policy() Policy { return a.p }
 
 // Decide chooses a node and GPUs for q without changing the cluster. It
-// returns a [*NoFitError] if no node passes the filter.
+// returns a [*NoFitError] if no node passes the filter, and an error
+// matching [ErrInvalid] for a malformed request.
 func (a *Allocator) Decide(q Request) (Decision, error) {
-	r := a.c.normalize(q)
+	r, err := a.c.normalize(q)
+	if err != nil {
+		return Decision{}, fmt.Errorf("decide: %w", err)
+	}
 	var cache []cached
 	if a.p.stable() {
 		t, ok := a.types[r.key]
@@ -66,9 +70,19 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 	_, random := a.p.(randomPolicy)
 	best, n, pick := math.Inf(-1), 0, -1
 	clear(a.counts)
+	rn := &r
+	var adj request
 	for i := range a.c.state {
 		s := &a.c.state[i]
-		if why := fit(s, &r); why != "" {
+		if r.gmem > 0 {
+			var ok bool
+			if adj, ok = atNode(s, &r); !ok {
+				a.counts[ReasonGPUMemory]++
+				continue
+			}
+			rn = &adj
+		}
+		if why := fit(s, rn); why != "" {
 			a.counts[why]++
 			continue
 		}
@@ -76,7 +90,11 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 		if cache != nil && cache[i].version == s.version {
 			sc = cache[i].score
 		} else {
-			sc = a.p.score(s, &r)
+			if r.mig != 0 {
+				sc = migScore(s, rn)
+			} else {
+				sc = a.p.score(s, rn)
+			}
 			if cache != nil {
 				cache[i] = cached{version: s.version, score: sc}
 			}
@@ -99,8 +117,13 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 		return Decision{}, a.noFit()
 	}
 	s := &a.c.state[pick]
+	r, _ = atNode(s, &r)
 	d := Decision{Node: pick, MilliPerGPU: r.milli}
-	if r.num > 0 {
+	switch {
+	case r.mig != 0:
+		g, start := migChoice(s, &r)
+		d.GPUs, d.MIGStart = []int{g}, start
+	case r.num > 0:
 		d.GPUs = a.p.selectGPUs(s, &r, a.rng, make([]int, 0, r.num))
 	}
 	return d, nil

@@ -30,7 +30,12 @@ func (e *NoFitError) Is(target error) bool { return target == ErrNoFit }
 const (
 	ReasonCPU    = "cpu"
 	ReasonMemory = "memory"
-	ReasonModel  = "gpu-model"
+	ReasonModel  = "gpu-model" // no GPU of an accepted model, memory, compute capability or MIG mode
 	ReasonGPU    = "gpu"
 	ReasonNoGPU  = "no-gpu"
+	// ReasonMIG: no eligible MIG GPU has room for the slice.
+	ReasonMIG = "mig"
+	// ReasonGPUMemory: a memory-sized fraction on a node whose GPU memory
+	// is unknown.
+	ReasonGPUMemory = "gpu-memory"
 )

@@ -2,27 +2,75 @@ package allocator
 
 import "math/rand/v2"
 
-// gpudPolicy is gpud's default. It descends FGD's fragmentation measure
-// (same typical-pod workload, same sigmoid-quantized Δfrag score) and then
-// breaks the ties that quantization creates toward the node and GPU that
-// keep the least free GPU after placement (best fit, so whole free GPUs and
-// nodes stay whole for multi-GPU pods) before any random or ordered tie-break.
+// gpudPolicy is gpud's default. It starts from FGD's score, the
+// sigmoid-quantized fragmentation gradient against the typical-pod workload,
+// and subtracts, in the same units, what FGD does not see:
 //
-// GPU-model constraints enter through the typical-pod distribution: a GPU
-// that constrained typical pods need counts as fragment when taken by a pod
-// that leaves it unusable to them, so scarce models are kept for the pods
-// that need them.
+//   - CPU stranding. A node whose free CPU cannot feed its free GPUs at the
+//     workload's CPU-per-GPU ratio (kappa) strands the difference; growth of
+//     that stranded milli-GPU counts like growth of fragmentation (the
+//     sigmoid's slope at zero, [fragUnit] per milli-GPU). This is the term
+//     that wins: a node out of CPU strands its GPUs, and FGD looks only one
+//     typical pod ahead.
+//   - CPU-only pods go where GPUs are used up: [cpuOnlyPerGPU] per free GPU
+//     on the node, so CPU-only pods do not eat the CPU that idle GPUs (and
+//     8-GPU pods, which need 64-120 cores) will need.
+//   - Packing: [openNodePenalty] for a GPU pod that opens a node whose GPUs
+//     are all free and [openGPUPenalty] for a fraction that opens a fully
+//     free GPU, so whole GPUs and whole nodes stay free for whole-GPU and
+//     multi-GPU pods (8-GPU pods fail before 90% arrived without it).
+//   - Topology: a multi-GPU pod that has to span NVLink domains on a node
+//     loses [spanPenalty] per extra domain.
+//
+// Exact ties are left to the allocator's tie-breaking (random or the fixed
+// node order), as for FGD: best-fit tie-breaking, gpud's first version,
+// measured worse.
+//
+// GPU-model constraints enter through the typical-pod distribution, as in
+// FGD: a GPU that constrained typical pods need counts as fragment when an
+// unconstrained pod takes it in a way they cannot use.
 type gpudPolicy struct {
-	frag *fragMemo
-	gpus []int
-	one  [1]int
+	frag  *fragMemo
+	kappa float64 // CPU milli per GPU milli of the typical GPU pods
+	gpus  []int
+	one   [1]int
 }
 
-func newGpudPolicy(w Workload) *gpudPolicy { return &gpudPolicy{frag: newFragMemo(w)} }
+// Weights of gpud's terms, in FGD score steps.
+const (
+	// fragUnit is FGD's score change per milli-GPU of fragmentation near
+	// zero: d/dx 100·sigmoid(x/1000) at 0.
+	fragUnit = maxNodeScore * 0.25 / 1000
+	// openNodePenalty is charged to a GPU pod that opens a node whose GPUs
+	// are all free.
+	openNodePenalty = 2
+	// openGPUPenalty is charged to a fraction that opens a fully free GPU.
+	openGPUPenalty = 1
+	// cpuOnlyPerGPU is charged to a CPU-only pod per free GPU on the node.
+	cpuOnlyPerGPU = 20
+	// spanPenalty is charged per NVLink domain beyond the first that a
+	// multi-GPU pod spans.
+	spanPenalty = 10
+)
 
-// packWeight turns free milli-GPU left on the node into a tie-breaker below
-// one step of the quantized fragmentation score.
-const packWeight = 1e-4
+func newGpudPolicy(w Workload) *gpudPolicy {
+	var cpu, gpu float64
+	for _, t := range w.pods {
+		if t.milli > 0 {
+			cpu += t.freq * float64(t.cpu)
+			gpu += t.freq * float64(t.milli) * float64(t.num)
+		}
+	}
+	kappa := defaultKappa
+	if gpu > 0 && cpu > 0 {
+		kappa = cpu / gpu
+	}
+	return &gpudPolicy{frag: newFragMemo(w), kappa: kappa}
+}
+
+// defaultKappa is the CPU-per-GPU ratio (CPU milli per GPU milli) assumed
+// when the workload has no GPU pods: 8 cores per GPU.
+const defaultKappa = 8.0
 
 func (*gpudPolicy) Name() string { return PolicyGpud }
 func (*gpudPolicy) stable() bool { return true }
@@ -32,12 +80,27 @@ func (p *gpudPolicy) score(s *nodeState, r *request) float64 {
 	return sc
 }
 
+// stranded is the free milli-GPU of a node with gpuFree milli-GPU and
+// cpuFree CPU that the CPU cannot feed at the workload's ratio.
+func (p *gpudPolicy) stranded(gpuFree, cpuFree int64) float64 {
+	return max(0, float64(gpuFree)-float64(cpuFree)/p.kappa)
+}
+
+// choose returns the node's score for r and, for a fraction, the GPU.
 func (p *gpudPolicy) choose(s *nodeState, r *request) (float64, int) {
 	before := p.frag.node(s)
-	left := float64(s.totalFree - r.total)
+	pen := fragUnit * (p.stranded(s.totalFree-r.total, s.cpuFree-r.cpu) - p.stranded(s.totalFree, s.cpuFree))
+	if r.num == 0 {
+		pen += cpuOnlyPerGPU * float64(s.totalFree) / MilliPerGPU
+	} else if s.totalFree == s.capMilli {
+		pen += openNodePenalty
+	}
 	if r.num == 0 || r.milli >= MilliPerGPU {
 		p.gpus = exclusiveGPUs(s, r, p.gpus[:0])
-		return float64(sigmoidScore(before-p.frag.after(s, r, p.gpus))) - packWeight*left, -1
+		if r.num > 1 && s.topo {
+			pen += spanPenalty * float64(s.spanned(p.gpus)-1)
+		}
+		return float64(sigmoidScore(before-p.frag.after(s, r, p.gpus))) - pen, -1
 	}
 	best, bestG := 0.0, -1
 	for g, f := range s.gpuFree {
@@ -45,11 +108,13 @@ func (p *gpudPolicy) choose(s *nodeState, r *request) (float64, int) {
 			continue
 		}
 		if bestG >= 0 && f == s.gpuFree[bestG] {
-			continue
+			continue // same free milli scores alike; the first wins
 		}
 		p.one[0] = g
-		// Within the node prefer the tighter GPU on equal score.
-		sc := float64(sigmoidScore(before-p.frag.after(s, r, p.one[:]))) - packWeight*left - packWeight*1e-3*float64(f)
+		sc := float64(sigmoidScore(before-p.frag.after(s, r, p.one[:]))) - pen
+		if f == MilliPerGPU {
+			sc -= openGPUPenalty
+		}
 		if bestG < 0 || sc > best {
 			best, bestG = sc, g
 		}

@@ -94,18 +94,3 @@ func bestGPUs(s *nodeState, r *request, dst []int) []int {
 	}
 	return exclusiveGPUs(s, r, dst)
 }
-
-// exclusiveGPUs takes the first r.num fully free GPUs.
-func exclusiveGPUs(s *nodeState, r *request, dst []int) []int {
-	need := r.num
-	for g, f := range s.gpuFree {
-		if need == 0 {
-			break
-		}
-		if f >= r.milli && s.usable[g] && accessible(r.mask, s.gpuModel[g]) {
-			dst = append(dst, g)
-			need--
-		}
-	}
-	return dst
-}

@@ -15,8 +15,18 @@ func randomCluster(rng *rand.Rand) []Node {
 	for i := range nodes {
 		nodes[i] = node(fmt.Sprint("n", i), int64(8+rng.IntN(120))*1000, models[rng.IntN(len(models))], rng.IntN(9))
 		nodes[i].MemoryMiB = int64(64+rng.IntN(512)) * 1024
+		mig := rng.IntN(6) == 0
+		mem, cc := []int64{0, 16384, 32768, 81920}[rng.IntN(4)], []string{"", "7.0", "8.0", "9.0"}[rng.IntN(4)]
 		for g := range nodes[i].GPUs {
-			nodes[i].GPUs[g].Unhealthy = rng.IntN(20) == 0
+			gpu := &nodes[i].GPUs[g]
+			gpu.Unhealthy = rng.IntN(20) == 0
+			gpu.MemoryMiB, gpu.ComputeCapability = mem, cc
+			switch {
+			case mig:
+				gpu.Labels = map[string]string{LabelMIG: "true"}
+			case rng.IntN(2) == 0:
+				gpu.Labels = map[string]string{LabelNVLinkDomain: fmt.Sprint(g / 4)}
+			}
 		}
 	}
 	return nodes
@@ -24,15 +34,25 @@ func randomCluster(rng *rand.Rand) []Node {
 
 func randomRequest(rng *rand.Rand) Request {
 	q := Request{CPUMilli: int64(rng.IntN(16000)), MemoryMiB: int64(rng.IntN(64 * 1024))}
-	switch rng.IntN(4) {
+	switch rng.IntN(6) {
 	case 0:
 	case 1:
 		q.NumGPU, q.GPUMilli = 1, int64(1+rng.IntN(999))
+	case 4:
+		q.NumGPU, q.GPUMemoryMiB, q.GPUCoresPct = 1, int64(rng.IntN(20000)), int64(rng.IntN(60))
+	case 5:
+		q.MIGProfile = []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}[rng.IntN(5)]
 	default:
 		q.NumGPU = []int{1, 1, 2, 4, 8}[rng.IntN(5)]
 	}
 	if rng.IntN(4) == 0 {
 		q.Models = ParseModels([]string{"T4", "V100M16|V100M32", "G2|T4"}[rng.IntN(3)])
+	}
+	if rng.IntN(6) == 0 {
+		q.MinGPUMemoryMiB = 30000
+	}
+	if rng.IntN(6) == 0 {
+		q.MinComputeCapability = "8.0"
 	}
 	return q
 }
@@ -62,9 +82,9 @@ func TestPlacementInvariants(t *testing.T) {
 					for _, q := range reqs {
 						d, err := a.Place(q)
 						if errors.Is(err, ErrNoFit) {
-							r := c.normalize(q)
+							r, _ := c.normalize(q)
 							for i := range c.state {
-								if fit(&c.state[i], &r) == "" {
+								if rn, ok := atNode(&c.state[i], &r); ok && fit(&c.state[i], &rn) == "" {
 									t.Fatalf("no fit for %+v but node %d fits", q, i)
 								}
 							}
@@ -101,15 +121,22 @@ func TestPlacementInvariants(t *testing.T) {
 func checkDecision(t *testing.T, c *Cluster, d Decision, q Request) {
 	t.Helper()
 	n := c.Node(d.Node)
-	if len(d.GPUs) != q.NumGPU {
+	if want := q.NumGPU; len(d.GPUs) != want && (q.MIGProfile == "" || len(d.GPUs) != 1) {
 		t.Fatalf("decision %+v for %+v: wrong GPU count", d, q)
 	}
 	for i, g := range d.GPUs {
-		if slices.Contains(d.GPUs[:i], g) || n.GPUs[g].Unhealthy {
+		gpu := n.GPUs[g]
+		if slices.Contains(d.GPUs[:i], g) || gpu.Unhealthy {
 			t.Fatalf("decision %+v: GPU %d repeated or unhealthy", d, g)
 		}
-		if len(q.Models) > 0 && !slices.Contains(q.Models, n.GPUs[g].Model) {
-			t.Fatalf("decision %+v: model %s not in %v", d, n.GPUs[g].Model, q.Models)
+		if len(q.Models) > 0 && !slices.Contains(q.Models, gpu.Model) {
+			t.Fatalf("decision %+v: model %s not in %v", d, gpu.Model, q.Models)
+		}
+		if gpu.MemoryMiB < q.MinGPUMemoryMiB || (q.MinComputeCapability != "" && gpu.ComputeCapability < q.MinComputeCapability) {
+			t.Fatalf("decision %+v for %+v: GPU %+v below the minimums", d, q, gpu)
+		}
+		if (gpu.Labels[LabelMIG] == "true") != (q.MIGProfile != "") {
+			t.Fatalf("decision %+v for %+v: GPU %+v in the wrong MIG mode", d, q, gpu)
 		}
 	}
 }

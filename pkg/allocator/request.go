@@ -1,5 +1,7 @@
 package allocator
 
+import "fmt"
+
 // request is a normalized [Request].
 type request struct {
 	cpu, mem int64
@@ -7,7 +9,9 @@ type request struct {
 	milli    int64 // per GPU
 	total    int64
 	mask     uint64
-	tag      int // GpuClustering affinity tag: 0 share, k whole k GPUs
+	tag      int   // GpuClustering affinity tag: 0 share, k whole k GPUs
+	gmem     int64 // GPU memory (MiB) of a memory-sized fraction; milli is then per node
+	mig      int8  // MIG profile index + 1; 0 for none
 	key      reqKey
 }
 
@@ -17,23 +21,65 @@ type reqKey struct {
 	num   int
 	milli int64
 	mask  uint64
+	gmem  int64
+	mig   int8
 }
 
-func (c *Cluster) normalize(q Request) request {
-	r := request{cpu: q.CPUMilli, mem: q.MemoryMiB, num: q.NumGPU}
-	if r.num < 0 {
-		r.num = 0
+func (c *Cluster) normalize(q Request) (request, error) {
+	r := request{cpu: q.CPUMilli, mem: q.MemoryMiB, num: max(q.NumGPU, 0)}
+	if q.CPUMilli < 0 || q.MemoryMiB < 0 || q.GPUMemoryMiB < 0 || q.GPUCoresPct < 0 || q.GPUCoresPct > 100 {
+		return r, fmt.Errorf("request %+v: negative resource or cores outside 0-100%%: %w", q, ErrInvalid)
 	}
-	r.milli = Request{NumGPU: r.num, GPUMilli: q.GPUMilli}.MilliPerGPUOf()
+	mig := q.MIGProfile != ""
+	switch {
+	case mig:
+		id, err := lookupMIG(q.MIGProfile)
+		if err != nil {
+			return r, err
+		}
+		r.mig, r.num = id, 1
+		r.milli = int64(migProfiles[id-1].memory) * migMilliPerSlice
+	case r.num > 0 && q.GPUMilli == 0 && (q.GPUMemoryMiB > 0 || q.GPUCoresPct > 0):
+		if r.num != 1 {
+			return r, fmt.Errorf("request %+v: a memory/cores fraction is of one GPU, not %d: %w", q, r.num, ErrInvalid)
+		}
+		r.gmem = q.GPUMemoryMiB
+		r.milli = max(q.GPUCoresPct*MilliPerGPU/100, 1)
+	default:
+		r.milli = Request{NumGPU: r.num, GPUMilli: q.GPUMilli}.MilliPerGPUOf()
+	}
 	r.total = r.milli * int64(r.num)
 	if r.num > 0 {
-		r.mask = c.modelMask(q.Models)
+		m, err := c.requestMask(q, mig)
+		if err != nil {
+			return r, err
+		}
+		r.mask = m
 		if r.milli < MilliPerGPU {
 			r.tag = 0
 		} else {
 			r.tag = min(r.num, maxAffinity-1)
 		}
 	}
-	r.key = reqKey{cpu: r.cpu, num: r.num, milli: r.milli, mask: r.mask}
-	return r
+	r.key = reqKey{cpu: r.cpu, num: r.num, milli: r.milli, mask: r.mask, gmem: r.gmem, mig: r.mig}
+	return r, nil
+}
+
+// atNode returns r as it applies to node s: a memory-sized fraction takes
+// the larger of its cores share and its memory's share of the node's
+// smallest eligible GPU. ok is false if the node's GPU memory is unknown.
+func atNode(s *nodeState, r *request) (request, bool) {
+	if r.gmem == 0 {
+		return *r, true
+	}
+	if s.gpuMemMin <= 0 {
+		return *r, false
+	}
+	out := *r
+	out.milli = max(r.milli, (r.gmem*MilliPerGPU+s.gpuMemMin-1)/s.gpuMemMin)
+	if out.milli >= MilliPerGPU {
+		out.milli, out.tag = MilliPerGPU, 1
+	}
+	out.total = out.milli
+	return out, true
 }

@@ -39,7 +39,13 @@ func (c *Cluster) Workload(reqs []Request) Workload {
 	}
 	counts := map[key]int{}
 	for _, q := range reqs {
-		r := c.normalize(q)
+		r, err := c.normalize(q)
+		if err != nil || r.mig != 0 {
+			continue // MIG slices do not fragment milli-GPU
+		}
+		if r.gmem > 0 && c.typicalMem > 0 {
+			r.milli = min(max(r.milli, (r.gmem*MilliPerGPU+c.typicalMem-1)/c.typicalMem), MilliPerGPU)
+		}
 		counts[key{r.cpu, r.milli, r.num, r.mask}]++
 	}
 	type kc struct {

@@ -55,7 +55,9 @@ type Run struct {
 	CapMilli int64
 	Points   []Point
 	Failed   int
-	Elapsed  time.Duration
+	// MultiGPUFailed counts the failed pods that asked for 2 or more GPUs.
+	MultiGPUFailed int
+	Elapsed        time.Duration
 }
 
 // Row is one line of the published table.
@@ -207,6 +209,9 @@ func runOne(nodes []allocator.Node, reqs []allocator.Request, work allocator.Wor
 		switch {
 		case errors.Is(err, allocator.ErrNoFit):
 			run.Failed++
+			if r.NumGPU >= 2 {
+				run.MultiGPUFailed++
+			}
 		case err != nil:
 			return run, fmt.Errorf("%s seed %d: %w", policy, seed, err)
 		default:

@@ -60,8 +60,7 @@ func TestBaselinesMatchPublished(t *testing.T) {
 	workloads := []string{"openb_pod_list_default"}
 	policies := []string{"Random", "BestFit", "FGD"}
 	if longRun {
-		workloads = []string{"openb_pod_list_default", "openb_pod_list_cpu050", "openb_pod_list_cpu100", "openb_pod_list_cpu200",
-			"openb_pod_list_cpu250", "openb_pod_list_gpushare40", "openb_pod_list_gpushare60", "openb_pod_list_gpushare80", "openb_pod_list_gpushare100"}
+		workloads = traces
 		policies = allocator.PolicyNames[:6]
 	} else if testing.Short() {
 		t.Skip("short: 30 simulations")
@@ -90,34 +89,71 @@ func TestBaselinesMatchPublished(t *testing.T) {
 	}
 }
 
-// TestGpudVersusFGD compares gpud with FGD. Measured with 10 seeds, gpud
-// does NOT beat FGD on every trace: it wins on cpu250 and gpushare100 (by
-// about 0.05-0.1 pp) and loses by up to 0.25 pp elsewhere (cpu050, cpu200).
-// The test pins the truth, gpud within 0.5 pp of FGD; make it a strict win
-// when the policy improves.
-func TestGpudVersusFGD(t *testing.T) {
-	workloads := []string{"openb_pod_list_default", "openb_pod_list_gpushare100"}
+// traces are the pod lists with a published FGD row.
+var traces = []string{"openb_pod_list_default", "openb_pod_list_cpu050", "openb_pod_list_cpu100", "openb_pod_list_cpu200",
+	"openb_pod_list_cpu250", "openb_pod_list_gpushare40", "openb_pod_list_gpushare60", "openb_pod_list_gpushare80", "openb_pod_list_gpushare100"}
+
+// TestGpudBeatsFGD checks gpud against FGD (ours, same protocol, same
+// seeds) on every trace at every published arrived point: strictly fewer
+// unallocated GPUs at 100-130% arrived, and never more at 90%, where both
+// usually place everything (100 − 90 = 10% is then the floor for any
+// policy). It also checks that gpud turns away no more multi-GPU pods than
+// FGD, summed over the traces. The default run uses seeds 42-43;
+// GPUD_SIM_LONG=1 uses 42-51 (make fgd-table prints the same table).
+//
+// Measured with seeds 42-51, gpud minus FGD (pp) at 90/100/110/120/130%:
+//
+//	default     +0.000 −0.515 −0.481 −0.459 −0.440
+//	cpu050      +0.000 −0.744 −0.701 −0.673 −0.639
+//	cpu100      +0.000 −0.680 −0.645 −0.619 −0.598
+//	cpu200      +0.000 −0.908 −0.866 −0.817 −0.791
+//	cpu250      −0.010 −1.814 −1.802 −1.775 −1.729
+//	gpushare40  +0.000 −0.541 −0.514 −0.488 −0.482
+//	gpushare60  +0.000 −0.438 −0.433 −0.431 −0.429
+//	gpushare80  −0.408 −0.382 −0.364 −0.363 −0.363
+//	gpushare100 −0.489 −0.456 −0.455 −0.452 −0.454
+//
+// The 90% margin on cpu250 is thin (a few 8-GPU pods that find no idle
+// node before 90%); on seeds 60-69 it is −0.012.
+func TestGpudBeatsFGD(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: 36 simulations")
+	}
 	n := 2
 	if longRun {
-		workloads = append(workloads, "openb_pod_list_cpu050", "openb_pod_list_cpu100", "openb_pod_list_cpu200", "openb_pod_list_cpu250",
-			"openb_pod_list_gpushare40", "openb_pod_list_gpushare60", "openb_pod_list_gpushare80")
 		n = 10
 	}
-	for _, wl := range workloads {
+	multi := map[string]int{}
+	for _, wl := range traces {
 		t.Run(wl, func(t *testing.T) {
 			nodes, pods, _ := load(t, wl)
-			rows, _, err := RunOpenB(t.Context(), Config{Workload: wl, Nodes: nodes, Pods: pods, Policies: []string{"FGD", "gpud"}, Seeds: seeds(n), Arrived: []int{100, 130}})
+			rows, runs, err := RunOpenB(t.Context(), Config{Workload: wl, Nodes: nodes, Pods: pods, Policies: []string{"FGD", "gpud"}, Seeds: seeds(n)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range 2 {
-				fgd, gpud := rows[i], rows[i+2]
-				t.Logf("%s @%d%%: FGD %.3f gpud %.3f", wl, fgd.ArrivedPct, fgd.UnallocMean, gpud.UnallocMean)
-				if gpud.UnallocMean > fgd.UnallocMean+0.5 {
-					t.Errorf("%s @%d%%: gpud %.3f vs FGD %.3f", wl, fgd.ArrivedPct, gpud.UnallocMean, fgd.UnallocMean)
+			for _, r := range runs {
+				multi[r.Policy] += r.MultiGPUFailed
+			}
+			k := len(DefaultArrived)
+			if len(rows) != 2*k {
+				t.Fatalf("%d rows, want %d", len(rows), 2*k)
+			}
+			for i := range k {
+				fgd, gpud := rows[i], rows[i+k]
+				t.Logf("%s @%d%%: FGD %.3f gpud %.3f (%+.3f)", wl, fgd.ArrivedPct, fgd.UnallocMean, gpud.UnallocMean, gpud.UnallocMean-fgd.UnallocMean)
+				worse := gpud.UnallocMean >= fgd.UnallocMean
+				if fgd.ArrivedPct == 90 {
+					worse = gpud.UnallocMean > fgd.UnallocMean
+				}
+				if worse {
+					t.Errorf("%s @%d%%: gpud leaves %.3f%% unallocated, FGD %.3f%%", wl, fgd.ArrivedPct, gpud.UnallocMean, fgd.UnallocMean)
 				}
 			}
 		})
+	}
+	t.Logf("multi-GPU pods turned away: FGD %d, gpud %d", multi[allocator.PolicyFGD], multi[allocator.PolicyGpud])
+	if multi[allocator.PolicyGpud] > multi[allocator.PolicyFGD] {
+		t.Errorf("gpud turned away %d multi-GPU pods, FGD %d", multi[allocator.PolicyGpud], multi[allocator.PolicyFGD])
 	}
 }
 
@@ -167,5 +203,25 @@ func TestReplay(t *testing.T) {
 	}
 	if res.AllocGPUPctTimeAvg != 100 {
 		t.Fatalf("time-averaged allocation = %v, want 100", res.AllocGPUPctTimeAvg)
+	}
+}
+
+func TestWriteComparison(t *testing.T) {
+	rows := []Row{
+		{Workload: "w", Policy: "06-FGD", ArrivedPct: 100, UnallocMean: 4.5},
+		{Workload: "w", Policy: "07-gpud", ArrivedPct: 100, UnallocMean: 4.0},
+	}
+	pub := map[PublishedKey]Row{{"w", "06-FGD", 100}: {UnallocMean: 4.4}}
+	var buf bytes.Buffer
+	WriteComparison(&buf, rows, pub)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("comparison:\n%s", buf.String())
+	}
+	if f := strings.Fields(lines[1]); f[4] != "4.400" || f[5] != "+0.100" || f[6] != "+0.000" {
+		t.Fatalf("FGD line = %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); f[4] != "-" || f[6] != "-0.500" {
+		t.Fatalf("gpud line = %q", lines[2])
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+
+	"github.com/gpud/gpud/pkg/allocator"
 )
 
 // PublishedKey indexes a published table row.
@@ -57,15 +59,27 @@ func ReadPublished(path string) (map[PublishedKey]Row, error) {
 }
 
 // WriteComparison prints ours next to the published unallocated-GPU mean,
-// one line per row; rows without a published value show "-".
+// one line per row; rows without a published value show "-". The last
+// column is the row minus our FGD at the same workload and arrived point,
+// which is how gpud is judged.
 func WriteComparison(w io.Writer, rows []Row, pub map[PublishedKey]Row) {
-	fmt.Fprintf(w, "%-28s %-17s %4s %8s %8s %7s\n", "workload", "policy", "arr%", "ours", "publ", "diff")
+	fgd := map[PublishedKey]float64{}
 	for _, r := range rows {
+		if r.Policy == allocator.PolicyLabel(allocator.PolicyFGD) {
+			fgd[PublishedKey{r.Workload, "", r.ArrivedPct}] = r.UnallocMean
+		}
+	}
+	fmt.Fprintf(w, "%-28s %-17s %4s %8s %8s %7s %7s\n", "workload", "policy", "arr%", "ours", "publ", "diff", "vsFGD")
+	for _, r := range rows {
+		vs := "-"
+		if f, ok := fgd[PublishedKey{r.Workload, "", r.ArrivedPct}]; ok {
+			vs = fmt.Sprintf("%+7.3f", r.UnallocMean-f)
+		}
 		p, ok := pub[PublishedKey{r.Workload, r.Policy, r.ArrivedPct}]
 		if !ok {
-			fmt.Fprintf(w, "%-28s %-17s %4d %8.3f %8s %7s\n", r.Workload, r.Policy, r.ArrivedPct, r.UnallocMean, "-", "-")
+			fmt.Fprintf(w, "%-28s %-17s %4d %8.3f %8s %7s %7s\n", r.Workload, r.Policy, r.ArrivedPct, r.UnallocMean, "-", "-", vs)
 			continue
 		}
-		fmt.Fprintf(w, "%-28s %-17s %4d %8.3f %8.3f %+7.3f\n", r.Workload, r.Policy, r.ArrivedPct, r.UnallocMean, p.UnallocMean, r.UnallocMean-p.UnallocMean)
+		fmt.Fprintf(w, "%-28s %-17s %4d %8.3f %8.3f %+7.3f %7s\n", r.Workload, r.Policy, r.ArrivedPct, r.UnallocMean, p.UnallocMean, r.UnallocMean-p.UnallocMean, vs)
 	}
 }

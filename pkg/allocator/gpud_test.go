@@ -1,0 +1,83 @@
+package allocator
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// fill binds one 1-GPU pod of cpu milli on each GPU in gpus of node i.
+func fill(t *testing.T, c *Cluster, i int, cpu int64, gpus ...int) {
+	t.Helper()
+	for _, g := range gpus {
+		if err := c.Bind(Decision{Node: i, GPUs: []int{g}, MilliPerGPU: MilliPerGPU}, Request{CPUMilli: cpu, NumGPU: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGpudKeepsCPUForGPUs pins the two terms that make gpud beat FGD on the
+// openb traces, on cases where FGD's one-pod lookahead sees a tie.
+func TestGpudKeepsCPUForGPUs(t *testing.T) {
+	// The typical pod is a 1-GPU, 8-core pod; 8-GPU pods are rare, outside
+	// the typical set (as in the openb traces).
+	typical := []Request{{CPUMilli: 8000, NumGPU: 1}}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, c *Cluster)
+		req   Request
+		want  int
+	}{
+		{
+			// Node 0 is idle; node 1's GPUs are all taken. A CPU-only pod
+			// on node 0 would cost a later 8-GPU, 88-core pod its node.
+			name:  "cpu-only pod goes where GPUs are used up",
+			setup: func(t *testing.T, c *Cluster) { fill(t, c, 1, 8000, 0, 1, 2, 3, 4, 5, 6, 7) },
+			req:   Request{CPUMilli: 16000},
+			want:  1,
+		},
+		{
+			// Both nodes have 4 free GPUs; node 0 only 28 cores. A 16-core
+			// pod there leaves 3 GPUs with 12 cores, enough for the next
+			// typical pod (FGD sees no fragmentation) but not for the
+			// three GPUs (8 cores each).
+			name: "gpu pod avoids stranding GPUs without CPU",
+			setup: func(t *testing.T, c *Cluster) {
+				fill(t, c, 0, 17000, 0, 1, 2, 3)
+				fill(t, c, 1, 4000, 0, 1, 2, 3)
+			},
+			req:  Request{CPUMilli: 16000, NumGPU: 1},
+			want: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fgdOther := 0
+			for seed := range uint64(16) {
+				c, _ := NewCluster([]Node{node("a", 96000, "G2", 8), node("b", 96000, "G2", 8)})
+				tc.setup(t, c)
+				w := c.Workload(typical)
+				for _, pol := range []string{PolicyGpud, PolicyFGD} {
+					p, _ := NewPolicy(pol, w)
+					a := New(c, p, rand.New(rand.NewPCG(seed, 5)))
+					if err := a.SetTieOrder([]int{int(seed % 2), int(1 - seed%2)}); err != nil {
+						t.Fatal(err)
+					}
+					d, err := a.Decide(tc.req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if pol == PolicyGpud && d.Node != tc.want {
+						t.Fatalf("seed %d: gpud chose node %d, want %d", seed, d.Node, tc.want)
+					}
+					if pol == PolicyFGD && d.Node != tc.want {
+						fgdOther++
+					}
+				}
+			}
+			// The case is one FGD cannot tell apart: it follows the tie order.
+			if fgdOther == 0 {
+				t.Fatalf("FGD always chose node %d too; the case does not exercise gpud's terms", tc.want)
+			}
+		})
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpud/gpud/internal/openbdata"
 )
 
-const openbDir = "../../../shared/data/openb-gpu-v2023"
+var openbDir = openbdata.Dir()
 
 // TestSimJobsEndToEnd generates a small trace from the openb pod list and
 // replays it under all three policies, checking the report's shape: every

@@ -4,13 +4,16 @@ import (
 	"encoding/csv"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/gpud/gpud/internal/openbdata"
 )
 
 // openbNodes reads the 1,213-node openb GPU cluster, or skips.
 func openbNodes(b *testing.B) []Node {
-	f, err := os.Open("../../../shared/data/openb-gpu-v2023/openb_node_list_gpu_node.csv")
+	f, err := os.Open(filepath.Join(openbdata.Dir(), "openb_node_list_gpu_node.csv"))
 	if err != nil {
 		b.Skipf("trace data absent: %v", err)
 	}

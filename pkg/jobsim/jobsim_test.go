@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpud/gpud/internal/openbdata"
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/trace"
@@ -110,7 +111,7 @@ func TestTraceRoundTripAndErrors(t *testing.T) {
 	}
 }
 
-const openbDir = "../../../shared/data/openb-gpu-v2023"
+var openbDir = openbdata.Dir()
 
 func TestGenerateFromOpenB(t *testing.T) {
 	pods, err := trace.ReadPodsFile(filepath.Join(openbDir, "openb_pod_list_default.csv"))

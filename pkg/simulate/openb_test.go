@@ -8,11 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpud/gpud/internal/openbdata"
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/trace"
 )
 
-const dataDir = "../../../shared/data/openb-gpu-v2023"
+var dataDir = openbdata.Dir()
 
 // longRun enables the full published table (all traces, 10 seeds); `make
 // fgd-table` prints the same comparison.

@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpud/gpud/internal/openbdata"
 )
 
 // dataDir is the shared trace directory relative to this package.
-const dataDir = "../../../shared/data/openb-gpu-v2023"
+var dataDir = openbdata.Dir()
 
 func TestReadPods(t *testing.T) {
 	tests := []struct {

@@ -30,15 +30,13 @@ func costOf(vs []*jobState, now int64) victimCost {
 
 // search is the state of one preemption search for job j.
 type search struct {
-	s       *Scheduler
-	j       *jobState
-	d       *demand
-	mask    []bool
-	now     int64
-	onNode  [][]*jobState // eligible victims with a pod on each node
-	freed   []Resources   // per queue, by victims removed so far
-	removed []*jobState
-	placed  []PodPlacement
+	s      *Scheduler
+	j      *jobState
+	d      *demand
+	mask   []bool
+	now    int64
+	onNode [][]*jobState // eligible victims with a pod on each node
+	freed  []Resources   // per queue, by victims removed so far
 }
 
 // eligible says why running job v may be preempted for j, or "".

@@ -16,7 +16,6 @@ type memoKey struct {
 	lv                    Level
 	req                   bool
 	mask                  uint64
-	phase                 uint8 // 0 capacity, 1 backfill check
 }
 
 // Schedule decides what runs at now: it starts what fits in policy order,

@@ -182,32 +182,50 @@ func (a *agent) Rediscover() (gpu.Inventory, error) {
 	return got, nil
 }
 
-func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// agentOptions are the agent's own flags; components register theirs.
+type agentOptions struct {
+	nvml        nvmlFlags
+	configPath  string
+	logFormat   string
+	logLevel    string
+	procRoot    string
+	podLogsRoot string
+}
+
+// agentFlagSet builds the agent's complete flag set: its own flags and
+// every component's. Tests use it to check manifests name real flags.
+func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentOptions, []component) {
 	fs := flag.NewFlagSet("gpud agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var nf nvmlFlags
-	nf.register(fs)
-	configPath := fs.String("config", "", "agent config file (YAML; keys are flag names, flags on the command line win)")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	procRoot := fs.String("proc-root", procattr.DefaultProcRoot, "the host's /proc (GPU processes are host PIDs: run with hostPID or mount the host's /proc here)")
-	podLogsRoot := fs.String("pod-logs-root", procattr.DefaultPodLogsRoot, "the kubelet's pod log directory, which maps pod UIDs to namespace/name")
+	o := &agentOptions{}
+	o.nvml.register(fs)
+	fs.StringVar(&o.configPath, "config", "", "agent config file (YAML; keys are flag names, flags on the command line win)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.procRoot, "proc-root", procattr.DefaultProcRoot, "the host's /proc (GPU processes are host PIDs: run with hostPID or mount the host's /proc here)")
+	fs.StringVar(&o.podLogsRoot, "pod-logs-root", procattr.DefaultPodLogsRoot, "the kubelet's pod log directory, which maps pod UIDs to namespace/name")
 	comps := agentComponents()
 	for _, c := range comps {
 		c.registerFlags(fs)
 	}
+	return fs, o, comps
+}
+
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, o, comps := agentFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("agent: unexpected arguments %q", fs.Args())
 	}
-	if *configPath != "" {
-		if err := applyConfigFile(fs, *configPath); err != nil {
+	if o.configPath != "" {
+		if err := applyConfigFile(fs, o.configPath); err != nil {
 			return err
 		}
 	}
-	log, err := newLogger(stderr, *logFormat, *logLevel)
+	nf := o.nvml
+	log, err := newLogger(stderr, o.logFormat, o.logLevel)
 	if err != nil {
 		return err
 	}
@@ -226,7 +244,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log: log, lib: lib, sim: sim, node: nf.resolveNodeName(sim), changed: make(chan struct{}),
 		flags: fs, mux: http.NewServeMux(), adminMux: http.NewServeMux(),
 		metrics: prometheus.NewRegistry(), sharing: timeslice.NewStore(sharing),
-		procRoot: *procRoot, podLogsRoot: *podLogsRoot,
+		procRoot: o.procRoot, podLogsRoot: o.podLogsRoot,
 	}
 	defer func() {
 		if a.podRes != nil {

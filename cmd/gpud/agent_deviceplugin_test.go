@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,15 +171,7 @@ func TestDeployManifestsUseAgentFlags(t *testing.T) {
 			t.Fatalf("%s: %v", path, err)
 		}
 	}
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	var nf nvmlFlags
-	nf.register(fs)
-	fs.String("config", "", "")
-	fs.String("log-format", "", "")
-	fs.String("log-level", "", "")
-	for _, c := range agentComponents() {
-		c.registerFlags(fs)
-	}
+	fs, _, _ := agentFlagSet(io.Discard)
 	args := ds.Spec.Template.Spec.Containers[0].Args
 	if len(args) == 0 || args[0] != "agent" {
 		t.Fatalf("args %v: want the agent subcommand first", args)

@@ -62,6 +62,12 @@ func TestBuild(t *testing.T) {
 			return inv
 		}(), cfg: func(c *Config) { c.Sharing = timeslice.Config{Default: &timeslice.Sharing{Replicas: 2}} },
 			want: map[string]int{"nvidia.com/gpu.shared": 4}, unhealthy: map[string]int{"nvidia.com/gpu.shared": 2}},
+		{name: "GPU with a pending MIG mode change is withdrawn", inv: func() gpu.Inventory {
+			inv := synthInventory(3, 0)
+			inv.GPUs[1].MIGPending = true
+			return inv
+		}(), cfg: func(c *Config) { c.MIGStrategy = MIGMixed },
+			want: map[string]int{"nvidia.com/gpu": 2}, wantWarn: "GPU-0001 withdrawn"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -270,12 +270,14 @@ func WriteReports(w io.Writer, rs []*Report) error {
 	return err
 }
 
+// ratio prints a/b; against a zero it prints both values instead of an
+// infinite ratio (preemptions against a policy that never preempts).
 func ratio(a, b float64) string {
 	switch {
 	case b == 0 && a == 0:
 		return "1.000"
 	case b == 0:
-		return "inf"
+		return fmt.Sprintf("%.4g vs 0", a)
 	}
 	return fmt.Sprintf("%.3f", a/b)
 }

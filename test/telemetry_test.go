@@ -3,10 +3,8 @@ package test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,13 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"google.golang.org/grpc"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpud/gpud/pkg/discovery"
@@ -31,6 +27,7 @@ import (
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/pkg/timeslice"
+	"github.com/gpud/gpud/test/kubeletstub"
 )
 
 // telDCGMNames are the dcgm-exporter families every healthy GPU must have.
@@ -45,47 +42,16 @@ var telDCGMNames = []string{
 	"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
 }
 
-// telKubelet is a fake kubelet PodResources server.
-type telKubelet struct {
-	podresourcesv1.UnimplementedPodResourcesListerServer
-	resp *podresourcesv1.ListPodResourcesResponse
-}
-
-func (k *telKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	return k.resp, nil
-}
-
-// telServeKubelet serves resp on a real unix socket and returns its path.
+// telServeKubelet serves resp on a fake PodResources API and returns its
+// socket.
 func telServeKubelet(t *testing.T, resp *podresourcesv1.ListPodResourcesResponse) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "gt")
+	k, err := kubeletstub.StartPodResources(resp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "kubelet.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(srv, &telKubelet{resp: resp})
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	return sock
-}
-
-// telFieldValues answers memory-temperature and NVLink field queries,
-// which the simulated node leaves unsupported.
-func telFieldValues(n *simnode.Node, i int) {
-	n.Device(i).GetFieldValuesFunc = func(vals []nvml.FieldValue) nvml.Return {
-		for k := range vals {
-			vals[k].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
-			binary.LittleEndian.PutUint64(vals[k].Value[:], uint64(50+i))
-			vals[k].NvmlReturn = uint32(nvml.SUCCESS)
-		}
-		return nvml.SUCCESS
-	}
+	t.Cleanup(k.Stop)
+	return k.Socket()
 }
 
 // telAgent runs a sampler over a simulated dgx-h100 with the PodResources
@@ -93,9 +59,6 @@ func telFieldValues(n *simnode.Node, i int) {
 func telAgent(t *testing.T, socket string) (string, []gpu.GPU) {
 	t.Helper()
 	node := simnode.NewBuiltin("dgx-h100")
-	for i := range 8 {
-		telFieldValues(node, i)
-	}
 	disc := discovery.New(node, "dgx-h100", nil)
 	inv, err := disc.Inventory()
 	if err != nil {

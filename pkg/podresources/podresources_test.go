@@ -3,47 +3,26 @@ package podresources_test
 import (
 	"context"
 	"errors"
-	"net"
-	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpud/gpud/pkg/podresources"
+	"github.com/gpud/gpud/test/kubeletstub"
 )
 
-// fakeKubelet serves a fixed List response.
-type fakeKubelet struct {
-	podresourcesv1.UnimplementedPodResourcesListerServer
-	resp *podresourcesv1.ListPodResourcesResponse
-}
-
-func (f *fakeKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	return f.resp, nil
-}
-
-// serve starts a fake kubelet on a short unix socket path and returns the path.
-func serve(t *testing.T, resp *podresourcesv1.ListPodResourcesResponse) (string, *grpc.Server) {
+// serve starts a fake kubelet PodResources API and returns its socket.
+func serve(t *testing.T, resp *podresourcesv1.ListPodResourcesResponse) (string, *kubeletstub.PodResources) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "pr")
+	k, err := kubeletstub.StartPodResources(resp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "kubelet.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(srv, &fakeKubelet{resp: resp})
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	return sock, srv
+	t.Cleanup(k.Stop)
+	return k.Socket(), k
 }
 
 func TestList(t *testing.T) {

@@ -94,8 +94,9 @@ func (r *rig) sampler(t testing.TB, inv telemetry.InventoryFunc, attr telemetry.
 	return s
 }
 
-// fieldValues makes GPU i answer NVML field queries (memory temperature
-// and NVLink bandwidth), which the simulated node leaves unsupported.
+// fieldValues pins GPU i's NVML field values (memory temperature and
+// NVLink bandwidth) to constants, so golden files do not follow the
+// simulated load.
 func (r *rig) fieldValues(i int) {
 	r.node.Device(i).GetFieldValuesFunc = func(vals []nvml.FieldValue) nvml.Return {
 		for k := range vals {

@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/jobsim"
 	"github.com/gpud/gpud/pkg/trace"
 )
 
 const simJobsUsage = `usage:
-  gpud sim jobs     --nodes FILE --jobs FILE [--policies gpud,fifo,no-backfill] [--checkpoint-s 1800]
+  gpud sim jobs     --nodes FILE --jobs FILE [--queues FILE] [--policies gpud,fifo,no-backfill] [--checkpoint-s 1800]
   gpud sim jobs-gen --pods FILE --nodes FILE [--seed 42] [--jobs 20000] [--load 0.9] [--gang-fraction 0.05] [-o jobs.csv]
 
 The job-trace format is documented in docs/job-trace.md.`
@@ -35,6 +36,7 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	buckets := fs.Int("buckets", 12, "points on the utilization timeline")
 	perRack := fs.Int("nodes-per-rack", 16, "nodes per rack when the node file has no rack column")
 	perZone := fs.Int("racks-per-zone", 8, "racks per zone when the node file has no zone column")
+	queuesPath := fs.String("queues", "", "queue tree and reservations, YAML (docs/job-trace.md); default: the trace's queues with prod 40%, research 30%, dev 20%, batch 10% guaranteed")
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
@@ -63,9 +65,15 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("sim jobs: %w", err)
 	}
 	queues := jobsim.DefaultQueues(tr, capacityMilli(nodes))
+	var reservations []jobs.Reservation
+	if *queuesPath != "" {
+		if queues, reservations, err = jobsim.ReadQueueFile(*queuesPath); err != nil {
+			return fmt.Errorf("sim jobs: %w", err)
+		}
+	}
 	var reports []*jobsim.Report
 	for _, name := range names {
-		o := jobsim.ReplayOptions{Policy: name, Options: jobsim.Policies[name], Queues: queues, CheckpointSeconds: *ckpt, Buckets: *buckets}
+		o := jobsim.ReplayOptions{Policy: name, Options: jobsim.Policies[name], Queues: queues, Reservations: reservations, CheckpointSeconds: *ckpt, Buckets: *buckets}
 		start := time.Now()
 		if !*quiet {
 			fmt.Fprintf(stderr, "sim jobs: %s: replaying %d jobs on %d nodes\n", name, len(tr), len(nodes))

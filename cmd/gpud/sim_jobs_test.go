@@ -40,6 +40,15 @@ func TestSimJobsEndToEnd(t *testing.T) {
 	if t.Failed() || testing.Verbose() {
 		t.Log(rep)
 	}
+
+	// The documented queue file replaces the default queues.
+	stdout.Reset()
+	if err := runSimJobs(t.Context(), []string{"--nodes", nodes, "--jobs", out, "--queues", "../../docs/queues-example.yaml", "--policies", "gpud", "-q"}, &stdout, &stderr); err != nil {
+		t.Fatalf("sim jobs --queues: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "prod (entitled") {
+		t.Errorf("report with --queues lacks the prod queue:\n%s", stdout.String())
+	}
 }
 
 func TestSimJobsErrors(t *testing.T) {

@@ -1,0 +1,58 @@
+package jobsim
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReadQueueFile(t *testing.T) {
+	write := func(t *testing.T, body string) string {
+		t.Helper()
+		p := filepath.Join(t.TempDir(), "queues.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := `queues:
+  - name: org
+    limit: {gpuMilli: 4000000}
+  - name: prod
+    parent: org
+    weight: 2
+    guaranteed: {gpuMilli: 1000000, migSlices: 14}
+    modelLimit: {V100M32: 500000}
+  - name: batch
+reservations:
+  - {name: nightly, queue: prod, nodes: [openb-node-0001], startS: 3600, endS: 7200}
+`
+	qs, rs, err := ReadQueueFile(write(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 3 || qs[1].Parent != "org" || qs[1].Weight != 2 || qs[1].Quota.Guaranteed.GPUMilli != 1000000 ||
+		qs[1].Quota.Guaranteed.MIGSlices != 14 || qs[1].Quota.ModelLimit["V100M32"] != 500000 || qs[0].Quota.Limit.GPUMilli != 4000000 {
+		t.Fatalf("queues %+v", qs)
+	}
+	if len(rs) != 1 || rs[0].Queue != "prod" || rs[0].Start != 3600 || rs[0].End != 7200 || rs[0].Nodes[0] != "openb-node-0001" {
+		t.Fatalf("reservations %+v", rs)
+	}
+
+	bad := []struct{ name, body, want string }{
+		{name: "unknown key", body: "queues:\n  - name: a\n    gaurantee: {}\n", want: "gaurantee"},
+		{name: "missing parent", body: "queues:\n  - name: a\n    parent: b\n", want: `parent "b"`},
+		{name: "duplicate", body: "queues:\n  - name: a\n  - name: a\n", want: `"a" defined twice`},
+		{name: "no queues", body: "queues: []\n", want: "no queues"},
+		{name: "reservation queue", body: "queues:\n  - name: a\nreservations:\n  - {name: r, queue: z, nodes: [n], startS: 0, endS: 1}\n", want: `queue "z"`},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := ReadQueueFile(write(t, tc.body))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}

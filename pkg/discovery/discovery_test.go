@@ -166,3 +166,23 @@ func TestInventoryCountFailure(t *testing.T) {
 		t.Fatal("Inventory succeeded without a GPU count")
 	}
 }
+
+// TestNVLinkWithoutRemoteType covers drivers that cannot report the remote
+// device type: links to a PCI device that is no GPU are NVSwitch links.
+func TestNVLinkWithoutRemoteType(t *testing.T) {
+	n := simnode.NewBuiltin("dgx-h100")
+	for i := range 8 {
+		n.Device(i).GetNvLinkRemoteDeviceTypeFunc = func(int) (nvml.IntNvLinkDeviceType, nvml.Return) {
+			return nvml.NVLINK_DEVICE_TYPE_UNKNOWN, nvml.ERROR_NOT_SUPPORTED
+		}
+	}
+	inv, err := New(n, "x", nil).Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range inv.Links {
+		if l.Label() != "NV18" {
+			t.Fatalf("link %s-%s = %s, want NV18", l.A, l.B, l.Label())
+		}
+	}
+}

@@ -56,6 +56,20 @@ func (d *Discoverer) readLinks(handles []nvml.Device) ([]gpu.Link, error) {
 		p, _ := h.GetPciInfo()
 		infos[i] = info{uuid: uuid, bus: busID(p.BusId[:]), nv: readNVLinks(h)}
 	}
+	// A link whose remote end is no GPU of this node goes to an NVSwitch,
+	// even where the driver cannot say the remote device's type.
+	isGPU := map[string]bool{}
+	for _, in := range infos {
+		isGPU[in.bus] = true
+	}
+	for i := range infos {
+		for bus, n := range infos[i].nv.toGPU {
+			if !isGPU[bus] {
+				infos[i].nv.toSwitch += n
+				delete(infos[i].nv.toGPU, bus)
+			}
+		}
+	}
 	links := []gpu.Link{}
 	for i := range handles {
 		for j := i + 1; j < len(handles); j++ {

@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: all build test test-short run lint bench vet fmt-check staticcheck purity clean
+.PHONY: all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean
 
 all: build
 
@@ -23,6 +23,10 @@ run: build
 ## test: lint, then every test with the race detector.
 test: lint
 	$(GO) test -race -timeout 20m $(PKGS)
+
+## test-gpu: the real-NVML tests, on a machine with NVIDIA GPUs and a driver.
+test-gpu:
+	$(GO) test -tags gpu -count=1 -v -run RealGPU ./test
 
 test-short:
 	$(GO) test -short $(PKGS)

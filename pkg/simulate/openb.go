@@ -88,7 +88,10 @@ func RunOpenB(ctx context.Context, cfg Config) ([]Row, []Run, error) {
 	if par <= 0 {
 		par = runtime.GOMAXPROCS(0)
 	}
-	nodes := Nodes(cfg.Nodes)
+	// The artifact sorts both lists by name before drawing from its seed.
+	tn := slices.Clone(cfg.Nodes)
+	slices.SortStableFunc(tn, func(a, b trace.Node) int { return cmp.Compare(a.Name, b.Name) })
+	nodes := Nodes(tn)
 	pods := slices.Clone(cfg.Pods)
 	slices.SortStableFunc(pods, func(a, b trace.Pod) int { return cmp.Compare(a.Name, b.Name) })
 	reqs := Requests(pods)
@@ -150,34 +153,6 @@ feed:
 	return rows, runs, nil
 }
 
-// Resample reproduces the FGD simulator's workload tuning: shuffle the pods
-// (sorted by name), then drop random pods while the total GPU request exceeds
-// tune × capMilli, or append random copies until the next one would pass it.
-func Resample(reqs []allocator.Request, capMilli int64, tune float64, rng *rand.Rand) []allocator.Request {
-	out := slices.Clone(reqs)
-	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	var total int64
-	for _, r := range out {
-		total += r.TotalGPUMilli()
-	}
-	target := tune * float64(capMilli)
-	for float64(total) > target && len(out) > 0 {
-		i := rng.IntN(len(out))
-		total -= out[i].TotalGPUMilli()
-		out = slices.Delete(out, i, i+1)
-	}
-	for float64(total) < target {
-		r := reqs[rng.IntN(len(reqs))]
-		// The simulator compares with the per-GPU milli here, not the total.
-		if float64(total+r.MilliPerGPUOf()) > target {
-			break
-		}
-		total += r.TotalGPUMilli()
-		out = append(out, r)
-	}
-	return out
-}
-
 func runOne(nodes []allocator.Node, reqs []allocator.Request, work allocator.Workload, policy string, seed uint64, tune float64) (Run, error) {
 	start := time.Now()
 	c, err := allocator.NewCluster(nodes)
@@ -189,10 +164,12 @@ func runOne(nodes []allocator.Node, reqs []allocator.Request, work allocator.Wor
 		return Run{}, err
 	}
 	run := Run{Policy: p.Name(), Seed: seed, CapMilli: c.GPUCapacityMilli()}
-	order := Resample(reqs, run.CapMilli, tune, rand.New(rand.NewPCG(seed, 0x5eed)))
-	rng := rand.New(rand.NewPCG(seed, 0x7135))
-	a := allocator.New(c, p, rng)
-	if err := a.SetTieOrder(rng.Perm(c.Len())); err != nil {
+	order, ranks := artifactStream(reqs, run.CapMilli, tune, seed, c.Len())
+	// Random's own draws (and only those) come from a separate stream: the
+	// artifact's RandomScore shares the global source with the scheduler's
+	// goroutines, which no replay can follow.
+	a := allocator.New(c, p, rand.New(rand.NewPCG(seed, 0x7135)))
+	if err := a.SetTieOrder(ranks); err != nil {
 		return Run{}, err
 	}
 	nodeFrag := make([]float64, c.Len())
@@ -301,5 +278,3 @@ func sd(v []float64) float64 {
 	}
 	return math.Sqrt(s / float64(len(v)-1))
 }
-
-func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }

@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"math"
+	randv1 "math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,21 +46,22 @@ func seeds(n int) []uint64 {
 }
 
 // tolerance is how far (percentage points) each baseline's mean unallocated
-// GPU may sit from the published table with 10 seeds. All six reproduce
-// within 0.3 pp on openb_pod_list_default. On the gpushare and cpu050 traces
-// GpuClustering and GpuPacking do not: measured 0.3-0.56 pp too few
-// unallocated (worst gpushare40, -0.56 pp), so the long run holds them to
-// what is true (0.6) rather than to the target.
+// GPU may sit from the published table with seeds 42-51, at every published
+// arrived point. The deterministic baselines replay the artifact's random
+// stream (artifactStream): measured over all nine traces, DotProd,
+// GpuClustering, GpuPacking and BestFit match to 0.001 (the table's
+// rounding) and FGD to 0.066 (cpu250; 0.023 gpushare80, 0.003 cpu200,
+// exact elsewhere). Random's placements draw from the artifact's global
+// source concurrently with its scheduler, which cannot be replayed; its
+// worst measured gap is 0.150 (gpushare80).
 var tolerance = map[string]float64{
-	"01-Random": 0.3, "02-DotProd": 0.3, "03-GpuClustering": 0.3,
-	"04-GpuPacking": 0.3, "05-BestFit": 0.3, "06-FGD": 0.3,
+	"01-Random": 0.3, "02-DotProd": 0.005, "03-GpuClustering": 0.005,
+	"04-GpuPacking": 0.005, "05-BestFit": 0.005, "06-FGD": 0.1,
 }
-
-var longTolerance = map[string]float64{"03-GpuClustering": 0.6, "04-GpuPacking": 0.6}
 
 func TestBaselinesMatchPublished(t *testing.T) {
 	workloads := []string{"openb_pod_list_default"}
-	policies := []string{"Random", "BestFit", "FGD"}
+	policies := []string{"Random", "GpuClustering", "FGD"}
 	if longRun {
 		workloads = traces
 		policies = allocator.PolicyNames[:6]
@@ -75,15 +77,13 @@ func TestBaselinesMatchPublished(t *testing.T) {
 			}
 			for _, r := range rows {
 				p, ok := pub[PublishedKey{r.Workload, r.Policy, r.ArrivedPct}]
-				if !ok || (r.ArrivedPct != 100 && r.ArrivedPct != 130) {
+				if !ok {
+					t.Errorf("%s %s @%d%%: no published row", wl, r.Policy, r.ArrivedPct)
 					continue
 				}
 				tol := tolerance[r.Policy]
-				if longRun && wl != "openb_pod_list_default" && longTolerance[r.Policy] > 0 {
-					tol = longTolerance[r.Policy]
-				}
 				if d := math.Abs(r.UnallocMean - p.UnallocMean); d > tol {
-					t.Errorf("%s %s @%d%%: unallocated %.3f, published %.3f (|diff| %.3f > %.1f)", wl, r.Policy, r.ArrivedPct, r.UnallocMean, p.UnallocMean, d, tol)
+					t.Errorf("%s %s @%d%%: unallocated %.3f, published %.3f (|diff| %.3f > %.3f)", wl, r.Policy, r.ArrivedPct, r.UnallocMean, p.UnallocMean, d, tol)
 				}
 			}
 		})
@@ -102,20 +102,20 @@ var traces = []string{"openb_pod_list_default", "openb_pod_list_cpu050", "openb_
 // FGD, summed over the traces. The default run uses seeds 42-43;
 // GPUD_SIM_LONG=1 uses 42-51 (make fgd-table prints the same table).
 //
-// Measured with seeds 42-51, gpud minus FGD (pp) at 90/100/110/120/130%:
+// Measured with seeds 42-51 (the artifact's random stream, so our FGD is
+// the published FGD), gpud minus FGD (pp) at 90/100/110/120/130%:
 //
-//	default     +0.000 −0.515 −0.481 −0.459 −0.440
-//	cpu050      +0.000 −0.744 −0.701 −0.673 −0.639
-//	cpu100      +0.000 −0.680 −0.645 −0.619 −0.598
-//	cpu200      +0.000 −0.908 −0.866 −0.817 −0.791
-//	cpu250      −0.010 −1.814 −1.802 −1.775 −1.729
-//	gpushare40  +0.000 −0.541 −0.514 −0.488 −0.482
-//	gpushare60  +0.000 −0.438 −0.433 −0.431 −0.429
-//	gpushare80  −0.408 −0.382 −0.364 −0.363 −0.363
-//	gpushare100 −0.489 −0.456 −0.455 −0.452 −0.454
+//	default     −0.013 −0.573 −0.534 −0.509 −0.486
+//	cpu050      +0.000 −0.798 −0.745 −0.717 −0.673
+//	cpu100      +0.000 −0.586 −0.554 −0.532 −0.519
+//	cpu200      +0.000 −0.954 −0.899 −0.847 −0.814
+//	cpu250      +0.000 −1.732 −1.723 −1.715 −1.711
+//	gpushare40  +0.000 −0.499 −0.466 −0.444 −0.434
+//	gpushare60  +0.000 −0.421 −0.415 −0.413 −0.414
+//	gpushare80  −0.388 −0.360 −0.347 −0.349 −0.346
+//	gpushare100 −0.443 −0.422 −0.415 −0.412 −0.411
 //
-// The 90% margin on cpu250 is thin (a few 8-GPU pods that find no idle
-// node before 90%); on seeds 60-69 it is −0.012.
+// Multi-GPU pods turned away over the nine traces: FGD 1797, gpud 1746.
 func TestGpudBeatsFGD(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: 36 simulations")
@@ -178,7 +178,7 @@ func TestOutputs(t *testing.T) {
 
 func TestResampleHitsTarget(t *testing.T) {
 	reqs := []allocator.Request{{NumGPU: 1}, {NumGPU: 1, GPUMilli: 500}, {CPUMilli: 1000}}
-	out := Resample(reqs, 100_000, 1.3, newRand(1))
+	out := Resample(reqs, 100_000, 1.3, randv1.New(randv1.NewSource(1)))
 	var total int64
 	for _, r := range out {
 		total += r.TotalGPUMilli()

@@ -140,6 +140,13 @@ func (a *agent) applyHealthLocked(inv *gpu.Inventory) {
 		if o, ok := a.health[g.UUID]; ok && g.Health != gpu.Lost {
 			g.Health, g.HealthReason = o.health, o.reason
 		}
+		for j := range g.MIGDevices {
+			m := &g.MIGDevices[j]
+			m.Health, m.HealthReason = "", ""
+			if o, ok := a.health[m.UUID]; ok {
+				m.Health, m.HealthReason = o.health, o.reason
+			}
+		}
 	}
 }
 
@@ -156,7 +163,11 @@ func (a *agent) SetHealth(uuid string, h gpu.Health, reason string) {
 		a.health[uuid] = healthOverride{health: h, reason: reason}
 	}
 	inv := a.inv
-	inv.GPUs = append([]gpu.GPU(nil), a.inv.GPUs...)
+	inv.GPUs = make([]gpu.GPU, len(a.inv.GPUs))
+	for i, g := range a.inv.GPUs {
+		g.MIGDevices = append([]gpu.MIGDevice(nil), g.MIGDevices...)
+		inv.GPUs[i] = g
+	}
 	have := a.haveInv
 	a.mu.Unlock()
 	if !have {
@@ -167,7 +178,7 @@ func (a *agent) SetHealth(uuid string, h gpu.Health, reason string) {
 			inv.GPUs[i].Health, inv.GPUs[i].HealthReason = gpu.Healthy, ""
 		}
 	}
-	a.setInventory(inv)
+	a.setInventory(inv) // MIG devices take their overrides in applyHealthLocked
 }
 
 // Rediscover rereads the node now (after a MIG change, say) and publishes

@@ -151,8 +151,9 @@ func build(inv gpu.Inventory, cfg Config) buildResult {
 			if cfg.MIGStrategy == MIGMixed {
 				r = cfg.ResourcePrefix + "/mig-" + mig.Profile
 			}
+			health, reason := mig.EffectiveHealth(g)
 			d := &device{ID: mig.UUID, Unit: mig.UUID, GPU: g.UUID, Minor: g.Minor, NUMA: g.NUMANode,
-				Health: g.Health, Reason: g.HealthReason, Replica: -1, MIG: mig}
+				Health: health, Reason: reason, Replica: -1, MIG: mig}
 			r, ds, isShared := shareOut(cfg, r, d, -1, mig.MemoryBytes, &res.warnings)
 			add(r, ds, isShared || cfg.MIGStrategy != MIGNone)
 		}

@@ -62,6 +62,12 @@ func TestBuild(t *testing.T) {
 			return inv
 		}(), cfg: func(c *Config) { c.Sharing = timeslice.Config{Default: &timeslice.Sharing{Replicas: 2}} },
 			want: map[string]int{"nvidia.com/gpu.shared": 4}, unhealthy: map[string]int{"nvidia.com/gpu.shared": 2}},
+		{name: "an error on one MIG slice marks only that slice", inv: func() gpu.Inventory {
+			inv := synthInventory(1, 3)
+			inv.GPUs[0].MIGDevices[1].Health, inv.GPUs[0].MIGDevices[1].HealthReason = gpu.Unhealthy, "xid 48 on GPU instance 2"
+			return inv
+		}(), cfg: func(c *Config) { c.MIGStrategy = MIGMixed },
+			want: map[string]int{"nvidia.com/mig-1g.10gb": 3}, unhealthy: map[string]int{"nvidia.com/mig-1g.10gb": 1}},
 		{name: "GPU with a pending MIG mode change is withdrawn", inv: func() gpu.Inventory {
 			inv := synthInventory(3, 0)
 			inv.GPUs[1].MIGPending = true

@@ -162,19 +162,73 @@ func (m *HealthMonitor) handle(ev nvml.EventData) {
 	if !ok {
 		return
 	}
+	var reason string
 	switch ev.EventType {
 	case nvml.EventTypeXidCriticalError:
 		switch {
 		case ev.EventData == xidFallenOffBus:
 			m.transition(uuid, st, gpu.Lost, "xid 79: gpu fell off the bus")
+			return
 		case slices.Contains(m.cfg.IgnoredXids, ev.EventData):
 			m.log.Debug("ignored xid", "gpu_uuid", uuid, "xid", ev.EventData)
-		default:
-			m.transition(uuid, st, gpu.Unhealthy, fmt.Sprintf("xid %d", ev.EventData))
+			return
 		}
+		reason = fmt.Sprintf("xid %d", ev.EventData)
 	case nvml.EventTypeDoubleBitEccError:
-		m.transition(uuid, st, gpu.Unhealthy, "double-bit ECC error")
+		reason = "double-bit ECC error"
+	default:
+		return
 	}
+	// An error the driver attributes to one GPU instance takes down only
+	// that instance's MIG devices; the GPU's other tenants keep running.
+	if migs := m.migDevicesOf(st.dev, ev.GpuInstanceId, ev.ComputeInstanceId); len(migs) > 0 {
+		for _, mig := range migs {
+			ms, ok := m.state[mig]
+			if !ok {
+				ms = &gpuHealth{dev: st.dev, health: gpu.Healthy}
+				m.state[mig] = ms
+			}
+			m.transition(mig, ms, gpu.Unhealthy, fmt.Sprintf("%s on GPU instance %d of %s", reason, ev.GpuInstanceId, uuid))
+		}
+		return
+	}
+	m.transition(uuid, st, gpu.Unhealthy, reason)
+}
+
+// noInstance is what NVML puts in an event's instance IDs when the event
+// concerns the whole GPU.
+const noInstance = 0xFFFFFFFF
+
+// migDevicesOf returns the UUIDs of the MIG devices on GPU instance gi (and
+// compute instance ci, unless it is noInstance); none when the event is not
+// attributed to an instance or the GPU is not in MIG mode.
+func (m *HealthMonitor) migDevicesOf(dev nvml.Device, gi, ci uint32) []string {
+	if gi == noInstance {
+		return nil
+	}
+	if cur, _, ret := dev.GetMigMode(); ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_ENABLE {
+		return nil
+	}
+	n, ret := dev.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nil
+	}
+	var out []string
+	for i := range n {
+		h, ret := dev.GetMigDeviceHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		g, ret1 := h.GetGpuInstanceId()
+		c, ret2 := h.GetComputeInstanceId()
+		if ret1 != nvml.SUCCESS || ret2 != nvml.SUCCESS || uint32(g) != gi || (ci != noInstance && uint32(c) != ci) {
+			continue
+		}
+		if uuid, ret := h.GetUUID(); ret == nvml.SUCCESS {
+			out = append(out, uuid)
+		}
+	}
+	return out
 }
 
 // transition records an error and publishes the new health if it changed.
@@ -189,9 +243,9 @@ func (m *HealthMonitor) transition(uuid string, st *gpuHealth, h gpu.Health, rea
 	prev := st.health
 	st.health, st.reason = h, reason
 	if h == gpu.Healthy {
-		m.log.Info("gpu healthy again", "gpu_uuid", uuid, "was", prev)
+		m.log.Info("device healthy again", "uuid", uuid, "was", prev)
 	} else {
-		m.log.Warn("gpu health changed", "gpu_uuid", uuid, "health", h, "reason", reason)
+		m.log.Warn("device health changed", "uuid", uuid, "health", h, "reason", reason)
 	}
 	m.set(uuid, h, reason)
 }

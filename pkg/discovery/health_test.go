@@ -3,9 +3,12 @@ package discovery
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/simnode"
@@ -175,5 +178,47 @@ func TestHealthMonitorQuietPeriodRestartsOnNewError(t *testing.T) {
 	want := map[string]gpu.Health{uuid: gpu.Healthy, r.node.Device(6).UUID(): gpu.Healthy}
 	if !maps.Equal(got, want) {
 		t.Fatalf("updates after the quiet period = %v, want %v", got, want)
+	}
+}
+
+// TestHealthMonitorMIGSliceError checks that an Xid the driver attributes to
+// one GPU instance makes only that MIG device Unhealthy, and that it heals.
+func TestHealthMonitorMIGSliceError(t *testing.T) {
+	const period = time.Minute
+	r := startHealth(t, HealthConfig{RecoveryPeriod: period})
+	d, _ := r.node.DeviceGetHandleByIndex(0)
+	if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	for range 2 {
+		info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+		gi, ret := d.CreateGpuInstance(&info)
+		if ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
+		ci, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
+	}
+	hit, _ := d.GetMigDeviceHandleByIndex(0)
+	hitUUID, _ := hit.GetUUID()
+	if err := r.node.InjectMIGXid(hitUUID, 48); err != nil {
+		t.Fatal(err)
+	}
+	u := r.next(t)
+	if u.uuid != hitUUID || u.health != gpu.Unhealthy || !strings.Contains(u.reason, "xid 48") {
+		t.Fatalf("update %+v, want MIG device %s Unhealthy with xid 48", u, hitUUID)
+	}
+	// The GPU and the other slice got no update: the next one is the marker.
+	r.marker(t, 6)
+	r.advance(period + time.Second)
+	got := map[string]gpu.Health{}
+	for range 2 {
+		u := r.next(t)
+		got[u.uuid] = u.health
+	}
+	if got[hitUUID] != gpu.Healthy || got[r.node.Device(6).UUID()] != gpu.Healthy {
+		t.Fatalf("after the quiet period: %v, want the slice and GPU 6 Healthy", got)
 	}
 }

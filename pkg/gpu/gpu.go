@@ -73,6 +73,22 @@ type MIGDevice struct {
 	// instance occupies, as NVML reports its placement.
 	PlacementStart int `json:"placementStart"`
 	PlacementSize  int `json:"placementSize"`
+	// Health is set when an error was attributed to this slice alone (an
+	// Xid on its GPU instance); empty means it shares its GPU's health.
+	Health       Health `json:"health,omitempty"`
+	HealthReason string `json:"healthReason,omitempty"`
+}
+
+// EffectiveHealth is a MIG device's health: its own when an error hit it,
+// else its GPU's (a lost or unhealthy GPU takes its slices with it).
+func (m MIGDevice) EffectiveHealth(g *GPU) (Health, string) {
+	if g.Health != Healthy && g.Health != "" {
+		return g.Health, g.HealthReason
+	}
+	if m.Health != "" {
+		return m.Health, m.HealthReason
+	}
+	return Healthy, ""
 }
 
 // Link is the interconnect between two GPUs, as `nvidia-smi topo -m` shows it.

@@ -104,6 +104,22 @@ func (n *Node) InjectXid(index int, xid uint64) error {
 	return nil
 }
 
+// InjectMIGXid reports an Xid attributed to the GPU instance and compute
+// instance of the MIG device with the given UUID.
+func (n *Node) InjectMIGXid(migUUID string, xid uint64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, d := range n.devices {
+		for _, h := range d.migHandlesLocked() {
+			if h.ci.uuid == migUUID {
+				d.emitLocked(nvml.EventTypeXidCriticalError, xid, uint32(h.ci.gi.id), uint32(h.ci.id))
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: MIG device %s", ErrUnknownGPU, migUUID)
+}
+
 // InjectECC counts one ECC error and delivers its event: double-bit errors
 // are uncorrectable and leave a row remapping pending.
 func (n *Node) InjectECC(index int, doubleBit bool) error {

@@ -155,6 +155,10 @@ func (c *Collector) collectDevice(b *slab, d *DeviceSnapshot, now time.Time, cfg
 	for _, lp := range d.lp.holders {
 		b.send(c.holder, prometheus.GaugeValue, 1, lp)
 	}
+	// Health per device: a MIG slice can be Unhealthy on a healthy GPU.
+	for i, st := range healthStates {
+		b.send(c.health, prometheus.GaugeValue, b2f(d.Health == st), d.lp.health[i])
+	}
 	if d.MIG {
 		b.send(c.migInfo, prometheus.GaugeValue, 1, d.lp.migInfo)
 		b.send(c.migMemory, prometheus.GaugeValue, float64(d.MemoryBytes), d.lp.id)
@@ -165,9 +169,6 @@ func (c *Collector) collectDevice(b *slab, d *DeviceSnapshot, now time.Time, cfg
 		b.send(c.xid[d.variant], prometheus.GaugeValue, float64(d.LastXid), d.lp.dcgm)
 	}
 	b.send(c.lastXid, prometheus.GaugeValue, float64(d.LastXid), d.lp.id)
-	for i, st := range healthStates {
-		b.send(c.health, prometheus.GaugeValue, b2f(d.Health == st), d.lp.health[i])
-	}
 	b.send(c.migEnabled, prometheus.GaugeValue, b2f(d.MIGEnabled), d.lp.id)
 	b.send(c.migPending, prometheus.GaugeValue, b2f(d.MIGPending), d.lp.id)
 }

@@ -328,6 +328,7 @@ func (s *Sampler) syncDevices(inv gpu.Inventory) {
 			md.GIID, md.CIID, md.MemoryBytes = m.GPUInstanceID, m.ComputeInstanceID, m.MemoryBytes
 			md.PlacementStart, md.PlacementSize = m.PlacementStart, m.PlacementSize
 			md.MIGEnabled, md.MIGPending = false, false
+			md.Health, md.HealthReason = m.EffectiveHealth(&g)
 			keep(md)
 		}
 	}

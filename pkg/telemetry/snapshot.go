@@ -55,7 +55,8 @@ type DeviceSnapshot struct {
 	// PlacementStart and PlacementSize are a MIG device's memory slices.
 	PlacementStart int
 	PlacementSize  int
-	// Health and HealthReason come from the agent's inventory (GPUs only).
+	// Health and HealthReason come from the agent's inventory; a MIG
+	// device has its own when an error hit it, else its GPU's.
 	Health       gpu.Health
 	HealthReason string
 	// LastXid is the most recent Xid on the GPU; 0 when none was seen.

@@ -68,11 +68,12 @@ type agent struct {
 	podResOnce sync.Once
 	podRes     *podresources.Client
 
-	mu      sync.Mutex
-	inv     gpu.Inventory
-	haveInv bool
-	changed chan struct{} // closed and replaced when inv changes
-	health  map[string]healthOverride
+	mu         sync.Mutex
+	discovered gpu.Inventory // last read from NVML
+	inv        gpu.Inventory // published: discovered + health overrides
+	haveInv    bool
+	changed    chan struct{} // closed and replaced when inv changes
+	health     map[string]healthOverride
 }
 
 // healthOverride is a health state set by the health monitor; it outlives
@@ -119,12 +120,32 @@ func (a *agent) InventoryChanged() <-chan struct{} {
 	return a.changed
 }
 
-// setInventory stores inv (with health overrides applied) and wakes
-// watchers when it changed. It reports whether it changed.
-func (a *agent) setInventory(inv gpu.Inventory) bool {
+// setInventory stores a discovered inventory and publishes it with the
+// health overrides applied. It reports whether the published one changed.
+func (a *agent) setInventory(discovered gpu.Inventory) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.applyHealthLocked(&inv)
+	a.discovered = discovered
+	return a.publishLocked()
+}
+
+// publishLocked derives the published inventory (discovered + health
+// overrides) and wakes watchers when it changed.
+func (a *agent) publishLocked() bool {
+	inv := a.discovered
+	inv.GPUs = make([]gpu.GPU, len(a.discovered.GPUs))
+	for i, g := range a.discovered.GPUs {
+		g.MIGDevices = append([]gpu.MIGDevice(nil), g.MIGDevices...)
+		if o, ok := a.health[g.UUID]; ok && g.Health != gpu.Lost {
+			g.Health, g.HealthReason = o.health, o.reason
+		}
+		for j := range g.MIGDevices {
+			if o, ok := a.health[g.MIGDevices[j].UUID]; ok {
+				g.MIGDevices[j].Health, g.MIGDevices[j].HealthReason = o.health, o.reason
+			}
+		}
+		inv.GPUs[i] = g
+	}
 	if a.haveInv && reflect.DeepEqual(a.inv, inv) {
 		return false
 	}
@@ -134,26 +155,12 @@ func (a *agent) setInventory(inv gpu.Inventory) bool {
 	return true
 }
 
-func (a *agent) applyHealthLocked(inv *gpu.Inventory) {
-	for i := range inv.GPUs {
-		g := &inv.GPUs[i]
-		if o, ok := a.health[g.UUID]; ok && g.Health != gpu.Lost {
-			g.Health, g.HealthReason = o.health, o.reason
-		}
-		for j := range g.MIGDevices {
-			m := &g.MIGDevices[j]
-			m.Health, m.HealthReason = "", ""
-			if o, ok := a.health[m.UUID]; ok {
-				m.Health, m.HealthReason = o.health, o.reason
-			}
-		}
-	}
-}
-
-// SetHealth overrides a GPU's health in the inventory (Healthy clears the
-// override) and wakes watchers when that changes anything.
+// SetHealth overrides a GPU's or MIG device's health (Healthy clears the
+// override, leaving what discovery reports) and wakes watchers when that
+// changes the inventory.
 func (a *agent) SetHealth(uuid string, h gpu.Health, reason string) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.health == nil {
 		a.health = map[string]healthOverride{}
 	}
@@ -162,23 +169,9 @@ func (a *agent) SetHealth(uuid string, h gpu.Health, reason string) {
 	} else {
 		a.health[uuid] = healthOverride{health: h, reason: reason}
 	}
-	inv := a.inv
-	inv.GPUs = make([]gpu.GPU, len(a.inv.GPUs))
-	for i, g := range a.inv.GPUs {
-		g.MIGDevices = append([]gpu.MIGDevice(nil), g.MIGDevices...)
-		inv.GPUs[i] = g
+	if a.haveInv {
+		a.publishLocked()
 	}
-	have := a.haveInv
-	a.mu.Unlock()
-	if !have {
-		return
-	}
-	for i := range inv.GPUs {
-		if inv.GPUs[i].UUID == uuid && h == gpu.Healthy && inv.GPUs[i].Health != gpu.Lost {
-			inv.GPUs[i].Health, inv.GPUs[i].HealthReason = gpu.Healthy, ""
-		}
-	}
-	a.setInventory(inv) // MIG devices take their overrides in applyHealthLocked
 }
 
 // Rediscover rereads the node now (after a MIG change, say) and publishes

@@ -72,14 +72,7 @@ func (c *migComponent) registerFlags(fs *flag.FlagSet) {
 }
 
 func (c *migComponent) applier(a *agent) *mig.Applier {
-	opts := []mig.ApplierOption{}
-	if c.journal != "" {
-		opts = append(opts, mig.WithJournal(c.journal))
-	}
-	if c.resetGPUs {
-		opts = append(opts, mig.WithResetter(resetter(a.sim)))
-	}
-	return mig.NewApplier(a.lib, a.log.With("component", "mig"), opts...)
+	return newMIGApplier(a.lib, a.sim, c.journal, c.resetGPUs, a.log.With("component", "mig"))
 }
 
 func (c *migComponent) run(ctx context.Context, a *agent) error {

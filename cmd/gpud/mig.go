@@ -7,12 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/mig"
@@ -108,18 +111,25 @@ func runMig(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if sub == "plan" {
 		return printMig(stdout, sub, mig.Result{Plan: plan, State: st}, *output, "node")
 	}
-	var opts []mig.ApplierOption
-	if *resetGPUs {
-		opts = append(opts, mig.WithResetter(resetter(sim)))
-	}
-	if *journal != "" {
-		opts = append(opts, mig.WithJournal(*journal))
-	}
-	res, err := mig.NewApplier(lib, nil, opts...).Apply(ctx, st, want, plan)
+	res, err := newMIGApplier(lib, sim, *journal, *resetGPUs, nil).Apply(ctx, st, want, plan)
 	if err != nil {
 		return err
 	}
 	return printMig(stdout, sub, res, *output, "node")
+}
+
+// newMIGApplier is the applier the CLI and the agent share: with a journal
+// file when journal is set, and resetting idle GPUs whose MIG mode change
+// needs it when reset is true. log may be nil.
+func newMIGApplier(lib nvml.Interface, sim *simnode.Node, journal string, reset bool, log *slog.Logger) *mig.Applier {
+	var opts []mig.ApplierOption
+	if journal != "" {
+		opts = append(opts, mig.WithJournal(journal))
+	}
+	if reset {
+		opts = append(opts, mig.WithResetter(resetter(sim)))
+	}
+	return mig.NewApplier(lib, log, opts...)
 }
 
 // resetter resets a GPU: the simulated node's ResetGPU, or nvidia-smi -r.

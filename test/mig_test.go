@@ -113,6 +113,27 @@ func buildGpud(t *testing.T) string {
 	return bin
 }
 
+// startAgent runs `gpud agent args...` until the test ends, and logs its
+// output if the test failed.
+func startAgent(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	agent := exec.CommandContext(ctx, bin, append([]string{"agent"}, args...)...)
+	var logs strings.Builder
+	agent.Stdout, agent.Stderr = &logs, &logs
+	if err := agent.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = agent.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+}
+
 // TestAgentMIGThroughAdminAPIAndConfigFile runs `gpud agent` on a simulated
 // dgx-a100: it applies the layout named in its config file at start, again
 // when that file changes, and `gpud mig plan|apply` go through its admin
@@ -142,23 +163,10 @@ func TestAgentMIGThroughAdminAPIAndConfigFile(t *testing.T) {
 		}
 	}
 	writeCfg("all-1g.5gb")
-	ctx, cancel := context.WithCancel(t.Context())
-	agent := exec.CommandContext(ctx, bin, "agent", "--config", cfgPath, "--simulate", "dgx-a100",
+	startAgent(t, bin, "--config", cfgPath, "--simulate", "dgx-a100",
 		"--sim-state-file", filepath.Join(dir, "state.json"), "--admin-socket", sock, "--http-addr", "",
 		"--device-plugin-dir", "", "--pod-resources-socket", filepath.Join(dir, "none.sock"),
 		"--mig-journal", filepath.Join(dir, "journal.json"), "--mig-reset-gpus", "--enforce-memory", "off")
-	var logs strings.Builder
-	agent.Stdout, agent.Stderr = &logs, &logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = agent.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
 	c := adminapi.NewClient(sock, 30*time.Second)
 	waitLayout := func(what string, ok func(mig.State) bool) {
 		t.Helper()

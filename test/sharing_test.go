@@ -1,8 +1,6 @@
 package test
 
 import (
-	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,23 +27,10 @@ func TestSharingChangeReadvertised(t *testing.T) {
 	}
 	t.Cleanup(kubelet.Stop)
 	sock := filepath.Join(dir, "admin.sock")
-	ctx, cancel := context.WithCancel(t.Context())
-	agent := exec.CommandContext(ctx, bin, "agent", "--simulate", "dgx-h100", "--http-addr", "",
+	startAgent(t, bin, "--simulate", "dgx-h100", "--http-addr", "",
 		"--device-plugin-dir", dir, "--cdi-dir", filepath.Join(dir, "cdi"), "--admin-socket", sock,
 		"--pod-resources-socket", filepath.Join(dir, "none.sock"), "--mig-journal", filepath.Join(dir, "journal.json"),
 		"--enforce-memory", "off")
-	var logs strings.Builder
-	agent.Stdout, agent.Stderr = &logs, &logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = agent.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
 
 	dial := func(resource string) *kubeletstub.Watch {
 		t.Helper()

@@ -1,6 +1,7 @@
 package simnode
 
 import (
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -226,8 +227,8 @@ func TestFieldValues(t *testing.T) {
 	}
 	now = now.Add(10 * time.Second)
 	second := read()
-	if second[1].NvmlReturn != uint32(nvml.SUCCESS) || leUint64(second[1].Value) <= leUint64(first[1].Value) {
-		t.Fatalf("NVLink counter did not grow on a busy GPU: %d then %d", leUint64(first[1].Value), leUint64(second[1].Value))
+	if second[1].NvmlReturn != uint32(nvml.SUCCESS) || binary.LittleEndian.Uint64(second[1].Value[:]) <= binary.LittleEndian.Uint64(first[1].Value[:]) {
+		t.Fatalf("NVLink counter did not grow on a busy GPU: %d then %d", binary.LittleEndian.Uint64(first[1].Value[:]), binary.LittleEndian.Uint64(second[1].Value[:]))
 	}
 	l40s, _ := NewBuiltin("pcie-l40s").DeviceGetHandleByIndex(0)
 	vals := []nvml.FieldValue{{FieldId: nvml.FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL}}
@@ -235,12 +236,4 @@ func TestFieldValues(t *testing.T) {
 	if vals[0].NvmlReturn != uint32(nvml.ERROR_NOT_SUPPORTED) {
 		t.Fatal("L40S reports NVLink bandwidth")
 	}
-}
-
-func leUint64(b [8]byte) uint64 {
-	var v uint64
-	for i := range b {
-		v |= uint64(b[i]) << (8 * i)
-	}
-	return v
 }

@@ -1,6 +1,7 @@
 package simnode
 
 import (
+	"encoding/binary"
 	"hash/fnv"
 	"math"
 
@@ -134,25 +135,18 @@ func (d *Device) setTelemetryFuncs() {
 					continue
 				}
 				v.ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
-				putUint64(&v.Value, uint64(tempC+6))
+				binary.LittleEndian.PutUint64(v.Value[:], uint64(tempC+6))
 			case nvml.FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL:
 				if m.nvlinks == 0 || d.node.profile.Interconnect != "nvswitch" {
 					v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 					continue
 				}
 				v.ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
-				putUint64(&v.Value, nvlinkKiB)
+				binary.LittleEndian.PutUint64(v.Value[:], nvlinkKiB)
 			default:
 				v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 			}
 		}
 		return nvml.SUCCESS
-	}
-}
-
-// putUint64 stores v little-endian, as NVML's value union holds it.
-func putUint64(dst *[8]byte, v uint64) {
-	for i := range dst {
-		dst[i] = byte(v >> (8 * i))
 	}
 }

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"encoding/binary"
 	"math"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -146,12 +147,10 @@ const callProcesses = "GetComputeRunningProcesses"
 
 // fieldValue decodes an NVML field value by its type.
 func fieldValue(v nvml.FieldValue) float64 {
-	b := v.Value
-	u64 := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+	u64 := binary.LittleEndian.Uint64(v.Value[:])
 	switch nvml.ValueType(v.ValueType) {
 	case nvml.VALUE_TYPE_DOUBLE:
-		return float64frombits(u64)
+		return math.Float64frombits(u64)
 	case nvml.VALUE_TYPE_UNSIGNED_INT:
 		return float64(uint32(u64))
 	case nvml.VALUE_TYPE_SIGNED_INT:
@@ -187,5 +186,3 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
-
-func float64frombits(u uint64) float64 { return math.Float64frombits(u) }

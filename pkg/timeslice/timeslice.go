@@ -7,7 +7,6 @@ package timeslice
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -82,7 +81,13 @@ func (s Sharing) Validate(memoryMiB uint64) error {
 		if sh.ComputePercent < 0 || sh.ComputePercent > 100 {
 			return fmt.Errorf("%w: share %d: computePercent %d, want 0 to 100", ErrInvalid, i, sh.ComputePercent)
 		}
-		mem += sh.MemoryMiB
+		if sh.MemoryMiB > MaxMemoryMiB {
+			return fmt.Errorf("%w: share %d: memoryMiB %d is more than any GPU has (at most %d)", ErrInvalid, i, sh.MemoryMiB, MaxMemoryMiB)
+		}
+		var ok bool
+		if mem, ok = sumMiB(mem, sh.MemoryMiB); !ok {
+			return fmt.Errorf("%w: share %d: the shares' memoryMiB overflows", ErrInvalid, i)
+		}
 		compute += sh.ComputePercent
 	}
 	if memoryMiB > 0 && mem > memoryMiB {
@@ -94,23 +99,23 @@ func (s Sharing) Validate(memoryMiB uint64) error {
 	return nil
 }
 
-// Validate checks every entry; memoryMiB maps device keys to their memory
-// where known.
+// Validate checks every entry; each problem is a [*KeyError]. memoryMiB
+// maps device keys (GPU UUID, GPU index, MIG UUID) to their memory; when it
+// is not nil, keys it lacks are refused and the default must fit the
+// largest device. Nil checks syntax and bounds only. [Config.ValidateFor]
+// is the precise check against an inventory.
 func (c Config) Validate(memoryMiB map[string]uint64) error {
-	var errs []error
-	if c.Default != nil {
-		if err := c.Default.Validate(0); err != nil {
-			errs = append(errs, fmt.Errorf("default: %w", err))
-		}
+	if memoryMiB == nil {
+		return errors.Join(c.validate(nil)...)
 	}
-	keys := make([]string, 0, len(c.Devices))
-	for k := range c.Devices {
-		keys = append(keys, k)
+	var largest uint64
+	for _, m := range memoryMiB {
+		largest = max(largest, m)
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if err := c.Devices[k].Validate(memoryMiB[k]); err != nil {
-			errs = append(errs, fmt.Errorf("device %s: %w", k, err))
+	errs := c.validate(memoryMiB)
+	if c.Default != nil && largest > 0 {
+		if err := c.Default.Validate(largest); err != nil {
+			errs = append(errs, &KeyError{Err: err})
 		}
 	}
 	return errors.Join(errs...)

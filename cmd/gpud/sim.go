@@ -64,12 +64,17 @@ func (f *simFlags) load() ([]trace.Node, []trace.Pod, []string, error) {
 	if f.out != "csv" {
 		return nil, nil, nil, fmt.Errorf("sim: -o %q: only csv is supported", f.out)
 	}
-	policies := strings.Split(f.policy, ",")
-	if f.policy == "all" {
-		policies = allocator.PolicyNames
-	}
-	for _, p := range policies {
-		if _, err := allocator.NewPolicy(p, allocator.Workload{}); err != nil {
+	policies := allocator.PolicyNames
+	if f.policy != "all" {
+		var err error
+		policies, err = parsePolicies("--policy", f.policy, func(name string) (string, error) {
+			p, err := allocator.NewPolicy(name, allocator.Workload{})
+			if err != nil {
+				return "", err
+			}
+			return p.Name(), nil
+		})
+		if err != nil {
 			return nil, nil, nil, fmt.Errorf("sim: %w", err)
 		}
 	}
@@ -85,8 +90,7 @@ func (f *simFlags) load() ([]trace.Node, []trace.Pod, []string, error) {
 }
 
 func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gpud sim openb", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newSimFlagSet("gpud sim openb", simUsage, stderr)
 	var f simFlags
 	f.register(fs)
 	seeds := fs.String("seeds", "42-51", "seeds: a range A-B or a list A,B,C")
@@ -101,8 +105,8 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("sim openb: %w", err)
 	}
-	if *tune <= 0 {
-		return fmt.Errorf("sim openb: --tune %v must be positive", *tune)
+	if !(*tune > 0 && *tune <= simulate.MaxTune) { // NaN fails both
+		return fmt.Errorf("sim openb: --tune %v: want a number in (0, %d]", *tune, simulate.MaxTune)
 	}
 	nodes, pods, policies, err := f.load()
 	if err != nil {
@@ -147,8 +151,7 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runSimReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gpud sim replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newSimFlagSet("gpud sim replay", simUsage, stderr)
 	var f simFlags
 	f.register(fs)
 	seed := fs.Uint64("seed", 42, "seed for tie-breaking and random policies")
@@ -174,13 +177,19 @@ func runSimReplay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return simulate.WriteReplayCSV(stdout, trace.Workload(f.pods), res)
 }
 
-// parseSeeds accepts "42-51", "42,43,44" or "42".
+// maxSeeds bounds the seeds of one `sim openb` run.
+const maxSeeds = 10000
+
+// parseSeeds accepts "42-51", "42,43,44" or "42": at most [maxSeeds] seeds.
 func parseSeeds(s string) ([]uint64, error) {
 	if a, b, ok := strings.Cut(s, "-"); ok {
 		lo, err1 := strconv.ParseUint(a, 10, 64)
 		hi, err2 := strconv.ParseUint(b, 10, 64)
-		if err := errors.Join(err1, err2); err != nil || hi < lo || hi-lo > 10000 {
-			return nil, fmt.Errorf("seeds %q: want A-B with A <= B", s)
+		if err := errors.Join(err1, err2); err != nil || hi < lo {
+			return nil, fmt.Errorf("--seeds %q: want A-B with A <= B", s)
+		}
+		if hi-lo >= maxSeeds {
+			return nil, fmt.Errorf("--seeds %q: %d seeds, more than %d", s, hi-lo+1, maxSeeds)
 		}
 		var out []uint64
 		for v := lo; v <= hi; v++ {
@@ -188,13 +197,39 @@ func parseSeeds(s string) ([]uint64, error) {
 		}
 		return out, nil
 	}
+	parts := strings.Split(s, ",")
+	if len(parts) > maxSeeds {
+		return nil, fmt.Errorf("--seeds: %d seeds, more than %d", len(parts), maxSeeds)
+	}
 	var out []uint64
-	for _, part := range strings.Split(s, ",") {
+	for _, part := range parts {
 		v, err := strconv.ParseUint(strings.TrimSpace(part), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("seeds %q: %w", s, err)
+			return nil, fmt.Errorf("--seeds %q: %w", s, err)
 		}
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// parsePolicies splits a comma-separated policy list, checking each name
+// with canonical, which returns the policy's one spelling; an empty or
+// repeated policy is an error naming flag.
+func parsePolicies(flag, list string, canonical func(string) (string, error)) ([]string, error) {
+	names := strings.Split(list, ",")
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if strings.TrimSpace(n) == "" {
+			return nil, fmt.Errorf("%s %q: empty policy name", flag, list)
+		}
+		c, err := canonical(n)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		if seen[c] {
+			return nil, fmt.Errorf("%s %q: policy %q given twice", flag, list, n)
+		}
+		seen[c] = true
+	}
+	return names, nil
 }

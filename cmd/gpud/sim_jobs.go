@@ -26,9 +26,7 @@ The job-trace format is documented in docs/job-trace.md.`
 // policy and prints the reports side by side with ratios of the first
 // policy to the others. args exclude "gpud sim jobs".
 func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gpud sim jobs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, simJobsUsage) }
+	fs := newSimFlagSet("gpud sim jobs", simJobsUsage, stderr)
 	nodesPath := fs.String("nodes", "", "node CSV (openb_node_list_gpu_node.csv, optionally with topology columns)")
 	jobsPath := fs.String("jobs", "", "job-trace CSV (docs/job-trace.md)")
 	policies := fs.String("policies", strings.Join(jobsim.PolicyNames, ","), "policies to run, the first compared to the rest: "+strings.Join(jobsim.PolicyNames, ", "))
@@ -45,11 +43,22 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.Usage()
 		return errors.New("sim jobs: --nodes and --jobs are required")
 	}
-	names := strings.Split(*policies, ",")
-	for _, n := range names {
+	names, err := parsePolicies("--policies", *policies, func(n string) (string, error) {
 		if _, ok := jobsim.Policies[n]; !ok {
-			return fmt.Errorf("sim jobs: policy %q: want one of %s", n, strings.Join(jobsim.PolicyNames, ", "))
+			return "", fmt.Errorf("policy %q: want one of %s", n, strings.Join(jobsim.PolicyNames, ", "))
 		}
+		return n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
+	}
+	if err := errors.Join(
+		positiveFlag("--checkpoint-s", *ckpt, jobsim.MaxCheckpointSeconds),
+		positiveFlag("--buckets", int64(*buckets), jobsim.MaxBuckets),
+		positiveFlag("--nodes-per-rack", int64(*perRack), trace.MaxRows),
+		positiveFlag("--racks-per-zone", int64(*perZone), trace.MaxRows),
+	); err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
 	}
 	nodes, err := readJobNodes(*nodesPath, jobsim.NodeOptions{NodesPerRack: *perRack, RacksPerZone: *perZone})
 	if err != nil {
@@ -69,6 +78,9 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *queuesPath != "" {
 		if queues, reservations, err = jobsim.ReadQueueFile(*queuesPath); err != nil {
 			return fmt.Errorf("sim jobs: %w", err)
+		}
+		if err := jobsim.CheckQueues(*jobsPath, tr, queues); err != nil {
+			return fmt.Errorf("sim jobs: --queues %s: %w", *queuesPath, err)
 		}
 	}
 	var reports []*jobsim.Report
@@ -99,9 +111,7 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // runSimJobsGen implements `gpud sim jobs-gen`: a seeded synthetic job
 // trace derived from an openb pod list. args exclude "gpud sim jobs-gen".
 func runSimJobsGen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gpud sim jobs-gen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, simJobsUsage) }
+	fs := newSimFlagSet("gpud sim jobs-gen", simJobsUsage, stderr)
 	podsPath := fs.String("pods", "", "openb pod list CSV the sizes and durations come from")
 	nodesPath := fs.String("nodes", "", "node CSV whose GPU count the load is relative to")
 	seed := fs.Uint64("seed", 42, "random seed")
@@ -115,6 +125,13 @@ func runSimJobsGen(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *podsPath == "" || *nodesPath == "" {
 		fs.Usage()
 		return errors.New("sim jobs-gen: --pods and --nodes are required")
+	}
+	if err := errors.Join(
+		positiveFlag("--jobs", int64(*n), jobsim.MaxGenJobs),
+		fractionFlag("--load", *load, jobsim.MaxLoad),
+		fractionFlag("--gang-fraction", *gang, 1),
+	); err != nil {
+		return fmt.Errorf("sim jobs-gen: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sim jobs-gen: %w", err)
@@ -150,6 +167,31 @@ func runSimJobsGen(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	fmt.Fprintf(stderr, "sim jobs-gen: wrote %d jobs (seed %d, load %.2f)\n", len(js), *seed, *load)
+	return nil
+}
+
+// newSimFlagSet is a `gpud sim` subcommand's flag set: errors and usage go
+// to stderr.
+func newSimFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, usage) }
+	return fs
+}
+
+// positiveFlag checks 1 <= v <= hi.
+func positiveFlag(name string, v, hi int64) error {
+	if v < 1 || v > hi {
+		return fmt.Errorf("%s %d: want 1..%d", name, v, hi)
+	}
+	return nil
+}
+
+// fractionFlag checks 0 < v <= hi (NaN and infinities fail).
+func fractionFlag(name string, v, hi float64) error {
+	if !(v > 0 && v <= hi) {
+		return fmt.Errorf("%s %v: want a number in (0, %v]", name, v, hi)
+	}
 	return nil
 }
 

@@ -37,6 +37,9 @@ type nodeState struct {
 	nTags    int
 }
 
+// MaxGPUsPerNode bounds a node's GPUs; the largest servers carry 8 to 16.
+const MaxGPUsPerNode = 64
+
 // noModel is the class id of a node without GPUs.
 const noModel = 0
 
@@ -54,8 +57,9 @@ type Cluster struct {
 }
 
 // NewCluster copies nodes into a new, empty cluster. Nodes keep their order:
-// [Decision.Node] indexes it. A cluster holds at most 62 kinds of GPU
-// (distinct model, memory, compute capability and MIG mode).
+// [Decision.Node] indexes it. A node has at most [MaxGPUsPerNode] GPUs and a
+// cluster at most 62 kinds of GPU (distinct model, memory, compute
+// capability and MIG mode).
 func NewCluster(nodes []Node) (*Cluster, error) {
 	c := &Cluster{
 		nodes:    slices.Clone(nodes),
@@ -68,6 +72,9 @@ func NewCluster(nodes []Node) (*Cluster, error) {
 		n := &c.nodes[i]
 		if n.CPUMilli < 0 || n.MemoryMiB < 0 {
 			return nil, fmt.Errorf("node %q: negative capacity: %w", n.Name, ErrInvalid)
+		}
+		if len(n.GPUs) > MaxGPUsPerNode {
+			return nil, fmt.Errorf("node %q: %d GPUs, more than %d: %w", n.Name, len(n.GPUs), MaxGPUsPerNode, ErrInvalid)
 		}
 		s := &c.state[i]
 		s.spec = n

@@ -27,6 +27,8 @@ type TraceJob struct {
 	jobs.Job
 	// RuntimeSeconds is how long the job runs once started (uninterrupted).
 	RuntimeSeconds int64
+	// Line is the trace line the job was read from; 0 for generated jobs.
+	Line int
 }
 
 // JobColumns is the job-trace header, in order; docs/job-trace.md defines
@@ -64,57 +66,106 @@ func WriteJobs(w io.Writer, js []TraceJob) error {
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-// ReadJobs parses a job trace; name labels errors with file:line.
+// Bounds on a job trace's values besides pkg/trace's.
+const (
+	// MaxPods bounds a gang's pods.
+	MaxPods = 4096
+	// MaxPriority bounds a priority's magnitude.
+	MaxPriority = 1_000_000
+)
+
+// ReadJobs parses a job trace; name labels errors with file:line and
+// column. Every value is checked here, so a trace that reads replays: values
+// within bounds ([trace.MaxSeconds], [MaxPods], ...), requests the scheduler
+// accepts, unique IDs, and rows sorted by submit_s.
 func ReadJobs(r io.Reader, name string) ([]TraceJob, error) {
 	var out []TraceJob
 	seen := map[string]int{}
 	err := readRows(r, name, JobColumns, optional, func(row *trace.Row) {
-		j := TraceJob{}
-		j.ID = row.Str("id")
-		j.Submit = row.Int("submit_s")
-		j.Queue = row.Str("queue")
-		j.Priority = int(row.OptInt("priority"))
-		j.Pods = int(row.OptInt("pods"))
-		j.Pod = jobs.Pod{CPUMilli: row.Int("cpu_milli"), MemoryMiB: row.Int("memory_mib"), NumGPU: int(row.Int("num_gpu")),
-			GPUMilli: row.Int("gpu_milli"), GPUMemoryMiB: row.OptInt("gpu_mem_mib"), MIG: row.Str("mig"),
-			Models: allocator.ParseModels(row.Str("gpu_spec"))}
-		lv, err := jobs.ParseLevel(row.Str("topology"))
-		if err != nil {
-			row.Fail("topology", err)
-		}
-		j.Topology = lv
-		j.Required = row.Bool("required")
-		j.RuntimeSeconds = row.Int("runtime_s")
-		j.EstimateSeconds = row.OptInt("estimate_s")
-		j.Checkpointable = row.Bool("checkpointable")
-		j.Preemptible = row.Bool("preemptible")
+		j := readJob(row)
 		switch {
 		case row.Err != nil:
-		case j.ID == "":
-			row.Fail("id", errors.New("empty"))
-		case j.Queue == "":
-			row.Fail("queue", errors.New("empty"))
-		case j.RuntimeSeconds <= 0:
-			row.Fail("runtime_s", fmt.Errorf("%d: must be positive", j.RuntimeSeconds))
-		case j.Pods < 0 || j.Pods > 4096:
-			row.Fail("pods", fmt.Errorf("%d outside 1..4096", j.Pods))
-		case j.Pod.GPUMilli < 0 || j.Pod.GPUMilli > 1000:
-			row.Fail("gpu_milli", fmt.Errorf("%d outside 0..1000", j.Pod.GPUMilli))
-		case j.Pod.NumGPU > 1 && j.Pod.GPUMilli != 0 && j.Pod.GPUMilli != 1000:
-			row.Fail("gpu_milli", fmt.Errorf("%d GPUs of %d milli: only single-GPU pods may share", j.Pod.NumGPU, j.Pod.GPUMilli))
-		}
-		if j.Pod.MIG != "" && row.Err == nil {
-			if _, err := jobs.LookupMIG(j.Pod.MIG); err != nil {
-				row.Fail("mig", err)
-			}
-		}
-		if prev, dup := seen[j.ID]; dup && row.Err == nil {
-			row.Fail("id", fmt.Errorf("%q already on line %d", j.ID, prev))
+		case seen[j.ID] != 0:
+			row.Fail("id", fmt.Errorf("%q already on line %d", j.ID, seen[j.ID]))
+		case len(out) > 0 && j.Submit < out[len(out)-1].Submit:
+			row.Fail("submit_s", fmt.Errorf("%d before line %d's %d: sort the trace by submit_s", j.Submit, out[len(out)-1].Line, out[len(out)-1].Submit))
 		}
 		seen[j.ID] = row.Line
 		out = append(out, j)
 	})
 	return out, err
+}
+
+// readJob reads one row's job; a bad value fails the row.
+func readJob(row *trace.Row) TraceJob {
+	j := TraceJob{Line: row.Line}
+	j.ID = row.Str("id")
+	j.Submit = row.IntIn("submit_s", 0, trace.MaxSeconds)
+	j.Queue = row.Str("queue")
+	j.Priority = int(row.OptIntIn("priority", -MaxPriority, MaxPriority))
+	j.Pods = int(row.OptIntIn("pods", 0, MaxPods))
+	j.Pod = jobs.Pod{
+		CPUMilli:     row.IntIn("cpu_milli", 0, trace.MaxCPUMilli),
+		MemoryMiB:    row.IntIn("memory_mib", 0, trace.MaxMemoryMiB),
+		NumGPU:       int(row.IntIn("num_gpu", 0, trace.MaxGPUsPerNode)),
+		GPUMilli:     row.IntIn("gpu_milli", 0, allocator.MilliPerGPU),
+		GPUMemoryMiB: row.OptIntIn("gpu_mem_mib", 0, trace.MaxMemoryMiB),
+		MIG:          row.Str("mig"),
+		Models:       allocator.ParseModels(row.Str("gpu_spec")),
+	}
+	lv, err := jobs.ParseLevel(row.Str("topology"))
+	if err != nil {
+		row.Fail("topology", err)
+	}
+	j.Topology = lv
+	j.Required = row.Bool("required")
+	j.RuntimeSeconds = row.IntIn("runtime_s", 1, trace.MaxSeconds)
+	j.EstimateSeconds = row.OptIntIn("estimate_s", 0, trace.MaxSeconds)
+	j.Checkpointable = row.Bool("checkpointable")
+	j.Preemptible = row.Bool("preemptible")
+	p := j.Pod
+	switch {
+	case row.Err != nil:
+	case j.ID == "":
+		row.Fail("id", errors.New("empty"))
+	case j.Queue == "":
+		row.Fail("queue", errors.New("empty"))
+	case p.NumGPU > 1 && p.GPUMilli != 0 && p.GPUMilli != allocator.MilliPerGPU:
+		row.Fail("gpu_milli", fmt.Errorf("%d GPUs of %d milli: only single-GPU pods may share", p.NumGPU, p.GPUMilli))
+	case p.NumGPU > 1 && p.GPUMilli == 0 && p.GPUMemoryMiB > 0:
+		row.Fail("gpu_mem_mib", fmt.Errorf("%d GPUs of %d MiB: only single-GPU pods may share", p.NumGPU, p.GPUMemoryMiB))
+	case p.MIG != "":
+		if _, err := jobs.LookupMIG(p.MIG); err != nil {
+			row.Fail("mig", err)
+		}
+	}
+	return j
+}
+
+// CheckQueues reports the first job, by file and line, whose queue is not a
+// leaf of queues (undefined, or a parent of others). An empty queues is
+// fine: [DefaultQueues] derives them from the trace.
+func CheckQueues(file string, js []TraceJob, queues []jobs.Queue) error {
+	if len(queues) == 0 {
+		return nil
+	}
+	defined := make(map[string]bool, len(queues))
+	parents := make(map[string]bool)
+	for _, q := range queues {
+		defined[q.Name] = true
+		if q.Parent != "" {
+			parents[q.Parent] = true
+		}
+	}
+	for _, j := range js {
+		switch {
+		case !defined[j.Queue]:
+			return &RowError{File: file, Line: j.Line, Column: "queue", Err: fmt.Errorf("queue %q is not defined", j.Queue)}
+		case parents[j.Queue]:
+			return &RowError{File: file, Line: j.Line, Column: "queue", Err: fmt.Errorf("queue %q is a parent queue: jobs go to leaf queues", j.Queue)}
+		}
+	}
+	return nil
 }
 
 func readRows(rd io.Reader, file string, cols []string, opt map[string]bool, fn func(*trace.Row)) error {

@@ -29,6 +29,44 @@ type GenOptions struct {
 	MaxRuntimeSeconds int64
 }
 
+// Bounds on [GenOptions].
+const (
+	// MaxGenJobs bounds GenOptions.Jobs: a trace's rows are bounded too.
+	MaxGenJobs = trace.MaxRows
+	// MaxLoad bounds GenOptions.Load.
+	MaxLoad = 100
+)
+
+// defaults fills in zero fields and rejects values out of range (negative,
+// NaN, infinite or above the bounds).
+func (o *GenOptions) defaults() error {
+	if o.Jobs == 0 {
+		o.Jobs = 20000
+	}
+	if o.Load == 0 {
+		o.Load = 0.9
+	}
+	if o.GangFraction == 0 {
+		o.GangFraction = 0.05
+	}
+	if o.MaxRuntimeSeconds == 0 {
+		o.MaxRuntimeSeconds = 2 * 86400
+	}
+	switch {
+	case o.Jobs < 0 || o.Jobs > MaxGenJobs:
+		return fmt.Errorf("jobs %d outside 1..%d", o.Jobs, MaxGenJobs)
+	case !(o.Load > 0 && o.Load <= MaxLoad):
+		return fmt.Errorf("load %v: want a number in (0, %d]", o.Load, MaxLoad)
+	case !(o.GangFraction > 0 && o.GangFraction <= 1):
+		return fmt.Errorf("gang fraction %v: want a number in (0, 1]", o.GangFraction)
+	case o.MaxRuntimeSeconds < 0 || o.MaxRuntimeSeconds > trace.MaxSeconds:
+		return fmt.Errorf("max runtime %d s outside 1..%d", o.MaxRuntimeSeconds, trace.MaxSeconds)
+	case o.CapacityGPUs <= 0:
+		return errors.New("capacity must be positive: pass the cluster's node file")
+	}
+	return nil
+}
+
 // Queues the generator assigns, with the default quotas [DefaultQueues]
 // gives them.
 const (
@@ -44,20 +82,8 @@ const (
 // multi-GPU pods; queue and priority follow the pod's QoS; arrivals are
 // Poisson at the rate that offers Load × CapacityGPUs. Same seed, same trace.
 func Generate(pods []trace.Pod, o GenOptions) ([]TraceJob, error) {
-	if o.Jobs <= 0 {
-		o.Jobs = 20000
-	}
-	if o.Load <= 0 {
-		o.Load = 0.9
-	}
-	if o.GangFraction <= 0 {
-		o.GangFraction = 0.05
-	}
-	if o.MaxRuntimeSeconds <= 0 {
-		o.MaxRuntimeSeconds = 2 * 86400
-	}
-	if o.CapacityGPUs <= 0 {
-		return nil, errors.New("jobsim: generate: capacity must be positive: pass the cluster's node file")
+	if err := o.defaults(); err != nil {
+		return nil, fmt.Errorf("jobsim: generate: %w", err)
 	}
 	var single, multi []trace.Pod
 	for _, p := range pods {
@@ -118,6 +144,9 @@ func Generate(pods []trace.Pod, o GenOptions) ([]TraceJob, error) {
 	t := 0.0
 	for i := range out {
 		t += rng.ExpFloat64() * meanGap
+		if t > trace.MaxSeconds {
+			return nil, fmt.Errorf("jobsim: generate: load %v spreads %d jobs over more than %d seconds", o.Load, o.Jobs, trace.MaxSeconds)
+		}
 		out[i].Submit = int64(t)
 	}
 	slices.SortStableFunc(out, func(a, b TraceJob) int { return cmp.Compare(a.Submit, b.Submit) })

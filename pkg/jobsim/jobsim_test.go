@@ -88,6 +88,7 @@ func TestTraceRoundTripAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in[0].Line, in[1].Line = 2, 3 // the lines they were read from
 	if !reflect.DeepEqual(in, out) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", out, in)
 	}

@@ -34,7 +34,8 @@ type NodeOptions struct {
 	RacksPerZone int
 }
 
-// ReadNodes parses a node file. A node without nvlink_domain is its own
+// ReadNodes parses a node file; values are bounded as in pkg/trace
+// ([trace.MaxGPUsPerNode], ...). A node without nvlink_domain is its own
 // NVLink domain; mig_gpus makes that many of its GPUs (the last ones) MIG
 // GPUs.
 func ReadNodes(r io.Reader, name string, o NodeOptions) ([]allocator.Node, error) {
@@ -47,25 +48,23 @@ func ReadNodes(r io.Reader, name string, o NodeOptions) ([]allocator.Node, error
 	var out []allocator.Node
 	err := readRows(r, name, NodeColumns, nodeOptional, func(row *trace.Row) {
 		i := len(out)
-		n := allocator.Node{Name: row.Str("sn"), CPUMilli: row.Int("cpu_milli"), MemoryMiB: row.Int("memory_mib"), Labels: map[string]string{}}
-		num := int(row.Int("gpu"))
+		n := allocator.Node{Name: row.Str("sn"), CPUMilli: row.IntIn("cpu_milli", 0, trace.MaxCPUMilli),
+			MemoryMiB: row.IntIn("memory_mib", 0, trace.MaxMemoryMiB), Labels: map[string]string{}}
+		num := int(row.IntIn("gpu", 0, trace.MaxGPUsPerNode))
 		model := row.Str("model")
 		if model == "nan" {
 			model = ""
 		}
 		mem := ModelMemoryMiB[model]
 		if row.Str("gpu_mem_mib") != "" {
-			mem = row.Int("gpu_mem_mib")
+			mem = row.IntIn("gpu_mem_mib", 0, trace.MaxMemoryMiB)
 		}
-		mig := int(row.OptInt("mig_gpus"))
-		switch {
-		case row.Err != nil:
-		case n.Name == "":
+		mig := int(row.OptIntIn("mig_gpus", 0, int64(num)))
+		if row.Err == nil && n.Name == "" {
 			row.Fail("sn", errors.New("empty"))
-		case n.CPUMilli < 0 || n.MemoryMiB < 0 || num < 0 || num > 64:
-			row.Fail("gpu", fmt.Errorf("capacity out of range (gpu %d)", num))
-		case mig < 0 || mig > num:
-			row.Fail("mig_gpus", fmt.Errorf("%d of %d GPUs", mig, num))
+		}
+		if row.Err != nil {
+			return
 		}
 		for g := range num {
 			gpu := allocator.GPU{Model: model, MemoryMiB: mem}

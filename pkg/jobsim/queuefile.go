@@ -3,100 +3,217 @@ package jobsim
 import (
 	"errors"
 	"fmt"
-	"os"
+	"math"
 
-	"sigs.k8s.io/yaml"
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 
+	"github.com/gpud/gpud/internal/fileio"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 )
 
 // QueueFile is the YAML form of a queue tree and reservations for
 // `gpud sim jobs --queues FILE` (see docs/job-trace.md).
 type QueueFile struct {
-	Queues       []QueueSpec       `json:"queues"`
-	Reservations []ReservationSpec `json:"reservations,omitempty"`
+	Queues       []QueueSpec       `yaml:"queues"`
+	Reservations []ReservationSpec `yaml:"reservations,omitempty"`
 }
 
 // QueueSpec is one queue: jobs go to leaves, limits bind every ancestor.
 type QueueSpec struct {
-	Name   string  `json:"name"`
-	Parent string  `json:"parent,omitempty"`
-	Weight float64 `json:"weight,omitempty"`
+	Name   string  `yaml:"name"`
+	Parent string  `yaml:"parent,omitempty"`
+	Weight float64 `yaml:"weight,omitempty"`
 	// Guaranteed is what the queue may reclaim from others; Limit caps what
 	// it may hold, borrowing included (zero fields: no limit).
-	Guaranteed ResourceSpec `json:"guaranteed,omitempty"`
-	Limit      ResourceSpec `json:"limit,omitempty"`
+	Guaranteed ResourceSpec `yaml:"guaranteed,omitempty"`
+	Limit      ResourceSpec `yaml:"limit,omitempty"`
 	// ModelGuaranteed and ModelLimit are milli-GPU per GPU model.
-	ModelGuaranteed map[string]int64 `json:"modelGuaranteed,omitempty"`
-	ModelLimit      map[string]int64 `json:"modelLimit,omitempty"`
+	ModelGuaranteed map[string]int64 `yaml:"modelGuaranteed,omitempty"`
+	ModelLimit      map[string]int64 `yaml:"modelLimit,omitempty"`
 }
 
 // ResourceSpec counts resources in the scheduler's exact units.
 type ResourceSpec struct {
-	CPUMilli     int64 `json:"cpuMilli,omitempty"`
-	MemoryMiB    int64 `json:"memoryMiB,omitempty"`
-	GPUMilli     int64 `json:"gpuMilli,omitempty"`
-	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
-	MIGSlices    int64 `json:"migSlices,omitempty"`
+	CPUMilli     int64 `yaml:"cpuMilli,omitempty"`
+	MemoryMiB    int64 `yaml:"memoryMiB,omitempty"`
+	GPUMilli     int64 `yaml:"gpuMilli,omitempty"`
+	GPUMemoryMiB int64 `yaml:"gpuMemoryMiB,omitempty"`
+	MIGSlices    int64 `yaml:"migSlices,omitempty"`
 }
 
 // ReservationSpec holds nodes for a queue during [start, end) seconds.
 type ReservationSpec struct {
-	Name   string   `json:"name"`
-	Queue  string   `json:"queue"`
-	Nodes  []string `json:"nodes"`
-	StartS int64    `json:"startS"`
-	EndS   int64    `json:"endS"`
+	Name   string   `yaml:"name"`
+	Queue  string   `yaml:"queue"`
+	Nodes  []string `yaml:"nodes"`
+	StartS int64    `yaml:"startS"`
+	EndS   int64    `yaml:"endS"`
 }
 
 func (r ResourceSpec) resources() jobs.Resources {
 	return jobs.Resources{CPUMilli: r.CPUMilli, MemoryMiB: r.MemoryMiB, GPUMilli: r.GPUMilli, GPUMemoryMiB: r.GPUMemoryMiB, MIGSlices: r.MIGSlices}
 }
 
-// ReadQueueFile parses a queue file strictly: an unknown key, a queue
-// without a name, a duplicate or a missing parent is an error naming it.
+func (r ResourceSpec) negative() bool {
+	return r.CPUMilli < 0 || r.MemoryMiB < 0 || r.GPUMilli < 0 || r.GPUMemoryMiB < 0 || r.MIGSlices < 0
+}
+
+// MaxQueueWeight bounds a queue's weight.
+const MaxQueueWeight = 1_000_000
+
+// ErrBadQueueFile is matched by every error of [ParseQueueFile].
+var ErrBadQueueFile = errors.New("bad queue file")
+
+// QueueFileError is a queue file error at a line.
+type QueueFileError struct {
+	File string
+	Line int
+	Err  error
+}
+
+func (e *QueueFileError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err) }
+
+// Unwrap returns the cause.
+func (e *QueueFileError) Unwrap() error { return e.Err }
+
+// Is maps the error onto [ErrBadQueueFile].
+func (e *QueueFileError) Is(target error) bool { return target == ErrBadQueueFile }
+
+// ReadQueueFile reads a queue file of at most [fileio.MaxConfigBytes] and
+// parses it with [ParseQueueFile].
 func ReadQueueFile(path string) ([]jobs.Queue, []jobs.Reservation, error) {
-	data, err := os.ReadFile(path)
+	data, err := fileio.ReadFile(path, fileio.MaxConfigBytes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue file: %w", err)
 	}
-	var f QueueFile
-	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return nil, nil, fmt.Errorf("queue file %s: %w", path, err)
+	return ParseQueueFile(data, path)
+}
+
+// ParseQueueFile parses a queue file strictly; name labels errors. An
+// unknown key, a YAML alias, a queue without a name, a duplicate, an
+// undefined parent or reservation queue, a parent cycle, a negative or
+// non-finite weight, a negative resource or an empty reservation window
+// is a [*QueueFileError] naming the line; all of them are reported.
+func ParseQueueFile(data []byte, name string) ([]jobs.Queue, []jobs.Reservation, error) {
+	f, doc, err := decodeQueueFile(data, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	at := func(path string, err error) error {
+		return &QueueFileError{File: name, Line: lineOf(doc, path), Err: err}
 	}
 	if len(f.Queues) == 0 {
-		return nil, nil, fmt.Errorf("queue file %s: no queues", path)
+		return nil, nil, at("$.queues", errors.New("no queues"))
 	}
-	names := map[string]bool{}
-	var errs []error
-	for i, q := range f.Queues {
-		switch {
-		case q.Name == "":
-			errs = append(errs, fmt.Errorf("queue %d has no name", i+1))
-		case names[q.Name]:
-			errs = append(errs, fmt.Errorf("queue %q defined twice", q.Name))
-		}
-		names[q.Name] = true
-	}
+	errs := checkQueues(f.Queues, at)
+	defined := make(map[string]bool, len(f.Queues))
 	out := make([]jobs.Queue, 0, len(f.Queues))
 	for _, q := range f.Queues {
-		if q.Parent != "" && !names[q.Parent] {
-			errs = append(errs, fmt.Errorf("queue %q: parent %q is not defined", q.Name, q.Parent))
-		}
+		defined[q.Name] = true
 		out = append(out, jobs.Queue{Name: q.Name, Parent: q.Parent, Weight: q.Weight, Quota: jobs.Quota{
 			Guaranteed: q.Guaranteed.resources(), Limit: q.Limit.resources(),
 			ModelGuaranteed: q.ModelGuaranteed, ModelLimit: q.ModelLimit,
 		}})
 	}
 	rs := make([]jobs.Reservation, 0, len(f.Reservations))
-	for _, r := range f.Reservations {
-		if !names[r.Queue] {
-			errs = append(errs, fmt.Errorf("reservation %q: queue %q is not defined", r.Name, r.Queue))
+	for i, r := range f.Reservations {
+		switch {
+		case !defined[r.Queue]:
+			errs = append(errs, at(fmt.Sprintf("$.reservations[%d].queue", i), fmt.Errorf("reservation %q: queue %q is not defined", r.Name, r.Queue)))
+		case r.StartS < 0 || r.EndS <= r.StartS:
+			errs = append(errs, at(fmt.Sprintf("$.reservations[%d].endS", i), fmt.Errorf("reservation %q: window [%d, %d) is empty or negative", r.Name, r.StartS, r.EndS)))
 		}
 		rs = append(rs, jobs.Reservation{Name: r.Name, Queue: r.Queue, Nodes: r.Nodes, Start: r.StartS, End: r.EndS})
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, fmt.Errorf("queue file %s: %w", path, err)
+		return nil, nil, err
 	}
 	return out, rs, nil
+}
+
+// decodeQueueFile parses data into a QueueFile and its syntax tree, for
+// line lookups.
+func decodeQueueFile(data []byte, name string) (QueueFile, ast.Node, error) {
+	var f QueueFile
+	file, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return f, nil, yamlError(name, err)
+	}
+	if len(file.Docs) == 0 || file.Docs[0].Body == nil {
+		return f, nil, &QueueFileError{File: name, Line: 1, Err: errors.New("no queues")}
+	}
+	doc := file.Docs[0].Body
+	if aliases := ast.Filter(ast.AliasType, doc); len(aliases) > 0 {
+		return f, nil, &QueueFileError{File: name, Line: aliases[0].GetToken().Position.Line, Err: errors.New("YAML aliases are not supported")}
+	}
+	// The decoder would truncate 2.5 into an integer field; only weights
+	// are fractional.
+	for _, n := range ast.Filter(ast.MappingValueType, doc) {
+		mv := n.(*ast.MappingValueNode)
+		if _, frac := mv.Value.(*ast.FloatNode); frac && mv.Key.String() != "weight" {
+			return f, nil, &QueueFileError{File: name, Line: mv.Value.GetToken().Position.Line, Err: fmt.Errorf("%s: %s is not an integer", mv.Key, mv.Value)}
+		}
+	}
+	if err := yaml.NodeToValue(doc, &f, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+		return f, nil, yamlError(name, err)
+	}
+	return f, doc, nil
+}
+
+// checkQueues reports the queue errors besides undefined reservation
+// queues; at places an error at a YAML path.
+func checkQueues(qs []QueueSpec, at func(path string, err error) error) []error {
+	var errs []error
+	index := make(map[string]int, len(qs))
+	for i, q := range qs {
+		path := fmt.Sprintf("$.queues[%d]", i)
+		switch {
+		case q.Name == "":
+			errs = append(errs, at(path, fmt.Errorf("queue %d has no name", i+1)))
+		case index[q.Name] != 0:
+			errs = append(errs, at(path+".name", fmt.Errorf("queue %q defined twice", q.Name)))
+		case math.IsNaN(q.Weight) || q.Weight < 0 || q.Weight > MaxQueueWeight:
+			errs = append(errs, at(path+".weight", fmt.Errorf("queue %q: weight %v outside 0..%d", q.Name, q.Weight, MaxQueueWeight)))
+		case q.Guaranteed.negative() || q.Limit.negative():
+			errs = append(errs, at(path, fmt.Errorf("queue %q: negative resource", q.Name)))
+		}
+		index[q.Name] = i + 1
+	}
+	for i, q := range qs {
+		if q.Parent != "" && index[q.Parent] == 0 {
+			errs = append(errs, at(fmt.Sprintf("$.queues[%d].parent", i), fmt.Errorf("queue %q: parent %q is not defined", q.Name, q.Parent)))
+			continue
+		}
+		for steps, p := 0, q.Parent; p != "" && index[p] != 0; p = qs[index[p]-1].Parent {
+			if steps++; steps > len(qs) {
+				errs = append(errs, at(fmt.Sprintf("$.queues[%d].parent", i), fmt.Errorf("queue %q: parent cycle", q.Name)))
+				break
+			}
+		}
+	}
+	return errs
+}
+
+// yamlError is a goccy/go-yaml error as a [*QueueFileError] at its line.
+func yamlError(name string, err error) error {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil {
+		return &QueueFileError{File: name, Line: ye.GetToken().Position.Line, Err: errors.New(ye.GetMessage())}
+	}
+	return &QueueFileError{File: name, Line: 1, Err: err}
+}
+
+// lineOf is the line of the node at a YAML path in doc, or 1.
+func lineOf(doc ast.Node, path string) int {
+	p, err := yaml.PathString(path)
+	if err != nil {
+		return 1
+	}
+	n, err := p.FilterNode(doc)
+	if err != nil || n == nil || n.GetToken() == nil {
+		return 1
+	}
+	return n.GetToken().Position.Line
 }

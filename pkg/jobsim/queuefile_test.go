@@ -1,6 +1,7 @@
 package jobsim
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,16 +42,24 @@ reservations:
 	}
 
 	bad := []struct{ name, body, want string }{
-		{name: "unknown key", body: "queues:\n  - name: a\n    gaurantee: {}\n", want: "gaurantee"},
-		{name: "missing parent", body: "queues:\n  - name: a\n    parent: b\n", want: `parent "b"`},
-		{name: "duplicate", body: "queues:\n  - name: a\n  - name: a\n", want: `"a" defined twice`},
-		{name: "no queues", body: "queues: []\n", want: "no queues"},
-		{name: "reservation queue", body: "queues:\n  - name: a\nreservations:\n  - {name: r, queue: z, nodes: [n], startS: 0, endS: 1}\n", want: `queue "z"`},
+		{name: "unknown key", body: "queues:\n  - name: a\n    bogus: {}\n", want: `queues.yaml:3: unknown field "bogus"`},
+		{name: "missing parent", body: "queues:\n  - name: a\n    parent: b\n", want: `queues.yaml:3: queue "a": parent "b" is not defined`},
+		{name: "parent cycle", body: "queues:\n  - name: a\n    parent: b\n  - name: b\n    parent: a\n", want: `queues.yaml:3: queue "a": parent cycle`},
+		{name: "duplicate", body: "queues:\n  - name: a\n  - name: a\n", want: `queues.yaml:3: queue "a" defined twice`},
+		{name: "no queues", body: "queues: []\n", want: "queues.yaml:1: no queues"},
+		{name: "empty file", body: "", want: "queues.yaml:1: no queues"},
+		{name: "reservation queue", body: "queues:\n  - name: a\nreservations:\n  - {name: r, queue: z, nodes: [n], startS: 0, endS: 1}\n", want: `queues.yaml:4: reservation "r": queue "z" is not defined`},
+		{name: "empty window", body: "queues:\n  - name: a\nreservations:\n  - name: r\n    queue: a\n    startS: 5\n    endS: 5\n", want: `queues.yaml:7: reservation "r": window [5, 5)`},
+		{name: "fraction", body: "queues:\n  - name: a\n    guaranteed: {gpuMilli: 2.5}\n", want: "queues.yaml:3: gpuMilli: 2.5 is not an integer"},
+		{name: "negative weight", body: "queues:\n  - name: a\n    weight: -1\n", want: `queues.yaml:3: queue "a": weight -1 outside`},
+		{name: "negative limit", body: "queues:\n  - name: a\n    limit: {cpuMilli: -1}\n", want: `queues.yaml:2: queue "a": negative resource`},
+		{name: "wrong type", body: "queues:\n  - name: a\n    weight: [1]\n", want: "queues.yaml:3: "},
+		{name: "alias", body: "x: &a [1]\nqueues: *a\n", want: "queues.yaml:2: YAML aliases are not supported"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := ReadQueueFile(write(t, tc.body))
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, ErrBadQueueFile) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one naming %s", err, tc.want)
 			}
 		})

@@ -24,6 +24,14 @@ var Policies = map[string]jobs.Options{
 // PolicyNames lists [Policies] in report order.
 var PolicyNames = []string{"gpud", "fifo", "no-backfill"}
 
+// Bounds on [ReplayOptions].
+const (
+	// MaxCheckpointSeconds bounds ReplayOptions.CheckpointSeconds.
+	MaxCheckpointSeconds = 30 * 86400
+	// MaxBuckets bounds ReplayOptions.Buckets.
+	MaxBuckets = 1000
+)
+
 // ReplayOptions configure one replay.
 type ReplayOptions struct {
 	Policy  string

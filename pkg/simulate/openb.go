@@ -72,21 +72,33 @@ type Row struct {
 	FragOfTotalPct float64
 }
 
+// Bounds on a static experiment, so a bad flag is an error instead of a
+// run that never ends.
+const (
+	// MaxTune bounds [Config.Tune]; the published experiments use 1.3.
+	MaxTune = 10
+	// MaxArrivals bounds the pods one run places after tuning.
+	MaxArrivals = 2_000_000
+)
+
+// ErrNoGPUPods is matched by the error for a pod list where no pod asks for
+// a GPU: such a workload can never reach a GPU demand to tune to.
+var ErrNoGPUPods = errors.New("no pod asks for a GPU")
+
+// ErrNoGPUNodes is matched by the error for a node list without a GPU.
+var ErrNoGPUNodes = errors.New("no node has a GPU")
+
 // RunOpenB runs every policy with every seed and aggregates the table rows
 // (policies in the given order, then arrived ascending) and the raw runs.
 func RunOpenB(ctx context.Context, cfg Config) ([]Row, []Run, error) {
-	if len(cfg.Policies) == 0 || len(cfg.Seeds) == 0 || len(cfg.Nodes) == 0 || len(cfg.Pods) == 0 {
-		return nil, nil, errors.New("simulate: need nodes, pods, policies and seeds")
+	if err := cfg.validate(); err != nil {
+		return nil, nil, fmt.Errorf("simulate: %w", err)
 	}
 	if cfg.Tune == 0 {
 		cfg.Tune = 1.3
 	}
 	if cfg.Arrived == nil {
 		cfg.Arrived = DefaultArrived
-	}
-	par := cfg.Parallel
-	if par <= 0 {
-		par = runtime.GOMAXPROCS(0)
 	}
 	// The artifact sorts both lists by name before drawing from its seed.
 	tn := slices.Clone(cfg.Nodes)
@@ -99,13 +111,70 @@ func RunOpenB(ctx context.Context, cfg Config) ([]Row, []Run, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulate: %w", err)
 	}
+	if err := checkTunable(reqs, tmpl.GPUCapacityMilli(), cfg.Tune); err != nil {
+		return nil, nil, fmt.Errorf("simulate: %s: %w", cfg.Workload, err)
+	}
 	work := tmpl.Workload(reqs)
 	for _, p := range cfg.Policies {
 		if _, err := allocator.NewPolicy(p, work); err != nil {
 			return nil, nil, fmt.Errorf("simulate: %w", err)
 		}
 	}
+	runs, err := runAll(ctx, cfg, func(policy string, seed uint64) (Run, error) {
+		return runOne(nodes, reqs, work, policy, seed, cfg.Tune)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("simulate: %w", err)
+	}
+	var rows []Row
+	for p := range cfg.Policies {
+		rows = append(rows, Aggregate(cfg.Workload, runs[p*len(cfg.Seeds):(p+1)*len(cfg.Seeds)], cfg.Arrived)...)
+	}
+	return rows, runs, nil
+}
 
+func (cfg *Config) validate() error {
+	switch {
+	case len(cfg.Nodes) == 0:
+		return errors.New("no nodes")
+	case len(cfg.Pods) == 0:
+		return errors.New("no pods")
+	case len(cfg.Policies) == 0:
+		return errors.New("no policies")
+	case len(cfg.Seeds) == 0:
+		return errors.New("no seeds")
+	case math.IsNaN(cfg.Tune) || cfg.Tune < 0 || cfg.Tune > MaxTune:
+		return fmt.Errorf("tune %v: want a number in (0, %d]", cfg.Tune, MaxTune)
+	}
+	return nil
+}
+
+// checkTunable rejects a workload that [Resample] could never tune to
+// tune × capMilli, or only with more than [MaxArrivals] pods.
+func checkTunable(reqs []allocator.Request, capMilli int64, tune float64) error {
+	var total int64
+	for _, r := range reqs {
+		total += r.TotalGPUMilli()
+	}
+	switch {
+	case capMilli == 0:
+		return ErrNoGPUNodes
+	case total == 0:
+		return ErrNoGPUPods
+	}
+	if want := tune * float64(capMilli) / float64(total) * float64(len(reqs)); want > MaxArrivals {
+		return fmt.Errorf("tune %v asks for about %.0f pods, more than %d", tune, want, MaxArrivals)
+	}
+	return nil
+}
+
+// runAll calls run for every policy and seed of cfg on cfg.Parallel
+// goroutines; runs are ordered by policy, then seed.
+func runAll(ctx context.Context, cfg Config, run func(policy string, seed uint64) (Run, error)) ([]Run, error) {
+	par := cfg.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
 	type job struct{ policy, seed int }
 	jobs := make(chan job)
 	runs := make([]Run, len(cfg.Policies)*len(cfg.Seeds))
@@ -117,7 +186,7 @@ func RunOpenB(ctx context.Context, cfg Config) ([]Row, []Run, error) {
 		wg.Go(func() {
 			for j := range jobs {
 				i := j.policy*len(cfg.Seeds) + j.seed
-				runs[i], errs[i] = runOne(nodes, reqs, work, cfg.Policies[j.policy], cfg.Seeds[j.seed], cfg.Tune)
+				runs[i], errs[i] = run(cfg.Policies[j.policy], cfg.Seeds[j.seed])
 				if cfg.Progress != nil {
 					mu.Lock()
 					done++
@@ -141,16 +210,12 @@ feed:
 	close(jobs)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("simulate: %w", err)
+		return nil, err
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, fmt.Errorf("simulate: %w", err)
+		return nil, err
 	}
-	var rows []Row
-	for p := range cfg.Policies {
-		rows = append(rows, Aggregate(cfg.Workload, runs[p*len(cfg.Seeds):(p+1)*len(cfg.Seeds)], cfg.Arrived)...)
-	}
-	return rows, runs, nil
+	return runs, nil
 }
 
 func runOne(nodes []allocator.Node, reqs []allocator.Request, work allocator.Workload, policy string, seed uint64, tune float64) (Run, error) {

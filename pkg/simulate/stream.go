@@ -48,7 +48,8 @@ func artifactStream(reqs []allocator.Request, capMilli int64, tune float64, seed
 // Resample reproduces the FGD simulator's workload tuning with its random
 // source g: shuffle the pods (sorted by name), then drop random pods while
 // the total GPU request exceeds tune × capMilli, or append random copies
-// until the next one would pass it.
+// until the next one would pass it. A workload without GPU pods comes back
+// shuffled only.
 func Resample(reqs []allocator.Request, capMilli int64, tune float64, g *rand.Rand) []allocator.Request {
 	out := slices.Clone(reqs)
 	g.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
@@ -57,7 +58,8 @@ func Resample(reqs []allocator.Request, capMilli int64, tune float64, g *rand.Ra
 		total += r.TotalGPUMilli()
 	}
 	target := tune * float64(capMilli)
-	if len(reqs) == 0 || float64(total) == target {
+	if len(reqs) == 0 || float64(total) == target || !slices.ContainsFunc(reqs, func(r allocator.Request) bool { return r.TotalGPUMilli() > 0 }) {
+		// Without a GPU pod appending copies never reaches the target.
 		return out
 	}
 	if float64(total) > target {

@@ -66,16 +66,38 @@ func (r *Row) Bool(col string) bool {
 	return false
 }
 
+// IntIn parses a required integer column and checks lo <= value <= hi.
+func (r *Row) IntIn(col string, lo, hi int64) int64 {
+	v := r.Int(col)
+	r.checkRange(col, v, lo, hi)
+	return v
+}
+
+// OptIntIn is [Row.IntIn] for an optional column; empty or absent is 0.
+func (r *Row) OptIntIn(col string, lo, hi int64) int64 {
+	v := r.OptInt(col)
+	r.checkRange(col, v, lo, hi)
+	return v
+}
+
+func (r *Row) checkRange(col string, v, lo, hi int64) {
+	if r.Err == nil && (v < lo || v > hi) {
+		r.Fail(col, fmt.Errorf("%d outside %d..%d", v, lo, hi))
+	}
+}
+
 // ReadRows reads a CSV file with a header row, checks the required columns
 // are there, and calls fn for each record in order. It stops at the first
 // error: a malformed record, or what fn returns. Every record must have as
-// many fields as the header.
+// many fields as the header. A file without rows, with more than [MaxRows]
+// rows, or with a record over [MaxRecordBytes] is an error.
 func ReadRows(rd io.Reader, file string, required []string, fn func(*Row) error) error {
-	cr := csv.NewReader(rd)
+	lim := newRecordLimiter(rd, MaxRecordBytes)
+	cr := csv.NewReader(lim)
 	cr.ReuseRecord = true
 	header, err := cr.Read()
 	if err != nil {
-		return &RowError{File: file, Line: 1, Err: fmt.Errorf("header: %w", err)}
+		return readError(file, 1, lim, err)
 	}
 	idx := make(map[string]int, len(header))
 	for i, h := range header {
@@ -86,21 +108,42 @@ func ReadRows(rd io.Reader, file string, required []string, fn func(*Row) error)
 			return &RowError{File: file, Line: 1, Column: c, Err: errors.New("missing column")}
 		}
 	}
-	for {
+	for rows := 0; ; rows++ {
 		rec, err := cr.Read()
 		if err == io.EOF {
+			if rows == 0 {
+				return &RowError{File: file, Line: 1, Err: ErrNoRows}
+			}
 			return nil
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				line = pe.Line
-			}
-			return &RowError{File: file, Line: line, Err: err}
+			return readError(file, 0, lim, err)
+		}
+		line, _ := cr.FieldPos(0)
+		if rows == MaxRows {
+			return &RowError{File: file, Line: line, Err: fmt.Errorf("more than %d rows", MaxRows)}
 		}
 		if err := fn(&Row{File: file, Line: line, idx: idx, rec: rec}); err != nil {
 			return err
 		}
 	}
+}
+
+// readError labels a failed read with the line it happened on: the CSV
+// parser's, the record limiter's, or else line.
+func readError(file string, line int, lim *recordLimiter, err error) error {
+	var pe *csv.ParseError
+	var tl *tooLongError
+	switch {
+	case errors.As(err, &tl):
+		line = tl.line
+	case errors.As(err, &pe):
+		line = pe.Line
+	case line == 0:
+		line = lim.line
+	}
+	if line == 1 {
+		err = fmt.Errorf("header: %w", err)
+	}
+	return &RowError{File: file, Line: line, Err: err}
 }

@@ -68,38 +68,31 @@ func Workload(path string) string {
 }
 
 // ReadNodesFile reads a node list.
-func ReadNodesFile(path string) ([]Node, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("trace: %w", err)
-	}
-	defer f.Close()
-	return ReadNodes(f, path)
-}
+func ReadNodesFile(path string) ([]Node, error) { return readFile(path, ReadNodes) }
 
 // ReadPodsFile reads a pod list.
-func ReadPodsFile(path string) ([]Pod, error) {
+func ReadPodsFile(path string) ([]Pod, error) { return readFile(path, ReadPods) }
+
+func readFile[T any](path string, read func(io.Reader, string) ([]T, error)) ([]T, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
 	defer f.Close()
-	return ReadPods(f, path)
+	return read(f, path)
 }
 
-// ReadNodes parses a node list; name labels errors.
+// ReadNodes parses a node list; name labels errors. Every value must lie
+// within this package's bounds ([MaxGPUsPerNode], ...).
 func ReadNodes(r io.Reader, name string) ([]Node, error) {
 	var out []Node
 	err := ReadRows(r, name, []string{"sn", "cpu_milli", "memory_mib", "gpu", "model"}, func(row *Row) error {
 		n := Node{Name: row.Str("sn"), Model: row.Str("model")}
-		n.CPUMilli = row.Int("cpu_milli")
-		n.MemoryMiB = row.Int("memory_mib")
-		n.NumGPU = int(row.Int("gpu"))
+		n.CPUMilli = row.IntIn("cpu_milli", 0, MaxCPUMilli)
+		n.MemoryMiB = row.IntIn("memory_mib", 0, MaxMemoryMiB)
+		n.NumGPU = int(row.IntIn("gpu", 0, MaxGPUsPerNode))
 		if n.Model == "nan" {
 			n.Model = ""
-		}
-		if row.Err == nil && (n.CPUMilli < 0 || n.MemoryMiB < 0 || n.NumGPU < 0) {
-			row.Fail("gpu", errors.New("negative capacity"))
 		}
 		out = append(out, n)
 		return row.Err
@@ -107,28 +100,25 @@ func ReadNodes(r io.Reader, name string) ([]Node, error) {
 	return out, err
 }
 
-// ReadPods parses a pod list; name labels errors.
+// ReadPods parses a pod list; name labels errors. Every value must lie
+// within this package's bounds ([MaxGPUsPerNode], ...).
 func ReadPods(r io.Reader, name string) ([]Pod, error) {
 	var out []Pod
 	cols := []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"}
 	err := ReadRows(r, name, cols, func(row *Row) error {
 		p := Pod{Name: row.Str("name"), GPUSpec: row.Str("gpu_spec"), QoS: row.Str("qos"), Phase: row.Str("pod_phase")}
-		p.CPUMilli = row.Int("cpu_milli")
-		p.MemoryMiB = row.Int("memory_mib")
-		p.NumGPU = int(row.Int("num_gpu"))
-		p.GPUMilli = row.Int("gpu_milli")
-		p.CreationTime = row.OptInt("creation_time")
-		p.DeletionTime = row.OptInt("deletion_time")
-		p.ScheduledTime = row.OptInt("scheduled_time")
+		p.CPUMilli = row.IntIn("cpu_milli", 0, MaxCPUMilli)
+		p.MemoryMiB = row.IntIn("memory_mib", 0, MaxMemoryMiB)
+		p.NumGPU = int(row.IntIn("num_gpu", 0, MaxGPUsPerNode))
+		p.GPUMilli = row.IntIn("gpu_milli", 0, 1000)
+		p.CreationTime = row.OptIntIn("creation_time", 0, MaxSeconds)
+		p.DeletionTime = row.OptIntIn("deletion_time", 0, MaxSeconds)
+		p.ScheduledTime = row.OptIntIn("scheduled_time", 0, MaxSeconds)
 		if p.GPUSpec == "nan" {
 			p.GPUSpec = ""
 		}
 		if row.Err == nil {
 			switch {
-			case p.CPUMilli < 0 || p.MemoryMiB < 0 || p.NumGPU < 0:
-				row.Fail("num_gpu", errors.New("negative request"))
-			case p.GPUMilli < 0 || p.GPUMilli > 1000:
-				row.Fail("gpu_milli", fmt.Errorf("%d outside 0..1000", p.GPUMilli))
 			case p.NumGPU > 1 && p.GPUMilli != 1000 && p.GPUMilli != 0:
 				row.Fail("gpu_milli", fmt.Errorf("%d GPUs of %d milli: only single-GPU pods may share", p.NumGPU, p.GPUMilli))
 			case p.NumGPU == 0 && p.GPUMilli != 0:

@@ -111,8 +111,11 @@ func (s *Scheduler) Submit(j Job) error {
 		return fmt.Errorf("jobs: submit %q: empty or duplicate id: %w", j.ID, ErrInvalid)
 	}
 	qi, ok := s.q.byName[j.Queue]
-	if !ok || len(s.q.list[qi].children) > 0 {
-		return fmt.Errorf("jobs: submit %q: queue %q is not a leaf queue: %w", j.ID, j.Queue, ErrInvalid)
+	switch {
+	case !ok:
+		return fmt.Errorf("jobs: submit %q: queue %q is not defined: %w", j.ID, j.Queue, ErrInvalid)
+	case len(s.q.list[qi].children) > 0:
+		return fmt.Errorf("jobs: submit %q: queue %q is a parent queue, not a leaf: %w", j.ID, j.Queue, ErrInvalid)
 	}
 	d, err := s.c.demand(j.Pod)
 	if err != nil {

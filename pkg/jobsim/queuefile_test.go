@@ -65,3 +65,11 @@ reservations:
 		})
 	}
 }
+
+// TestQueuesExample keeps the documented example readable.
+func TestQueuesExample(t *testing.T) {
+	qs, rs, err := ReadQueueFile("../../docs/queues-example.yaml")
+	if err != nil || len(qs) != 5 || len(rs) != 1 {
+		t.Fatalf("ReadQueueFile() = %d queues, %d reservations, %v", len(qs), len(rs), err)
+	}
+}

@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"math"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/gpud/gpud/internal/promtooltest"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/podresources"
@@ -221,46 +219,10 @@ next:
 	return 0, false
 }
 
-// dcgmLintAllowed are the promtool lint findings that dcgm-exporter's own
-// names and labels draw; keeping those names is the point of DCGM
-// compatibility, so they are the only findings allowed, and only on
-// DCGM_FI_* families.
-var dcgmLintAllowed = []string{
-	`counter metrics should have "_total" suffix`,
-	`metric name should not include type 'counter'`,
-	`label names should be written in 'snake_case' not 'camelCase'`,
-}
-
-// promtoolCheck runs `promtool check metrics` when promtool is installed:
-// the text must parse, and lint may only flag DCGM's own naming.
+// promtoolCheck runs `promtool check metrics`: the text must parse, and
+// lint may only flag DCGM's own naming (see promtooltest.CheckMetrics for
+// when a missing promtool skips and when it fails).
 func promtoolCheck(t *testing.T, text []byte) {
 	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not on PATH (apt-get install prometheus)")
-	}
-	cmd := exec.Command(path, "check", "metrics")
-	cmd.Stdin = bytes.NewReader(text)
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		return
-	}
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
-		t.Fatalf("promtool check metrics: %v\n%s", err, strings.TrimSpace(string(out)))
-	}
-	// Exit 3: lint findings only.
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		line = strings.TrimSpace(line)
-		ok := strings.HasPrefix(line, "DCGM_FI_")
-		if ok {
-			ok = false
-			for _, a := range dcgmLintAllowed {
-				ok = ok || strings.HasSuffix(line, a)
-			}
-		}
-		if !ok {
-			t.Errorf("promtool check metrics: %s", line)
-		}
-	}
+	promtooltest.CheckMetrics(t, text, promtooltest.DCGMNaming)
 }

@@ -3,266 +3,143 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"reflect"
 	"strings"
-	"sync"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/discovery"
-	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
-	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
 
-// component is one part of the agent. Each registers its own flags (which
-// are also its config-file keys) and runs until ctx ends; the first error
-// stops the agent.
-type component interface {
-	name() string
-	registerFlags(fs *flag.FlagSet)
-	run(ctx context.Context, a *agent) error
+// task is one long-running part of the agent. All tasks start together;
+// the first error stops the agent.
+type task struct {
+	name string
+	run  func(ctx context.Context) error
 }
 
-// agentComponents lists the agent's parts in start order. A new part is one
-// file with a type implementing component, and one line here.
-func agentComponents() []component {
-	return []component{
-		&httpComponent{},
-		&inventoryComponent{},
-		&devicePluginComponent{},
-		&telemetryComponent{},
-		&adminComponent{},
-		&migComponent{},
-		&sharingComponent{},
-	}
-}
-
-// agent is what components share: the NVML handle, the logger and the
-// current inventory.
-type agent struct {
-	log  *slog.Logger
-	lib  nvml.Interface
-	sim  *simnode.Node // nil on real hardware
-	disc *discovery.Discoverer
-	node string
-
-	flags    *flag.FlagSet
-	mux      *http.ServeMux       // the HTTP server's routes (/healthz, /metrics, ...)
-	adminMux *http.ServeMux       // the admin API's routes, on the root-only socket
-	metrics  *prometheus.Registry // served on /metrics; components register here
-	sharing  *timeslice.Store     // GPU sharing, changed at run time
-
-	procRoot    string // host /proc: pid -> cgroup -> pod
-	podLogsRoot string // kubelet pod log dirs: pod UID -> namespace/name
-
-	podResOnce sync.Once
-	podRes     *podresources.Client
-
-	mu         sync.Mutex
-	discovered gpu.Inventory // last read from NVML
-	inv        gpu.Inventory // published: discovered + health overrides
-	haveInv    bool
-	changed    chan struct{} // closed and replaced when inv changes
-	health     map[string]healthOverride
-}
-
-// healthOverride is a health state set by the health monitor; it outlives
-// rediscovery until the monitor clears it.
-type healthOverride struct {
-	health gpu.Health
-	reason string
-}
-
-// flag returns the value of any agent flag, so a component can read a flag
-// another one registered; "" for an unknown name.
-func (a *agent) flag(name string) string {
-	if f := a.flags.Lookup(name); f != nil {
-		return f.Value.String()
-	}
-	return ""
-}
-
-// PodResources is the agent's kubelet PodResources client, on the socket
-// --pod-resources-socket names.
-func (a *agent) PodResources() *podresources.Client {
-	a.podResOnce.Do(func() { a.podRes = podresources.New(a.flag("pod-resources-socket")) })
-	return a.podRes
-}
-
-// Sharing returns the current sharing config (the device plugin's
-// SharingSource).
-func (a *agent) Sharing() timeslice.Config { return a.sharing.Get() }
-
-// SharingChanged returns a channel closed at the next sharing change.
-func (a *agent) SharingChanged() <-chan struct{} { return a.sharing.Changed() }
-
-// Inventory returns the latest inventory and whether one was read yet.
-func (a *agent) Inventory() (gpu.Inventory, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.inv, a.haveInv
-}
-
-// InventoryChanged returns a channel closed at the next inventory change.
-func (a *agent) InventoryChanged() <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.changed
-}
-
-// setInventory stores a discovered inventory and publishes it with the
-// health overrides applied. It reports whether the published one changed.
-func (a *agent) setInventory(discovered gpu.Inventory) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.discovered = discovered
-	return a.publishLocked()
-}
-
-// publishLocked derives the published inventory (discovered + health
-// overrides) and wakes watchers when it changed.
-func (a *agent) publishLocked() bool {
-	inv := a.discovered
-	inv.GPUs = make([]gpu.GPU, len(a.discovered.GPUs))
-	for i, g := range a.discovered.GPUs {
-		g.MIGDevices = append([]gpu.MIGDevice(nil), g.MIGDevices...)
-		if o, ok := a.health[g.UUID]; ok && g.Health != gpu.Lost {
-			g.Health, g.HealthReason = o.health, o.reason
-		}
-		for j := range g.MIGDevices {
-			if o, ok := a.health[g.MIGDevices[j].UUID]; ok {
-				g.MIGDevices[j].Health, g.MIGDevices[j].HealthReason = o.health, o.reason
-			}
-		}
-		inv.GPUs[i] = g
-	}
-	if a.haveInv && reflect.DeepEqual(a.inv, inv) {
-		return false
-	}
-	a.inv, a.haveInv = inv, true
-	close(a.changed)
-	a.changed = make(chan struct{})
-	return true
-}
-
-// SetHealth overrides a GPU's or MIG device's health (Healthy clears the
-// override, leaving what discovery reports) and wakes watchers when that
-// changes the inventory.
-func (a *agent) SetHealth(uuid string, h gpu.Health, reason string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.health == nil {
-		a.health = map[string]healthOverride{}
-	}
-	if h == gpu.Healthy {
-		delete(a.health, uuid)
-	} else {
-		a.health[uuid] = healthOverride{health: h, reason: reason}
-	}
-	if a.haveInv {
-		a.publishLocked()
-	}
-}
-
-// Rediscover rereads the node now (after a MIG change, say) and publishes
-// the result.
-func (a *agent) Rediscover() (gpu.Inventory, error) {
-	inv, err := a.disc.Inventory()
-	if err != nil {
-		return gpu.Inventory{}, fmt.Errorf("rediscover: %w", err)
-	}
-	a.setInventory(inv)
-	got, _ := a.Inventory()
-	return got, nil
-}
-
-// agentOptions are the agent's own flags; components register theirs.
-type agentOptions struct {
-	nvml        nvmlFlags
-	configPath  string
-	logFormat   string
-	logLevel    string
-	procRoot    string
-	podLogsRoot string
-}
-
-// agentFlagSet builds the agent's complete flag set: its own flags and
-// every component's. Tests use it to check manifests name real flags.
-func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentOptions, []component) {
-	fs := flag.NewFlagSet("gpud agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := &agentOptions{}
-	o.nvml.register(fs)
-	fs.StringVar(&o.configPath, "config", "", "agent config file (YAML; keys are flag names, flags on the command line win)")
-	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&o.procRoot, "proc-root", procattr.DefaultProcRoot, "the host's /proc (GPU processes are host PIDs: run with hostPID or mount the host's /proc here)")
-	fs.StringVar(&o.podLogsRoot, "pod-logs-root", procattr.DefaultPodLogsRoot, "the kubelet's pod log directory, which maps pod UIDs to namespace/name")
-	comps := agentComponents()
-	for _, c := range comps {
-		c.registerFlags(fs)
-	}
-	return fs, o, comps
-}
-
-func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, o, comps := agentFlagSet(stderr)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("agent: unexpected arguments %q", fs.Args())
-	}
-	if o.configPath != "" {
-		if err := applyConfigFile(fs, o.configPath); err != nil {
-			return err
-		}
-	}
-	nf := o.nvml
-	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+// runAgent is `gpud agent`: load and validate the whole config, open NVML,
+// read the node once, build every component on what it needs, then run
+// them all until ctx ends or one fails.
+func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
+	cfg, err := loadAgentConfig(args, stderr)
 	if err != nil {
 		return err
 	}
-	lib, sim, closeLib, err := openNVML(nf)
+	log, _ := newLogger(stderr, cfg.logFormat, cfg.logLevel) // validated
+	lib, sim, closeLib, err := openNVML(cfg.nvml)
 	if err != nil {
 		return err
 	}
 	defer closeLib()
-	sharing := timeslice.Config{}
-	if file := fs.Lookup("sharing-config"); file != nil && file.Value.String() != "" {
-		if sharing, err = loadSharing(file.Value.String()); err != nil {
-			return err
-		}
+	node := cfg.nvml.resolveNodeName(sim)
+
+	// The node's one owner of each stream: the inventory store (with
+	// health), the NVML event pump, the process reader, the PodResources
+	// client. Components get them, not each other.
+	store := discovery.NewStore(discovery.New(lib, node, log.With("component", "discovery")), log.With("component", "inventory"))
+	inv, err := store.Rediscover()
+	if err != nil {
+		log.Warn("inventory read failed, retrying in the background", "err", err)
 	}
-	a := &agent{
-		log: log, lib: lib, sim: sim, node: nf.resolveNodeName(sim), changed: make(chan struct{}),
-		flags: fs, mux: http.NewServeMux(), adminMux: http.NewServeMux(),
-		metrics: prometheus.NewRegistry(), sharing: timeslice.NewStore(sharing),
-		procRoot: o.procRoot, podLogsRoot: o.podLogsRoot,
+	sharing, err := cfg.sharing.loadSharing(inv)
+	if err != nil {
+		return err
 	}
+	pods := podresources.New(cfg.podResourcesSocket)
 	defer func() {
-		if a.podRes != nil {
-			_ = a.podRes.Close()
+		if err := pods.Close(); err != nil {
+			log.Warn("pod resources close failed", "err", err)
 		}
 	}()
-	a.disc = discovery.New(lib, a.node, log.With("component", "discovery"))
-	log.Info("agent starting", "version", version, "node", a.node, "simulated", sim != nil)
+	procs := discovery.ProcessReader{Lib: lib}
+	containers := procattr.Resolver{ProcRoot: cfg.procRoot}
+	podNames := procattr.PodLogs{Root: cfg.podLogsRoot}
+	health := discovery.NewHealthMonitor(lib, cfg.health.config(), store.SetHealth, log.With("component", "health"))
+	runtime := timeslice.NewRuntime(timeslice.RuntimeConfig{Initial: sharing, Inventory: store.Current, Allocations: pods})
+	metrics := prometheus.NewRegistry()
 
+	migLog := log.With("component", "mig")
+	migSvc, err := newMIGService(lib, sim, cfg.mig.journal, cfg.mig.resetGPUs, pods,
+		func(mig.Result) { rediscoverAfterMIG(store, migLog) }, migLog)
+	if err != nil {
+		return err
+	}
+
+	sampler, err := telemetry.NewSampler(lib, store.Inventory, telemetry.Attribution{Pods: pods, Procs: containers, Names: podNames},
+		telemetry.Config{Interval: cfg.telemetry.interval, Hostname: node}, log.With("component", "telemetry"))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	compat, _ := telemetry.ParseCompat(cfg.telemetry.compat) // validated
+	if err := metrics.Register(telemetry.NewCollector(sampler, compat, version)); err != nil {
+		return fmt.Errorf("telemetry: register metrics: %w", err)
+	}
+	health.OnXid(sampler.RecordXid)
+
+	dp, err := cfg.dp.newDevicePlugin(struct {
+		*discovery.Store
+		*timeslice.Runtime
+	}{store, runtime}, log.With("component", "deviceplugin"))
+	if err != nil {
+		return err
+	}
+
+	var reload func() (migOptions, error)
+	if cfg.configPath != "" {
+		reload = func() (migOptions, error) {
+			c, err := loadAgentConfig(args, io.Discard)
+			if err != nil {
+				return migOptions{}, err
+			}
+			return c.mig, nil
+		}
+	}
+	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig}
+	sharingC := &sharingComponent{opts: cfg.sharing, deps: sharingDeps{
+		runtime: runtime, inventory: store.Current, metrics: metrics, log: log.With("component", "sharing"),
+		watchdog: timeslice.WatchdogConfig{Processes: procs, Containers: containers, Pods: podNames, Assignments: pods},
+	}}
+
+	adminMux := http.NewServeMux()
+	migAPI{svc: migSvc}.routes(adminMux)
+	sharingAPI{runtime: runtime}.routes(adminMux)
+
+	tasks := []task{
+		{"inventory", func(ctx context.Context) error { return store.Run(ctx, cfg.rediscover) }},
+		{"health", health.Run},
+		{"telemetry", sampler.Run},
+		{"mig", migC.Run},
+		{"sharing", sharingC.Run},
+	}
+	if cfg.http.addr != "" {
+		srv := &httpServer{addr: cfg.http.addr, inventory: store.Inventory, metrics: metrics, log: log.With("component", "http")}
+		tasks = append(tasks, task{"http", srv.Run})
+	}
+	if cfg.admin.socket != "" {
+		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: adminMux, Log: log.With("component", "admin")}
+		tasks = append(tasks, task{"admin", srv.Run})
+	}
+	if dp != nil {
+		tasks = append(tasks, task{"deviceplugin", dp.Run})
+	}
+
+	log.Info("agent starting", "version", version, "node", node, "simulated", sim != nil)
 	g, ctx := errgroup.WithContext(ctx)
-	for _, c := range comps {
+	for _, t := range tasks {
 		g.Go(func() error {
-			if err := c.run(ctx, a); err != nil {
-				return fmt.Errorf("%s: %w", c.name(), err)
+			if err := t.run(ctx); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
 			}
 			return nil
 		})
@@ -276,10 +153,27 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
+// rediscoverAfterMIG rereads the node after a MIG change so the device
+// plugin re-advertises. A GPU whose MIG mode change waits for a reset is
+// reported MIGPending by discovery, and the device plugin withdraws it
+// until a reset applied the change; this only logs which ones.
+func rediscoverAfterMIG(store *discovery.Store, log *slog.Logger) {
+	inv, err := store.Rediscover()
+	if err != nil {
+		log.Warn("rediscover after mig apply failed", "err", err)
+		return
+	}
+	for _, g := range inv.GPUs {
+		if g.MIGPending {
+			log.Info("gpu withdrawn until reset", "gpu_uuid", g.UUID)
+		}
+	}
+}
+
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		return nil, flagErr("log-level", "%s: want debug, info, warn or error", quoteTrunc(level))
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(format) {
@@ -288,5 +182,5 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	return nil, flagErr("log-format", "%s: want text or json", quoteTrunc(format))
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpud/gpud/pkg/deviceplugin"
+	"github.com/gpud/gpud/pkg/sharingfile"
 	"github.com/gpud/gpud/test/kubeletstub"
 )
 
@@ -40,12 +42,8 @@ func (s *syncBuffer) String() string {
 }
 
 func TestAgentServesDevicePlugin(t *testing.T) {
-	dir, err := os.MkdirTemp("", "gpud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	pluginDir, cdiDir := filepath.Join(dir, "dp"), filepath.Join(dir, "cdi")
+	dir := t.TempDir()
+	pluginDir := filepath.Join(dir, "dp")
 	if err := os.Mkdir(pluginDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +57,7 @@ func TestAgentServesDevicePlugin(t *testing.T) {
 	var logs syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- runAgent(ctx, []string{"--simulate", "dgx-h100", "--http-addr", "",
-			"--device-plugin-dir", pluginDir, "--cdi-dir", cdiDir}, &logs, &logs)
+		done <- runAgent(ctx, agentArgs(dir, "--simulate", "dgx-h100", "--http-addr", ""), &logs, &logs)
 	}()
 	defer func() {
 		cancel()
@@ -101,7 +98,7 @@ func TestAgentServesDevicePlugin(t *testing.T) {
 	if numa[0] != 4 || numa[1] != 4 {
 		t.Errorf("NUMA nodes of the 8 GPUs = %v, want 4 on each of 0 and 1", numa)
 	}
-	if _, err := cdi.ReadSpec(filepath.Join(cdiDir, deviceplugin.CDISpecName), 0); err != nil {
+	if _, err := cdi.ReadSpec(filepath.Join(dir, "cdi", deviceplugin.CDISpecName), 0); err != nil {
 		t.Errorf("CDI spec: %v", err)
 	}
 }
@@ -119,37 +116,10 @@ func TestParseXids(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := parseXids(tc.in)
-			if (err != nil) != tc.wantErr || (!tc.wantErr && !slicesEqual(got, tc.want)) {
+			if (err != nil) != tc.wantErr || (!tc.wantErr && !slices.Equal(got, tc.want)) {
 				t.Fatalf("parseXids(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 			}
 		})
-	}
-}
-
-func slicesEqual(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func TestLoadSharingRejectsUnknownKeys(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good.yaml")
-	bad := filepath.Join(dir, "bad.yaml")
-	_ = os.WriteFile(good, []byte("default:\n  replicas: 4\ndevices:\n  \"0\":\n    replicas: 8\n"), 0o644)
-	_ = os.WriteFile(bad, []byte("default:\n  replica: 4\n"), 0o644)
-	cfg, err := loadSharing(good)
-	if err != nil || cfg.Default == nil || cfg.Default.Replicas != 4 || cfg.Devices["0"].Replicas != 8 {
-		t.Fatalf("loadSharing(good) = %+v, %v", cfg, err)
-	}
-	if _, err := loadSharing(bad); err == nil || !strings.Contains(err.Error(), "replica") {
-		t.Fatalf("loadSharing(bad) = %v, want an unknown-field error", err)
 	}
 }
 
@@ -171,7 +141,7 @@ func TestDeployManifestsUseAgentFlags(t *testing.T) {
 			t.Fatalf("%s: %v", path, err)
 		}
 	}
-	fs, _, _ := agentFlagSet(io.Discard)
+	fs, _ := agentFlagSet(io.Discard)
 	args := ds.Spec.Template.Spec.Containers[0].Args
 	if len(args) == 0 || args[0] != "agent" {
 		t.Fatalf("args %v: want the agent subcommand first", args)
@@ -183,10 +153,10 @@ func TestDeployManifestsUseAgentFlags(t *testing.T) {
 	cfgPath, sharingPath := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "sharing.yaml")
 	_ = os.WriteFile(cfgPath, []byte(cm.Data["config.yaml"]), 0o644)
 	_ = os.WriteFile(sharingPath, []byte(cm.Data["sharing.yaml"]), 0o644)
-	if err := applyConfigFile(fs, cfgPath); err != nil {
+	if _, err := applyConfigFile(fs, cfgPath); err != nil {
 		t.Fatalf("ConfigMap config.yaml: %v", err)
 	}
-	if _, err := loadSharing(sharingPath); err != nil {
+	if _, err := sharingfile.LoadConfigFile(sharingPath); err != nil {
 		t.Fatalf("ConfigMap sharing.yaml: %v", err)
 	}
 }

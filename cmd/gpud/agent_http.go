@@ -11,47 +11,53 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpud/gpud/pkg/adminapi"
+	"github.com/gpud/gpud/pkg/gpu"
 )
 
-// httpComponent serves /healthz, /readyz, /inventory and whatever other
-// components mount on the agent's mux (see agent.Handle).
-type httpComponent struct {
-	addr string
+// httpOptions are the HTTP server's flags.
+type httpOptions struct{ addr string }
+
+func (o *httpOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.addr, "http-addr", "127.0.0.1:9400", "address of the HTTP server (/healthz, /readyz, /inventory, /metrics); empty disables it")
 }
 
-func (c *httpComponent) name() string { return "http" }
-
-func (c *httpComponent) registerFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.addr, "http-addr", "127.0.0.1:9400", "address of the HTTP server (/healthz, /readyz, /inventory, /metrics); empty disables it")
-}
-
-// Handle mounts an HTTP handler on the agent's server; net/http's ServeMux
-// is safe to add routes to while it serves.
-func (a *agent) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
-
-func (c *httpComponent) run(ctx context.Context, a *agent) error {
-	if c.addr == "" {
-		<-ctx.Done()
-		return nil
+func (o *httpOptions) validate() []error {
+	if err := validateAddr("http-addr", o.addr); err != nil {
+		return []error{err}
 	}
-	log := a.log.With("component", "http")
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
+	return nil
+}
+
+// httpServer serves /healthz, /readyz, /inventory and /metrics.
+type httpServer struct {
+	addr      string
+	inventory func() (gpu.Inventory, bool)
+	metrics   *prometheus.Registry
+	log       *slog.Logger
+}
+
+func (s *httpServer) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
-	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	a.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if _, ok := a.Inventory(); !ok {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if _, ok := s.inventory(); !ok {
 			http.Error(w, "inventory not read yet", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	a.mux.HandleFunc("GET /inventory", func(w http.ResponseWriter, _ *http.Request) {
-		inv, ok := a.Inventory()
+	mux.HandleFunc("GET /inventory", func(w http.ResponseWriter, _ *http.Request) {
+		inv, ok := s.inventory()
 		if !ok {
 			http.Error(w, "inventory not read yet", http.StatusServiceUnavailable)
 			return
@@ -61,16 +67,21 @@ func (c *httpComponent) run(ctx context.Context, a *agent) error {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(inv)
 	})
-	ln, err := net.Listen("tcp", c.addr)
+	return mux
+}
+
+// Run serves until ctx ends, then shuts down within 5 seconds.
+func (s *httpServer) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		return fmt.Errorf("listen on --http-addr %s: %w", c.addr, err)
+		return fmt.Errorf("listen on --http-addr %s: %w", s.addr, err)
 	}
 	srv := &http.Server{
-		Handler:           a.mux,
+		Handler:           s.handler(),
 		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelError),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 	}
-	log.Info("http server listening", "addr", ln.Addr().String())
+	s.log.Info("http server listening", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -82,6 +93,20 @@ func (c *httpComponent) run(ctx context.Context, a *agent) error {
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// adminOptions are the admin API's flags.
+type adminOptions struct{ socket string }
+
+func (o *adminOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.socket, "admin-socket", adminapi.DefaultSocket, "unix socket of the local admin API (gpud mig plan/apply, GET and PUT /v1/sharing); mode 0600, root only; empty disables it")
+}
+
+func (o *adminOptions) validate() []error {
+	if err := validateSocketPath("admin-socket", o.socket); err != nil {
+		return []error{err}
 	}
 	return nil
 }

@@ -5,61 +5,93 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/internal/filewatch"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/gpu"
-	"github.com/gpud/gpud/pkg/mig"
-	"github.com/gpud/gpud/pkg/procattr"
+	"github.com/gpud/gpud/pkg/sharingfile"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
 
-// sharingComponent keeps the sharing config current and runs the memory
-// watchdog.
-type sharingComponent struct {
+// sharingOptions are the sharing runtime's and memory watchdog's flags.
+type sharingOptions struct {
+	file     string
 	enforce  string
 	interval time.Duration
 }
 
-func (c *sharingComponent) name() string { return "sharing" }
-
-func (c *sharingComponent) registerFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.enforce, "enforce-memory", "report", "memory watchdog for shares with a memory limit: off, report (event + metric) or kill (also kill the offending processes)")
-	fs.DurationVar(&c.interval, "memory-watchdog-interval", 10*time.Second, "how often the memory watchdog compares per-process GPU memory with the shares' limits")
+func (o *sharingOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.file, "sharing-config", "", "YAML file of GPU sharing (default: {replicas: N}, devices: {<uuid|index>: {replicas: N}}); empty shares nothing; reread when it changes")
+	fs.StringVar(&o.enforce, "enforce-memory", "report", "memory watchdog for shares with a memory limit: off, report (event + metric) or kill (also kill the offending processes)")
+	fs.DurationVar(&o.interval, "memory-watchdog-interval", 10*time.Second, "how often the memory watchdog compares per-process GPU memory with the shares' limits (at least 100ms)")
 }
 
-func (c *sharingComponent) run(ctx context.Context, a *agent) error {
-	log := a.log.With("component", "sharing")
-	mode, err := timeslice.ParseEnforce(c.enforce)
+// validate checks the flags and the file's syntax; the devices it names
+// are checked against the inventory once it is read (loadSharing).
+func (o *sharingOptions) validate() []error {
+	var errs []error
+	if _, err := timeslice.ParseEnforce(o.enforce); err != nil {
+		errs = append(errs, flagErr("enforce-memory", "%s: want off, report or kill", quoteTrunc(o.enforce)))
+	}
+	if o.interval < timeslice.MinWatchdogInterval {
+		errs = append(errs, flagErr("memory-watchdog-interval", "%s: want at least %s", o.interval, timeslice.MinWatchdogInterval))
+	}
+	if o.file != "" {
+		if _, err := sharingfile.LoadConfigFile(o.file); err != nil {
+			errs = append(errs, flagErr("sharing-config", "%w", err))
+		}
+	}
+	return errs
+}
+
+// loadSharing reads --sharing-config and checks it against inv (every key
+// a device of this node, every share fitting its device).
+func (o *sharingOptions) loadSharing(inv gpu.Inventory) (timeslice.Config, error) {
+	if o.file == "" {
+		return timeslice.Config{}, nil
+	}
+	cfg, err := sharingfile.LoadConfigFileFor(o.file, inv)
+	if err != nil {
+		return cfg, flagErr("sharing-config", "%w", err)
+	}
+	return cfg, nil
+}
+
+// sharingDeps is what the sharing component needs from the wiring.
+type sharingDeps struct {
+	runtime   *timeslice.Runtime
+	inventory func() gpu.Inventory
+	watchdog  timeslice.WatchdogConfig // Sharing and Inventory are filled in
+	metrics   prometheus.Registerer
+	log       *slog.Logger
+}
+
+// sharingComponent runs the memory watchdog and applies --sharing-config
+// again when the file changes.
+type sharingComponent struct {
+	opts sharingOptions
+	deps sharingDeps
+}
+
+func (c *sharingComponent) Run(ctx context.Context) error {
+	mode, _ := timeslice.ParseEnforce(c.opts.enforce) // validated
+	wcfg := c.deps.watchdog
+	wcfg.Mode, wcfg.Interval, wcfg.Log = mode, c.opts.interval, c.deps.log
+	wcfg.Sharing, wcfg.Inventory = c.deps.runtime.Sharing, c.deps.inventory
+	wcfg.Kill = func(pid uint32) error { return syscall.Kill(int(pid), syscall.SIGKILL) }
+	wd, err := timeslice.NewWatchdog(wcfg)
 	if err != nil {
 		return err
 	}
-	// The agent loaded --sharing-config into a.sharing before starting.
-	file := a.flag("sharing-config")
-	c.routes(a)
-	wd, err := timeslice.NewWatchdog(timeslice.WatchdogConfig{
-		Mode: mode, Interval: c.interval,
-		Sharing:     a.sharing.Get,
-		Inventory:   func() gpu.Inventory { inv, _ := a.Inventory(); return inv },
-		Processes:   nvmlProcesses{a},
-		Containers:  cgroupLookup{procattr.Resolver{ProcRoot: a.procRoot}},
-		Pods:        podNames{procattr.PodLogs{Root: a.podLogsRoot}},
-		Assignments: assignments{a},
-		Kill:        func(pid uint32) error { return syscall.Kill(int(pid), syscall.SIGKILL) },
-		Log:         log,
-	})
-	if err != nil {
-		return err
-	}
-	if err := registerAll(a.metrics,
+	if err := registerAll(c.deps.metrics,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpud_sharing_memory_over_limit_total", Help: "Times a pod went over its shares' GPU memory limit on a device."},
 			func() float64 { v, _ := wd.Counts(); return float64(v) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpud_sharing_memory_kills_total", Help: "Processes the memory watchdog killed (--enforce-memory kill)."},
@@ -69,137 +101,75 @@ func (c *sharingComponent) run(ctx context.Context, a *agent) error {
 	); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	go c.watchFile(ctx, a, file, log)
-	log.Info("sharing runtime started", "enforce_memory", string(mode), "sharing_config", file)
+	if c.opts.file != "" {
+		w := filewatch.Watcher{Paths: []string{c.opts.file}, OnChange: func() { c.reload(ctx) }, Log: c.deps.log}
+		go func() {
+			if err := w.Run(ctx); err != nil {
+				c.deps.log.Warn("sharing config not watched, changes need a restart", "path", c.opts.file, "err", err)
+			}
+		}()
+	}
+	c.deps.log.Info("sharing runtime started", "enforce_memory", string(mode), "sharing_config", c.opts.file)
 	return wd.Run(ctx)
 }
 
-// watchFile applies --sharing-config again when it changes; a change that
-// would take away an allocated replica is refused and logged.
-func (c *sharingComponent) watchFile(ctx context.Context, a *agent, file string, log *slog.Logger) {
-	if file == "" {
-		return
-	}
-	w, err := fsnotify.NewWatcher()
+// reload applies a changed --sharing-config; a change that is invalid for
+// this node or takes away an allocated replica is refused and logged.
+func (c *sharingComponent) reload(ctx context.Context) {
+	cfg, err := sharingfile.LoadConfigFileFor(c.opts.file, c.deps.inventory())
 	if err != nil {
-		log.Warn("cannot watch sharing config", "err", err)
+		c.deps.log.Error("sharing config invalid, keeping the current one", "err", err)
 		return
 	}
-	defer w.Close()
-	abs, _ := filepath.Abs(file)
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		log.Warn("cannot watch sharing config", "path", file, "err", err)
-		return
-	}
-	var debounce <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev := <-w.Events:
-			if ev.Name == abs || filepath.Base(ev.Name) == "..data" {
-				debounce = time.After(300 * time.Millisecond)
-			}
-		case <-w.Errors:
-		case <-debounce:
-			debounce = nil
-			cfg, err := loadSharing(file)
-			if err != nil {
-				log.Error("sharing config invalid, keeping the current one", "err", err)
-				continue
-			}
-			if changed, err := updateSharing(ctx, a, cfg); err != nil {
-				log.Error("sharing change refused", "err", err)
-			} else if changed {
-				log.Info("sharing config changed", "path", file)
-			}
-		}
+	if changed, err := c.deps.runtime.Update(ctx, cfg); err != nil {
+		c.deps.log.Error("sharing change refused", "err", err)
+	} else if changed {
+		c.deps.log.Info("sharing config changed", "path", c.opts.file)
 	}
 }
 
-// updateSharing applies cfg unless it takes away an allocated replica.
-func updateSharing(ctx context.Context, a *agent, cfg timeslice.Config) (bool, error) {
-	inv, _ := a.Inventory()
-	allocated := map[string]string{}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	as, err := a.PodResources().List(ctx)
+// sharingAPI serves GET and PUT /v1/sharing on the admin socket.
+type sharingAPI struct{ runtime *timeslice.Runtime }
+
+func (s sharingAPI) routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/sharing", func(w http.ResponseWriter, _ *http.Request) {
+		adminapi.WriteJSON(w, http.StatusOK, s.runtime.Sharing())
+	})
+	mux.HandleFunc("PUT /v1/sharing", s.put)
+}
+
+// put replaces the sharing config: 400 when the body is not a valid config
+// for this node (naming the key), 409 when it would take away an allocated
+// replica, 200 {"changed": bool} otherwise.
+func (s sharingAPI) put(w http.ResponseWriter, r *http.Request) {
+	cfg, err := parseSharingBody(r.Body)
 	if err != nil {
-		// No kubelet on this node: nothing can be allocated. A kubelet
-		// that does not answer: we cannot tell, so refuse.
-		if _, statErr := os.Stat(a.PodResources().Socket()); statErr == nil {
-			return false, fmt.Errorf("sharing: cannot check allocations, try again: %w", err)
-		}
+		adminapi.WriteError(w, http.StatusBadRequest, "invalid", err)
+		return
 	}
-	for _, x := range as {
-		for _, id := range x.DeviceIDs {
-			allocated[id] = x.Namespace + "/" + x.Pod
-		}
+	changed, err := s.runtime.Update(r.Context(), cfg)
+	switch {
+	case errors.Is(err, timeslice.ErrInvalid):
+		adminapi.WriteError(w, http.StatusBadRequest, "invalid", err)
+		return
+	case err != nil:
+		adminapi.WriteError(w, http.StatusConflict, "refused", err)
+		return
 	}
-	return a.sharing.Update(cfg, inv, allocated)
+	adminapi.WriteJSON(w, http.StatusOK, map[string]bool{"changed": changed})
 }
 
-func (c *sharingComponent) routes(a *agent) {
-	a.adminMux.HandleFunc("GET /v1/sharing", func(w http.ResponseWriter, _ *http.Request) {
-		adminapi.WriteJSON(w, http.StatusOK, a.sharing.Get())
-	})
-	a.adminMux.HandleFunc("PUT /v1/sharing", func(w http.ResponseWriter, r *http.Request) {
-		var cfg timeslice.Config
-		if err := adminapi.ReadJSON(r, &cfg); err != nil {
-			adminapi.WriteError(w, http.StatusBadRequest, "bad_request", err)
-			return
-		}
-		changed, err := updateSharing(r.Context(), a, cfg)
-		switch {
-		case errors.Is(err, timeslice.ErrInvalid):
-			adminapi.WriteError(w, http.StatusBadRequest, "invalid", err)
-			return
-		case err != nil:
-			adminapi.WriteError(w, http.StatusConflict, "refused", err)
-			return
-		}
-		adminapi.WriteJSON(w, http.StatusOK, map[string]bool{"changed": changed})
-	})
-}
-
-// Adapters from the agent's sources to the watchdog's small interfaces.
-type (
-	nvmlProcesses struct{ a *agent }
-	cgroupLookup  struct{ r procattr.Resolver }
-	podNames      struct{ p procattr.PodLogs }
-	assignments   struct{ a *agent }
-)
-
-func (p nvmlProcesses) GPUProcesses(context.Context) ([]timeslice.GPUProcess, error) {
-	ps, err := mig.ReadProcesses(p.a.lib)
-	out := make([]timeslice.GPUProcess, len(ps))
-	for i, q := range ps {
-		out[i] = timeslice.GPUProcess{PID: q.PID, DeviceUUID: q.DeviceUUID, UsedBytes: q.UsedBytes}
+// parseSharingBody reads a PUT /v1/sharing body (JSON, or YAML; at most
+// fileio.MaxBodyBytes) with the sharing file's strict parser.
+func parseSharingBody(body io.Reader) (timeslice.Config, error) {
+	data, err := io.ReadAll(io.LimitReader(body, fileio.MaxBodyBytes+1))
+	if err != nil {
+		return timeslice.Config{}, fmt.Errorf("read request body: %w", err)
 	}
-	return out, err
-}
-
-func (c cgroupLookup) Lookup(pid uint32) (timeslice.ContainerRef, error) {
-	ct, err := c.r.Lookup(pid)
-	return timeslice.ContainerRef{PodUID: ct.PodUID, ContainerID: ct.ContainerID}, err
-}
-
-func (p podNames) Pods() (map[string]timeslice.PodName, error) {
-	refs, err := p.p.Pods()
-	out := make(map[string]timeslice.PodName, len(refs))
-	for uid, r := range refs {
-		out[uid] = timeslice.PodName{Namespace: r.Namespace, Name: r.Name}
+	if len(data) > fileio.MaxBodyBytes {
+		return timeslice.Config{}, fmt.Errorf("%w: request body over %d bytes", timeslice.ErrInvalid, fileio.MaxBodyBytes)
 	}
-	return out, err
-}
-
-func (s assignments) List(ctx context.Context) ([]timeslice.Assignment, error) {
-	as, err := s.a.PodResources().List(ctx)
-	out := make([]timeslice.Assignment, len(as))
-	for i, x := range as {
-		out[i] = timeslice.Assignment{Namespace: x.Namespace, Pod: x.Pod, Container: x.Container, ResourceName: x.ResourceName, DeviceIDs: x.DeviceIDs}
-	}
-	return out, err
+	return sharingfile.ParseConfig(data)
 }
 
 // registerAll registers collectors, stopping at the first error.

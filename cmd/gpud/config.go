@@ -4,71 +4,273 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/podresources"
+	"github.com/gpud/gpud/pkg/procattr"
 )
+
+// agentConfig is everything the agent's flags (and its config file, whose
+// keys are the flag names) set. Each part belongs to one component and is
+// validated by it before anything starts.
+type agentConfig struct {
+	nvml        nvmlFlags
+	configPath  string
+	logFormat   string
+	logLevel    string
+	procRoot    string
+	podLogsRoot string
+	// podResourcesSocket is the kubelet's PodResources API: one client on
+	// it serves telemetry, the memory watchdog, the MIG service and the
+	// sharing runtime.
+	podResourcesSocket string
+	rediscover         time.Duration
+
+	http      httpOptions
+	admin     adminOptions
+	dp        devicePluginOptions
+	health    healthOptions
+	telemetry telemetryOptions
+	mig       migOptions
+	sharing   sharingOptions
+}
+
+// agentFlagSet builds the agent's complete flag set. Tests use it to check
+// that manifests name real flags.
+func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
+	fs := flag.NewFlagSet("gpud agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &agentConfig{}
+	c.nvml.register(fs)
+	fs.StringVar(&c.configPath, "config", "", "agent config file (YAML; keys are flag names, flags on the command line win, at start and when the file changes)")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.procRoot, "proc-root", procattr.DefaultProcRoot, "the host's /proc (GPU processes are host PIDs: run with hostPID or mount the host's /proc here)")
+	fs.StringVar(&c.podLogsRoot, "pod-logs-root", procattr.DefaultPodLogsRoot, "the kubelet's pod log directory, which maps pod UIDs to namespace/name")
+	fs.StringVar(&c.podResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "kubelet PodResources API socket: pod labels on metrics, and which devices are allocated (MIG and sharing changes never take one away)")
+	fs.DurationVar(&c.rediscover, "rediscover-interval", 30*time.Second, "how often to reread the GPU inventory (at least 1s)")
+	c.http.register(fs)
+	c.admin.register(fs)
+	c.dp.register(fs)
+	c.health.register(fs)
+	c.telemetry.register(fs)
+	c.mig.register(fs)
+	c.sharing.register(fs)
+	return fs, c
+}
+
+// loadAgentConfig is the agent's one config loader, used at start and at
+// every reload: it parses args, applies the --config file under them
+// (flags on the command line win) and validates the result. Every error
+// names the flag, and the file and line when the value came from the file.
+func loadAgentConfig(args []string, stderr io.Writer) (*agentConfig, error) {
+	fs, c := agentFlagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("agent: unexpected arguments %q", fs.Args())
+	}
+	var lines map[string]int
+	if c.configPath != "" {
+		var err error
+		if lines, err = applyConfigFile(fs, c.configPath); err != nil {
+			return nil, err
+		}
+	}
+	var errs []error
+	for _, err := range c.validate() {
+		var fe *flagError
+		if errors.As(err, &fe) {
+			if line, ok := lines[fe.flag]; ok {
+				err = fmt.Errorf("%s:%d: %s: %w", c.configPath, line, fe.flag, fe.err)
+			}
+		}
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// flagError is a bad flag value: "--name: what is wrong and what is allowed".
+type flagError struct {
+	flag string
+	err  error
+}
+
+func (e *flagError) Error() string { return "--" + e.flag + ": " + e.err.Error() }
+func (e *flagError) Unwrap() error { return e.err }
+
+func flagErr(name, format string, args ...any) error {
+	return &flagError{flag: name, err: fmt.Errorf(format, args...)}
+}
+
+// validate checks every part of the config without touching anything
+// (no socket, no NVML, no file but the ones named).
+func (c *agentConfig) validate() []error {
+	var errs []error
+	if _, err := newLogger(io.Discard, c.logFormat, c.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.rediscover < discovery.MinRediscoverInterval {
+		errs = append(errs, flagErr("rediscover-interval", "%s: want at least %s", c.rediscover, discovery.MinRediscoverInterval))
+	}
+	if c.podResourcesSocket == "" {
+		errs = append(errs, flagErr("pod-resources-socket", "empty: want the kubelet's socket (%s)", podresources.DefaultSocket))
+	}
+	errs = append(errs, c.http.validate()...)
+	errs = append(errs, c.admin.validate()...)
+	errs = append(errs, c.dp.validate()...)
+	errs = append(errs, c.health.validate()...)
+	errs = append(errs, c.telemetry.validate()...)
+	errs = append(errs, c.mig.validate()...)
+	errs = append(errs, c.sharing.validate()...)
+	return errs
+}
+
+// validateAddr checks a host:port flag value; empty is allowed (disabled).
+func validateAddr(name, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return flagErr(name, "%q: want host:port (%v)", addr, err)
+	}
+	return nil
+}
+
+// validateSocketPath refuses a path that exists and is not a socket: the
+// server removes a stale socket before listening, which must never delete
+// a user's file.
+func validateSocketPath(name, path string) error {
+	if path == "" {
+		return nil
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket != 0 {
+		return nil
+	}
+	return flagErr(name, "%s exists and is not a socket; refusing to replace it", path)
+}
 
 // applyConfigFile sets flags from a YAML file whose keys are flag names
 // (`http-addr: 127.0.0.1:9400`). Flags given on the command line win. An
-// unknown key or a bad value is an error naming the key and its line.
-func applyConfigFile(fs *flag.FlagSet, path string) error {
-	data, err := os.ReadFile(path)
+// unknown key or a bad value is an error "FILE:LINE: ...". It returns the
+// line of each flag the file set.
+func applyConfigFile(fs *flag.FlagSet, path string) (map[string]int, error) {
+	data, err := fileio.ReadFile(path, fileio.MaxConfigBytes)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("--config: %w", err)
 	}
+	return applyConfig(fs, path, data)
+}
+
+// applyConfig is applyConfigFile on data read from path.
+func applyConfig(fs *flag.FlagSet, path string, data []byte) (map[string]int, error) {
 	file, err := parser.ParseBytes(data, 0)
 	if err != nil {
-		return fmt.Errorf("config %s: %s", path, yaml.FormatError(err, false, false))
+		msg := yaml.FormatError(err, false, false)
+		if m := yamlPos.FindStringSubmatch(msg); m != nil {
+			return nil, fmt.Errorf("%s:%s: %s (column %s)", path, m[1], quoteIfBinary(m[3]), m[2])
+		}
+		return nil, fmt.Errorf("%s: %s", path, quoteIfBinary(msg))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	lines := map[string]int{}
 	var errs []error
 	for _, doc := range file.Docs {
-		if doc.Body == nil {
+		if doc == nil || doc.Body == nil {
 			continue
 		}
-		mapping, ok := doc.Body.(*ast.MappingNode)
+		mapping, ok := mappingOf(doc.Body)
 		if !ok {
-			return fmt.Errorf("config %s: line %d: want a mapping of flag names to values", path, doc.Body.GetToken().Position.Line)
+			return nil, fmt.Errorf("%s:%d: want a mapping of flag names to values", path, doc.Body.GetToken().Position.Line)
 		}
 		for _, kv := range mapping.Values {
 			key := kv.Key.String()
 			line := kv.Key.GetToken().Position.Line
 			f := fs.Lookup(key)
 			if f == nil || key == "config" {
-				errs = append(errs, fmt.Errorf("config %s: line %d: unknown key %q (keys are the agent's flag names: %s)", path, line, key, flagNames(fs)))
+				errs = append(errs, fmt.Errorf("%s:%d: unknown key %s (keys are the agent's flag names: %s)", path, line, quoteTrunc(key), flagNames(fs)))
 				continue
 			}
+			if _, dup := lines[key]; dup {
+				errs = append(errs, fmt.Errorf("%s:%d: %s set twice (first on line %d)", path, line, key, lines[key]))
+				continue
+			}
+			lines[key] = line
 			if set[key] {
 				continue
 			}
-			if err := fs.Set(key, scalar(kv.Value)); err != nil {
-				errs = append(errs, fmt.Errorf("config %s: line %d: %s: %w", path, line, key, err))
+			v, err := scalar(kv.Value)
+			if err == nil {
+				err = fs.Set(key, v)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s:%d: %s: %w", path, line, key, err))
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return lines, errors.Join(errs...)
 }
 
-// scalar returns a YAML value as the string a flag parses; sequences become
-// comma-separated lists.
-func scalar(n ast.Node) string {
-	if seq, ok := n.(*ast.SequenceNode); ok {
-		parts := make([]string, len(seq.Values))
-		for i, v := range seq.Values {
-			parts[i] = scalar(v)
+// yamlPos matches the "[line:column] message" of a YAML syntax error.
+var yamlPos = regexp.MustCompile(`(?s)^\[(\d+):(\d+)\] (.*)$`)
+
+// mappingOf returns a document body as a mapping; a one-key mapping parses
+// as a MappingValueNode.
+func mappingOf(n ast.Node) (*ast.MappingNode, bool) {
+	switch m := n.(type) {
+	case *ast.MappingNode:
+		return m, true
+	case *ast.MappingValueNode:
+		return &ast.MappingNode{Values: []*ast.MappingValueNode{m}}, true
+	}
+	return nil, false
+}
+
+// scalar returns a YAML value as the string a flag parses; sequences of
+// scalars become comma-separated lists. Mappings are refused.
+func scalar(n ast.Node) (string, error) {
+	switch v := n.(type) {
+	case nil:
+		return "", nil
+	case *ast.SequenceNode:
+		parts := make([]string, len(v.Values))
+		for i, x := range v.Values {
+			if _, ok := x.(*ast.SequenceNode); ok {
+				return "", errors.New("want a value or a list of values, not nested lists")
+			}
+			s, err := scalar(x)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = s
 		}
-		return strings.Join(parts, ",")
+		return strings.Join(parts, ","), nil
+	case *ast.StringNode:
+		return v.Value, nil
+	case *ast.NullNode:
+		return "", nil
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "", errors.New("want a value or a list of values, not a mapping")
 	}
-	if s, ok := n.(*ast.StringNode); ok {
-		return s.Value
-	}
-	return n.String()
+	return n.String(), nil
 }
 
 func flagNames(fs *flag.FlagSet) string {
@@ -80,4 +282,32 @@ func flagNames(fs *flag.FlagSet) string {
 	})
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// maxQuoted bounds user-supplied text echoed in an error message.
+const maxQuoted = 200
+
+// quoteIfBinary returns s as it is when it is short printable text, and
+// otherwise quoted (%q) and cut to maxQuoted bytes, so a binary file or a
+// huge line never lands raw in a terminal or a log.
+func quoteIfBinary(s string) string {
+	printable := len(s) <= 4*maxQuoted
+	for _, r := range s {
+		if r == '\uFFFD' || (r < ' ' && r != '\n' && r != '\t') || r == 0x7f {
+			printable = false
+			break
+		}
+	}
+	if printable {
+		return s
+	}
+	return quoteTrunc(s)
+}
+
+// quoteTrunc quotes s (%q), cut to maxQuoted bytes.
+func quoteTrunc(s string) string {
+	if len(s) > maxQuoted {
+		return fmt.Sprintf("%q...", s[:maxQuoted])
+	}
+	return fmt.Sprintf("%q", s)
 }

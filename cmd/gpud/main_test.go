@@ -24,7 +24,7 @@ func TestMissingNVMLSuggestsSimulate(t *testing.T) {
 	if ret := nvml.New().Init(); ret == nvml.SUCCESS {
 		t.Skip("NVML is installed here")
 	}
-	for _, cmd := range [][]string{{"inventory"}, {"agent", "--http-addr", ""}} {
+	for _, cmd := range [][]string{{"inventory"}, append([]string{"agent"}, agentArgs(t.TempDir(), "--http-addr", "")...)} {
 		err := run(t.Context(), cmd, io.Discard, io.Discard)
 		if err == nil {
 			t.Fatalf("gpud %v without NVML succeeded", cmd)
@@ -122,7 +122,7 @@ func TestAgentServesInventoryAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"agent", "--config", cfg, "--log-level", "warn", "--simulate", "dgx-h100"}, io.Discard, io.Discard)
+		done <- run(ctx, append([]string{"agent"}, agentArgs(filepath.Dir(cfg), "--config", cfg, "--log-level", "warn", "--simulate", "dgx-h100")...), io.Discard, io.Discard)
 	}()
 	var inv gpu.Inventory
 	deadline := time.Now().Add(30 * time.Second)
@@ -170,9 +170,13 @@ func TestAgentConfigErrors(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{name: "unknown key", yaml: "http-addr: 127.0.0.1:0\nhttp-adr: x\n", want: []string{"line 2", `"http-adr"`}},
-		{name: "bad value", yaml: "rediscover-interval: soon\n", want: []string{"line 1", "rediscover-interval"}},
-		{name: "not a mapping", yaml: "- a\n- b\n", want: []string{"mapping"}},
+		{name: "unknown key", yaml: "http-addr: 127.0.0.1:0\nhttp-adr: x\n", want: []string{"agent.yaml:2: ", `"http-adr"`}},
+		{name: "bad value", yaml: "rediscover-interval: soon\n", want: []string{"agent.yaml:1: ", "rediscover-interval"}},
+		{name: "out of range", yaml: "log-level: info\nmemory-watchdog-interval: 1ns\n", want: []string{"agent.yaml:2: memory-watchdog-interval", "at least 100ms"}},
+		{name: "bad enum", yaml: "metrics-compat: bogus\n", want: []string{"agent.yaml:1: metrics-compat", "want dcgm, native or both"}},
+		{name: "set twice", yaml: "log-level: info\nlog-level: debug\n", want: []string{"agent.yaml:2: ", "already defined"}},
+		{name: "a mapping as a value", yaml: "http-addr: {a: b}\n", want: []string{"agent.yaml:1: ", "not a mapping"}},
+		{name: "not a mapping", yaml: "- a\n- b\n", want: []string{"agent.yaml:1: ", "mapping"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,7 +184,7 @@ func TestAgentConfigErrors(t *testing.T) {
 			if err := os.WriteFile(cfg, []byte(tc.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			err := run(t.Context(), []string{"agent", "--config", cfg, "--simulate", "dgx-h100"}, io.Discard, io.Discard)
+			err := run(t.Context(), append([]string{"agent"}, agentArgs(filepath.Dir(cfg), "--config", cfg, "--simulate", "dgx-h100")...), io.Discard, io.Discard)
 			if err == nil {
 				t.Fatal("agent accepted a bad config")
 			}
@@ -200,4 +204,19 @@ func TestUnknownCommand(t *testing.T) {
 	if err := run(t.Context(), []string{"inventory", "-h"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
+}
+
+// agentArgs returns agent flags that keep every path the agent touches
+// under dir (admin socket, MIG journal, kubelet sockets, CDI spec), then
+// extra. Every test that starts the agent uses it.
+func agentArgs(dir string, extra ...string) []string {
+	return append([]string{
+		"--admin-socket", filepath.Join(dir, "admin.sock"),
+		"--mig-journal", filepath.Join(dir, "mig-journal.json"),
+		"--pod-resources-socket", filepath.Join(dir, "pod-resources.sock"),
+		"--device-plugin-dir", filepath.Join(dir, "dp"),
+		"--cdi-dir", filepath.Join(dir, "cdi"),
+		"--proc-root", filepath.Join(dir, "proc"),
+		"--pod-logs-root", filepath.Join(dir, "pods"),
+	}, extra...)
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -14,11 +15,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/internal/fileio"
 	"github.com/gpud/gpud/pkg/adminapi"
+	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/simnode"
 )
 
@@ -28,100 +33,155 @@ const migUsage = `usage:
   gpud mig show  [--simulate X [--sim-state-file F]]
 
 Without --simulate, plan and apply go through the running agent's admin
-socket (--admin-socket), or straight to NVML when no agent runs.`
+socket (--admin-socket), or straight to NVML when no agent listens. Either
+way a slice is busy when a process runs on it or the kubelet allocated it
+to a pod (--pod-resources-socket); busy slices are kept unless --force.`
 
-// runMig implements `gpud mig ...`.
+// migCLI is what `gpud mig plan|apply|show` was asked to do.
+type migCLI struct {
+	sub       string
+	nvml      nvmlFlags
+	file      string
+	name      string
+	force     bool
+	resetGPUs bool
+	socket    string
+	podSocket string
+	journal   string
+	output    string
+}
+
+// runMig implements `gpud mig ...`: through the running agent when there
+// is one, else through the same MIG service on NVML directly.
 func runMig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, migUsage)
-		return errors.New("mig: missing subcommand")
-	}
-	sub := args[0]
-	switch sub {
-	case "plan", "apply", "show":
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, migUsage)
-		return nil
-	default:
-		fmt.Fprintln(stderr, migUsage)
-		return fmt.Errorf("mig: unknown subcommand %q", sub)
-	}
-	fs := flag.NewFlagSet("gpud mig "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var nf nvmlFlags
-	nf.register(fs)
-	file := fs.String("f", "", "layout file (mig-parted format)")
-	name := fs.String("c", "", "name of the layout in the file (a key of mig-configs)")
-	force := fs.Bool("force", false, "destroy slices even when allocated or running processes")
-	resetGPUs := fs.Bool("reset-gpus", false, "without an agent: reset idle GPUs whose MIG mode change needs it (simulated: ResetGPU; real: nvidia-smi -r)")
-	socket := fs.String("admin-socket", adminapi.DefaultSocket, "the agent's admin socket")
-	journal := fs.String("journal", "", "without an agent: file recording the apply in progress (see the agent's --mig-journal)")
-	output := fs.String("o", "text", "output: text or json")
-	if err := fs.Parse(args[1:]); err != nil {
+	c, err := parseMigArgs(args, stdout, stderr)
+	if c == nil || err != nil {
 		return err
 	}
-	if *output != "text" && *output != "json" {
-		return fmt.Errorf("mig: -o %q: want text or json", *output)
+	if c.sub == "show" {
+		return migShow(c.nvml, stdout, c.output)
 	}
-	if sub == "show" {
-		return migShow(nf, stdout, *output)
-	}
-	if *file == "" || *name == "" {
-		return fmt.Errorf("mig %s: -f FILE and -c NAME are required", sub)
-	}
-	data, err := os.ReadFile(*file)
+	data, err := fileio.ReadFile(c.file, fileio.MaxConfigBytes)
 	if err != nil {
-		return fmt.Errorf("mig: %w", err)
+		return fmt.Errorf("mig: -f: %w", err)
 	}
 	layouts, err := mig.ParseLayoutFile(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *file, err)
+		return fmt.Errorf("%s: %s", c.file, quoteIfBinary(err.Error()))
 	}
-	if nf.simulate == "" {
-		var res mig.Result
-		err := adminapi.NewClient(*socket, 0).Call(ctx, "POST", "/v1/mig/"+sub, migRequest{Layouts: string(data), Config: *name, Force: *force}, &res)
+	if c.nvml.simulate == "" {
+		res, err := c.viaAgent(ctx, data)
 		if err == nil {
-			return printMig(stdout, sub, res, *output, "agent")
+			return printMig(stdout, c.sub, res, c.output, "agent")
 		}
 		if !errors.Is(err, adminapi.ErrNoAgent) {
-			return fmt.Errorf("mig %s via the agent: %w", sub, err)
+			return err
 		}
+		fmt.Fprintf(stderr, "gpud: no agent listening on %s; using NVML directly\n", c.socket)
 	}
-	lib, sim, closeLib, err := openNVML(nf)
+	res, err := c.viaNVML(ctx, layouts, stderr)
 	if err != nil {
 		return err
 	}
-	defer closeLib()
-	st, err := mig.ReadState(lib)
-	if err != nil {
-		return err
-	}
-	want, err := layouts.Resolve(*name, st)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *file, err)
-	}
-	ps, err := mig.ReadProcesses(lib)
-	if err != nil {
-		return fmt.Errorf("mig: check running processes: %w", err)
-	}
-	plan, err := mig.NewPlan(st, want, mig.BusyFromProcesses(ps), mig.Options{Force: *force})
-	if err != nil {
-		return err
-	}
-	if sub == "plan" {
-		return printMig(stdout, sub, mig.Result{Plan: plan, State: st}, *output, "node")
-	}
-	res, err := newMIGApplier(lib, sim, *journal, *resetGPUs, nil).Apply(ctx, st, want, plan)
-	if err != nil {
-		return err
-	}
-	return printMig(stdout, sub, res, *output, "node")
+	return printMig(stdout, c.sub, res, c.output, "node")
 }
 
-// newMIGApplier is the applier the CLI and the agent share: with a journal
-// file when journal is set, and resetting idle GPUs whose MIG mode change
-// needs it when reset is true. log may be nil.
-func newMIGApplier(lib nvml.Interface, sim *simnode.Node, journal string, reset bool, log *slog.Logger) *mig.Applier {
+// parseMigArgs parses the subcommand and its flags; nil, nil after help.
+func parseMigArgs(args []string, stdout, stderr io.Writer) (*migCLI, error) {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, migUsage)
+		return nil, errors.New("mig: missing subcommand")
+	}
+	c := &migCLI{sub: args[0]}
+	switch c.sub {
+	case "plan", "apply", "show":
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, migUsage)
+		return nil, nil
+	default:
+		fmt.Fprintln(stderr, migUsage)
+		return nil, fmt.Errorf("mig: unknown subcommand %s", quoteTrunc(c.sub))
+	}
+	fs := flag.NewFlagSet("gpud mig "+c.sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.nvml.register(fs)
+	fs.StringVar(&c.file, "f", "", "layout file (mig-parted format)")
+	fs.StringVar(&c.name, "c", "", "name of the layout in the file (a key of mig-configs)")
+	fs.BoolVar(&c.force, "force", false, "destroy slices even when allocated or running processes, or when that cannot be checked")
+	fs.BoolVar(&c.resetGPUs, "reset-gpus", false, "without an agent: reset idle GPUs whose MIG mode change needs it (simulated: ResetGPU; real: nvidia-smi -r)")
+	fs.StringVar(&c.socket, "admin-socket", adminapi.DefaultSocket, "the agent's admin socket")
+	fs.StringVar(&c.podSocket, "pod-resources-socket", podresources.DefaultSocket, "without an agent: the kubelet's PodResources socket, to keep slices allocated to pods (absent: no kubelet, nothing allocated)")
+	fs.StringVar(&c.journal, "journal", "", "without an agent: file recording the apply in progress (see the agent's --mig-journal)")
+	fs.StringVar(&c.output, "o", "text", "output: text or json")
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, err
+	}
+	if c.output != "text" && c.output != "json" {
+		return nil, fmt.Errorf("mig: -o %s: want text or json", quoteTrunc(c.output))
+	}
+	if c.sub != "show" && (c.file == "" || c.name == "") {
+		return nil, fmt.Errorf("mig %s: -f FILE and -c NAME are required", c.sub)
+	}
+	return c, nil
+}
+
+// viaAgent asks the running agent. It returns an error wrapping
+// adminapi.ErrNoAgent only when no agent listens (no socket, or nothing
+// accepts on it), the one case where falling back to NVML is safe.
+func (c *migCLI) viaAgent(ctx context.Context, layouts []byte) (mig.Result, error) {
+	var res mig.Result
+	err := adminapi.NewClient(c.socket, 0).Call(ctx, "POST", "/v1/mig/"+c.sub, migRequest{Layouts: string(layouts), Config: c.name, Force: c.force}, &res)
+	switch {
+	case err == nil, errors.Is(err, adminapi.ErrNoAgent):
+		return res, err
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return res, fmt.Errorf("mig %s: the agent on %s closed the connection mid-request (it stopped or crashed; check its log). "+
+			"The layout may or may not be applied: run `gpud mig show` to see the GPUs and `gpud mig plan -f %s -c %s` to see what is left", c.sub, c.socket, c.file, c.name)
+	}
+	var ae *adminapi.Error
+	if errors.As(err, &ae) {
+		return res, fmt.Errorf("mig %s via the agent: %s", c.sub, quoteIfBinary(ae.Message))
+	}
+	return res, fmt.Errorf("mig %s via the agent on %s: %w", c.sub, c.socket, err)
+}
+
+// viaNVML plans (and applies) through the MIG service on NVML, with the
+// same busy source as the agent: processes and the kubelet's allocations.
+func (c *migCLI) viaNVML(ctx context.Context, layouts mig.LayoutFile, stderr io.Writer) (mig.Result, error) {
+	lib, sim, closeLib, err := openNVML(c.nvml)
+	if err != nil {
+		return mig.Result{}, err
+	}
+	defer closeLib()
+	var allocs mig.AllocationLister
+	if c.podSocket != "" {
+		pods := podresources.New(c.podSocket)
+		defer pods.Close()
+		if _, err := os.Stat(c.podSocket); errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(stderr, "gpud: no kubelet PodResources socket at %s: no slice counts as allocated to a pod\n", c.podSocket)
+		}
+		allocs = pods
+	}
+	svc, err := newMIGService(lib, sim, c.journal, c.resetGPUs, allocs, nil, nil)
+	if err != nil {
+		return mig.Result{}, err
+	}
+	run := svc.Plan
+	if c.sub == "apply" {
+		run = svc.Apply
+	}
+	res, err := run(ctx, layouts, c.name, c.force)
+	if errors.Is(err, mig.ErrBadLayout) || errors.Is(err, mig.ErrUnknownProfile) {
+		return res, fmt.Errorf("%s: %w", c.file, err)
+	}
+	return res, err
+}
+
+// newMIGService is the MIG service the CLI and the agent share: one busy
+// source (processes and, through allocs, the kubelet's allocations), a
+// journal file when journal is set, GPU resets when reset is true.
+// changed and log may be nil.
+func newMIGService(lib nvml.Interface, sim *simnode.Node, journal string, reset bool, allocs mig.AllocationLister, changed func(mig.Result), log *slog.Logger) (*mig.Service, error) {
 	var opts []mig.ApplierOption
 	if journal != "" {
 		opts = append(opts, mig.WithJournal(journal))
@@ -129,7 +189,11 @@ func newMIGApplier(lib nvml.Interface, sim *simnode.Node, journal string, reset 
 	if reset {
 		opts = append(opts, mig.WithResetter(resetter(sim)))
 	}
-	return mig.NewApplier(lib, log, opts...)
+	return mig.NewService(mig.ServiceConfig{
+		Lib: lib, Applier: mig.NewApplier(lib, log, opts...),
+		Processes: discovery.ProcessReader{Lib: lib}, Allocations: allocs,
+		Changed: changed, Log: log,
+	})
 }
 
 // resetter resets a GPU: the simulated node's ResetGPU, or nvidia-smi -r.

@@ -13,11 +13,12 @@ import (
 	"github.com/gpud/gpud/pkg/timeslice"
 )
 
-// Environment variables Allocate sets.
+// Environment variables Allocate sets: the visible devices, and the MPS
+// limits whose names timeslice owns (see [timeslice.Share.MPSEnv]).
 const (
 	envVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
-	envMPSThreads     = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	envMPSMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	envMPSThreads     = timeslice.EnvMPSActiveThreadPercentage
+	envMPSMemLimit    = timeslice.EnvMPSPinnedDeviceMemLimit
 )
 
 // Allocate answers each container with its devices' CDI names and/or

@@ -14,6 +14,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpud/gpud/internal/wait"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
@@ -138,7 +139,7 @@ func (m *Manager) waitForDir(ctx context.Context) bool {
 			m.log.Warn("device plugin dir missing, waiting for the kubelet to create it", "dir", m.cfg.PluginDir)
 			logged = true
 		}
-		if !sleep(ctx, m.cfg.PollInterval) {
+		if !wait.Sleep(ctx, m.cfg.PollInterval) {
 			return false
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpud/gpud/internal/wait"
 )
 
 // errSocketGone ends one serving round when the plugin's socket was deleted
@@ -35,7 +37,7 @@ func (p *plugin) run(ctx context.Context) {
 			continue
 		}
 		p.log.Warn("device plugin server failed, retrying", "err", err, "retry_in", backoff)
-		if !sleep(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return
 		}
 		backoff = min(2*backoff, p.cfg.MaxBackoff)
@@ -149,16 +151,4 @@ func inode(path string) (uint64, error) {
 func socketIs(path string, ino uint64) bool {
 	got, err := inode(path)
 	return err == nil && got == ino
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

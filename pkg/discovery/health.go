@@ -9,6 +9,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/internal/wait"
 	"github.com/gpud/gpud/pkg/gpu"
 )
 
@@ -35,10 +36,16 @@ type HealthConfig struct {
 	WaitTimeout time.Duration
 }
 
-// SetHealthFunc publishes a GPU's health (the agent's SetHealth).
+// SetHealthFunc publishes a GPU's health ([Store.SetHealth]).
 type SetHealthFunc func(uuid string, h gpu.Health, reason string)
 
-// HealthMonitor turns NVML events into GPU health: critical Xids (except
+// XidFunc receives every Xid event, ignored ones included: telemetry
+// counts them (DCGM_FI_DEV_XID_ERRORS).
+type XidFunc func(gpuUUID string, xid uint64)
+
+// HealthMonitor is the node's one NVML event pump: it owns the event set
+// and fans each Xid out to the [XidFunc]s given to [HealthMonitor.OnXid],
+// and turns events into health: critical Xids (except
 // ignored ones) and double-bit ECC errors make a GPU Unhealthy, Xid 79
 // makes it Lost. An Unhealthy GPU that has had no new error for
 // RecoveryPeriod and answers NVML again is set Healthy. Each transition is
@@ -50,8 +57,13 @@ type HealthMonitor struct {
 	log *slog.Logger
 	now func() time.Time
 
-	state map[string]*gpuHealth // by UUID; only Run's goroutine touches it
+	state  map[string]*gpuHealth // by UUID; only Run's goroutine touches it
+	xidFns []XidFunc
 }
+
+// OnXid adds a subscriber to every Xid event. Call it before Run; f is
+// called on Run's goroutine and must not block.
+func (m *HealthMonitor) OnXid(f XidFunc) { m.xidFns = append(m.xidFns, f) }
 
 type gpuHealth struct {
 	dev     nvml.Device
@@ -105,7 +117,7 @@ func (m *HealthMonitor) Run(ctx context.Context) error {
 			m.probeAll()
 		default:
 			m.log.Debug("nvml event wait failed", "err", ret.Error())
-			if !sleepCtx(ctx, m.cfg.WaitTimeout) {
+			if !wait.Sleep(ctx, m.cfg.WaitTimeout) {
 				return nil
 			}
 		}
@@ -165,6 +177,9 @@ func (m *HealthMonitor) handle(ev nvml.EventData) {
 	var reason string
 	switch ev.EventType {
 	case nvml.EventTypeXidCriticalError:
+		for _, f := range m.xidFns {
+			f(uuid, ev.EventData)
+		}
 		switch {
 		case ev.EventData == xidFallenOffBus:
 			m.transition(uuid, st, gpu.Lost, "xid 79: gpu fell off the bus")
@@ -291,15 +306,4 @@ func probe(h nvml.Device) (ok, lost bool) {
 		return false, true
 	}
 	return !(ret == nvml.SUCCESS && failed), false
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -47,7 +47,7 @@ func (e *BusyError) Error() string {
 	for i, s := range e.Slices {
 		parts[i] = fmt.Sprintf("gpu %d %s %s held by %s", s.GPU, s.Profile, s.UUID, strings.Join(s.Holders, ", "))
 	}
-	return fmt.Sprintf("mig: refusing to destroy slices in use (%s); stop those workloads or use --force", strings.Join(parts, "; "))
+	return fmt.Sprintf("mig: refusing to destroy slices in use (%s); stop those workloads, or force it (gpud mig apply --force; the agent's --mig-force)", strings.Join(parts, "; "))
 }
 
 // Is makes errors.Is(err, ErrBusy) true.
@@ -64,7 +64,7 @@ type PlacementError struct {
 func (e *PlacementError) Error() string {
 	msg := fmt.Sprintf("mig: gpu %d: %s do not fit under the placement rules", e.GPU, strings.Join(e.Wanted, " + "))
 	if len(e.Around) > 0 {
-		msg += " around " + strings.Join(e.Around, ", ") + "; free those slices or use --force"
+		msg += " around " + strings.Join(e.Around, ", ") + "; free those slices, or force it (gpud mig apply --force; the agent's --mig-force)"
 	}
 	return msg
 }

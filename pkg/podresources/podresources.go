@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpud/gpud/pkg/usage"
 )
 
 // DefaultSocket is where the kubelet serves the PodResources API.
@@ -24,21 +26,19 @@ const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 // maxRecvBytes matches the kubelet's own client limit (16 MiB).
 const maxRecvBytes = 16 << 20
 
+// ErrNoKubelet is wrapped (with ErrUnavailable) by [Client.List] when the
+// socket does not exist: no kubelet runs here, or its pod-resources dir is
+// not mounted.
+var ErrNoKubelet = errors.New("podresources: no kubelet PodResources socket")
+
 // ErrUnavailable is returned (wrapped) by [Client.List] when the kubelet
 // socket does not exist or does not answer; callers degrade to metrics
 // without pod labels.
 var ErrUnavailable = errors.New("podresources: kubelet PodResources API unavailable")
 
-// Assignment is one container's devices of one resource, as the kubelet
-// reports them: DeviceIDs are the IDs the device plugin advertised (GPU
-// UUIDs, MIG UUIDs, replica IDs such as "GPU-x::3").
-type Assignment struct {
-	Namespace    string
-	Pod          string
-	Container    string
-	ResourceName string
-	DeviceIDs    []string
-}
+// Assignment is one container's devices of one resource (see
+// [usage.Assignment]).
+type Assignment = usage.Assignment
 
 // Client lists device assignments over the kubelet's unix socket. The zero
 // value is not usable; create one with [New]. A Client is safe for
@@ -84,6 +84,9 @@ func (c *Client) client() (podresourcesv1.PodResourcesListerClient, error) {
 // ctx bounds the call.
 func (c *Client) List(ctx context.Context) ([]Assignment, error) {
 	if _, err := os.Stat(c.socket); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			err = fmt.Errorf("%w: %w", ErrNoKubelet, err)
+		}
 		return nil, fmt.Errorf("%w: %w (is the kubelet running, and is its pod-resources dir mounted?)", ErrUnavailable, err)
 	}
 	cl, err := c.client()
@@ -95,6 +98,20 @@ func (c *Client) List(ctx context.Context) ([]Assignment, error) {
 		return nil, fmt.Errorf("%w: list on %s: %w", ErrUnavailable, c.socket, err)
 	}
 	return Flatten(resp), nil
+}
+
+// Allocations is the one rule every caller that must not take a device
+// from a pod uses (the MIG service, the sharing runtime): the kubelet's
+// assignments; none when the socket does not exist (no kubelet here, so
+// nothing can be allocated); an error wrapping ErrUnavailable when the
+// socket exists but the kubelet does not answer, since then nobody can
+// tell which devices are allocated.
+func (c *Client) Allocations(ctx context.Context) ([]Assignment, error) {
+	as, err := c.List(ctx)
+	if errors.Is(err, ErrNoKubelet) {
+		return nil, nil
+	}
+	return as, err
 }
 
 // Flatten turns a List response into assignments, one per container and

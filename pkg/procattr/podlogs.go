@@ -4,19 +4,17 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/gpud/gpud/pkg/usage"
 )
 
 // DefaultPodLogsRoot is where the kubelet keeps container logs, one
 // directory per pod named <namespace>_<pod>_<uid>.
 const DefaultPodLogsRoot = "/var/log/pods"
 
-// PodRef names a pod: what a pod UID from [Resolver.Lookup] means to people
-// and to the PodResources API (which reports names, not UIDs).
-type PodRef struct {
-	Namespace string
-	Name      string
-	UID       string
-}
+// PodRef names a pod: what a pod UID from [Resolver.Lookup] means (see
+// [usage.PodRef]).
+type PodRef = usage.PodRef
 
 // PodLogs maps pod UIDs to names through the kubelet's pod log directories
 // under Root (empty means [DefaultPodLogsRoot]). The kubelet creates one per

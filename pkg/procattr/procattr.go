@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/containerd/cgroups/v3"
+
+	"github.com/gpud/gpud/pkg/usage"
 )
 
 // DefaultProcRoot is the host's proc mount.
@@ -24,12 +26,8 @@ const DefaultProcRoot = "/proc"
 // process in a private cgroup namespace that hides the path).
 var ErrNotContainer = errors.New("procattr: process is not in a pod container")
 
-// Container identifies where a process runs: the pod's UID (dashed, as the
-// API server shows it) and the container runtime's 64-hex container ID.
-type Container struct {
-	PodUID      string
-	ContainerID string
-}
+// Container identifies where a process runs (see [usage.Container]).
+type Container = usage.Container
 
 // Resolver looks processes up under ProcRoot (empty means
 // [DefaultProcRoot]). The zero value reads /proc; it is safe for concurrent

@@ -39,11 +39,14 @@ func ParseCompat(s string) (Compat, error) {
 	case CompatDCGM, CompatNative, CompatBoth:
 		return c, nil
 	}
-	return "", fmt.Errorf("telemetry: --metrics-compat %q: want dcgm, native or both", s)
+	return "", fmt.Errorf("%q is not dcgm, native or both", s)
 }
 
 func (c Compat) dcgm() bool   { return c == CompatDCGM || c == CompatBoth || c == "" }
 func (c Compat) native() bool { return c == CompatNative || c == CompatBoth }
+
+// MinInterval is the shortest sampling interval a [Config] accepts.
+const MinInterval = 10 * time.Millisecond
 
 // Config configures a [Sampler]. Zero values mean the documented defaults.
 type Config struct {
@@ -93,8 +96,8 @@ func (c Config) Validate() error {
 	if c.Interval < 0 {
 		errs = append(errs, fmt.Errorf("telemetry: interval %s: must not be negative", c.Interval))
 	}
-	if c.Interval > 0 && c.Interval < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("telemetry: interval %s: want at least 10ms", c.Interval))
+	if c.Interval > 0 && c.Interval < MinInterval {
+		errs = append(errs, fmt.Errorf("telemetry: interval %s: want at least %s", c.Interval, MinInterval))
 	}
 	if c.CallTimeout < 0 {
 		errs = append(errs, fmt.Errorf("telemetry: call timeout %s: must not be negative", c.CallTimeout))

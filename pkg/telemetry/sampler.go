@@ -63,19 +63,18 @@ type Sampler struct {
 
 	snap atomic.Pointer[Snapshot]
 
-	mu        sync.Mutex // guards everything below
-	devs      []*devState
-	byUUID    map[string]*devState
-	errs      map[errKey]uint64
-	sweeps    uint64
-	lastXid   map[string]uint64
-	xids      map[xidKey]uint64
-	pids      map[uint32]pidEntry
-	podNames  map[string]procattr.PodRef
-	assigned  []podresources.Assignment
-	podUp     bool
-	attrErrs  map[string]uint64
-	xidRegged map[string]bool
+	mu       sync.Mutex // guards everything below
+	devs     []*devState
+	byUUID   map[string]*devState
+	errs     map[errKey]uint64
+	sweeps   uint64
+	lastXid  map[string]uint64
+	xids     map[xidKey]uint64
+	pids     map[uint32]pidEntry
+	podNames map[string]procattr.PodRef
+	assigned []podresources.Assignment
+	podUp    bool
+	attrErrs map[string]uint64
 }
 
 type errKey struct{ uuid, call, reason string }
@@ -110,29 +109,22 @@ func NewSampler(lib nvml.Interface, inv InventoryFunc, attr Attribution, cfg Con
 	}
 	return &Sampler{
 		lib: lib, inv: inv, attr: attr, cfg: cfg.withDefaults(), log: log,
-		byUUID:    map[string]*devState{},
-		errs:      map[errKey]uint64{},
-		lastXid:   map[string]uint64{},
-		xids:      map[xidKey]uint64{},
-		pids:      map[uint32]pidEntry{},
-		attrErrs:  map[string]uint64{},
-		xidRegged: map[string]bool{},
+		byUUID:   map[string]*devState{},
+		errs:     map[errKey]uint64{},
+		lastXid:  map[string]uint64{},
+		xids:     map[xidKey]uint64{},
+		pids:     map[uint32]pidEntry{},
+		attrErrs: map[string]uint64{},
 	}, nil
 }
 
 // Config returns the sampler's configuration, defaults filled in.
 func (s *Sampler) Config() Config { return s.cfg }
 
-// Run samples every Interval until ctx ends, and watches Xid events. It
-// returns nil when ctx ends; NVML failures are counted, never returned.
+// Run samples every Interval until ctx ends. It returns nil when ctx
+// ends; NVML failures are counted, never returned. Xid events come in
+// through [Sampler.RecordXid].
 func (s *Sampler) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.watchXids(ctx)
-	}()
-	defer wg.Wait()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {

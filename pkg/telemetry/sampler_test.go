@@ -8,6 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/telemetry"
 )
@@ -224,32 +226,51 @@ func waitFor(t *testing.T, s *telemetry.Sampler, ok func(*telemetry.Snapshot) bo
 	}
 }
 
+// TestSamplerXid checks that Xids reach the metrics through the node's one
+// event pump: discovery's health monitor fans every Xid (an ignored one
+// too, 43 here) out to the sampler.
 func TestSamplerXid(t *testing.T) {
 	r := newRig(t)
 	s := r.sampler(t, r.staticInventory(t), telemetry.Attribution{}, telemetry.Config{Interval: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v", err)
+	mon := discovery.NewHealthMonitor(r.node, discovery.HealthConfig{WaitTimeout: 10 * time.Millisecond}, func(string, gpu.Health, string) {}, nil)
+	got := make(chan struct{}, 1)
+	mon.OnXid(s.RecordXid)
+	mon.OnXid(func(string, uint64) {
+		select {
+		case got <- struct{}{}:
+		default:
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		// Registration happens once the first sweep found handles; keep
-		// injecting until the watcher has seen one.
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 2)
+	go func() { done <- s.Run(ctx) }()
+	go func() { done <- mon.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		}
+	})
+	// The monitor registers the GPUs at the start of Run; inject until it
+	// has seen one.
+	deadline := time.After(30 * time.Second)
+	for seen := false; !seen; {
 		if err := r.node.InjectXid(4, 43); err != nil {
 			t.Fatal(err)
 		}
-		if snap := s.Snapshot(); snap != nil && snap.Devices[4].LastXid == 43 {
-			break
+		select {
+		case <-got:
+			seen = true
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("Xid 43 on gpu 4 never reached the sampler through the health monitor")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("Xid 43 on gpu 4 never reached the snapshot")
-		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	s.Sweep(t.Context())
+	if snap := s.Snapshot(); snap == nil || snap.Devices[4].LastXid != 43 {
+		t.Fatalf("snapshot has no Xid 43 on gpu 4")
 	}
 	mfs := parse(t, scrape(t, telemetry.NewCollector(s, telemetry.CompatDCGM, "test")))
 	if v, _ := series(mfs, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "4"}); v != 43 {

@@ -1,14 +1,23 @@
 package timeslice
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpud/gpud/pkg/gpu"
+)
+
+// The MPS environment variables [Share.MPSEnv] sets, for the device plugin
+// and anything else that reads or merges them.
+const (
+	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSPinnedDeviceMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 )
 
 // ErrRefused is wrapped when a sharing change would take away an allocated
@@ -34,7 +43,7 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 // still has share n, and share n's limits are no tighter. Devices are resolved
 // through inv (for GPU index keys and memory).
 func CheckChange(old, next Config, inv gpu.Inventory, allocated map[string]string) error {
-	if err := next.Validate(memoryByKey(inv)); err != nil {
+	if err := next.ValidateFor(inv); err != nil {
 		return err
 	}
 	ids := make([]string, 0, len(allocated))
@@ -105,18 +114,6 @@ func deviceOf(inv gpu.Inventory, uuid string) (int, uint64) {
 	return -1, 0
 }
 
-func memoryByKey(inv gpu.Inventory) map[string]uint64 {
-	out := map[string]uint64{}
-	for _, g := range inv.GPUs {
-		out[g.UUID] = g.MemoryBytes >> 20
-		out[fmt.Sprint(g.Index)] = g.MemoryBytes >> 20
-		for _, m := range g.MIGDevices {
-			out[m.UUID] = m.MemoryBytes >> 20
-		}
-	}
-	return out
-}
-
 // Store holds the node's sharing config while the agent runs and tells
 // watchers when it changes. It is safe for concurrent use.
 type Store struct {
@@ -158,4 +155,75 @@ func (s *Store) Update(next Config, inv gpu.Inventory, allocated map[string]stri
 	close(s.changed)
 	s.changed = make(chan struct{})
 	return true, nil
+}
+
+// AllocationLister lists the kubelet's device allocations (a
+// *podresources.Client): none when no kubelet runs here, an error when one
+// runs but does not answer.
+type AllocationLister interface {
+	Allocations(ctx context.Context) ([]Assignment, error)
+}
+
+// RuntimeConfig configures a [Runtime].
+type RuntimeConfig struct {
+	// Initial is the sharing at start (already checked with ValidateFor).
+	Initial Config
+	// Inventory returns the node's current devices. Required.
+	Inventory func() gpu.Inventory
+	// Allocations says which replicas pods hold; nil means no kubelet.
+	Allocations AllocationLister
+	// Timeout bounds one read of the allocations; zero means 5s.
+	Timeout time.Duration
+}
+
+// Runtime is the sharing-update policy of a running node: every change
+// (the admin API's PUT /v1/sharing, a changed --sharing-config) is checked
+// against the current devices ([Config.ValidateFor]: unknown keys, shares
+// that do not fit) and the kubelet's allocations ([CheckChange]: never take
+// away or shrink an allocated replica) before it replaces the config. It
+// is safe for concurrent use.
+type Runtime struct {
+	cfg   RuntimeConfig
+	store *Store
+}
+
+// NewRuntime returns a runtime holding cfg.Initial.
+func NewRuntime(cfg RuntimeConfig) *Runtime {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	return &Runtime{cfg: cfg, store: NewStore(cfg.Initial)}
+}
+
+// Sharing returns the current config.
+func (r *Runtime) Sharing() Config { return r.store.Get() }
+
+// SharingChanged returns a channel closed at the next change.
+func (r *Runtime) SharingChanged() <-chan struct{} { return r.store.Changed() }
+
+// Update replaces the config with next unless next is invalid for this
+// node (an error wrapping ErrInvalid that names the key), takes away an
+// allocated replica (ErrRefused), or the allocations cannot be read (then
+// nobody can tell, so it is refused too). It reports whether the config
+// changed.
+func (r *Runtime) Update(ctx context.Context, next Config) (bool, error) {
+	inv := r.cfg.Inventory()
+	if err := next.ValidateFor(inv); err != nil {
+		return false, err
+	}
+	allocated := map[string]string{}
+	if r.cfg.Allocations != nil {
+		ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		defer cancel()
+		as, err := r.cfg.Allocations.Allocations(ctx)
+		if err != nil {
+			return false, fmt.Errorf("%w: cannot check which replicas are allocated, try again: %w", ErrRefused, err)
+		}
+		for _, x := range as {
+			for _, id := range x.DeviceIDs {
+				allocated[id] = x.Namespace + "/" + x.Pod
+			}
+		}
+	}
+	return r.store.Update(next, inv, allocated)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/usage"
 )
 
 // Enforce is what the memory watchdog does about a share over its limit.
@@ -29,34 +30,23 @@ func ParseEnforce(s string) (Enforce, error) {
 	case EnforceOff, EnforceReport, EnforceKill:
 		return e, nil
 	}
-	return "", fmt.Errorf("--enforce-memory %q: want off, report or kill", s)
+	return "", fmt.Errorf("%q is not off, report or kill", s)
 }
 
-// GPUProcess is a process using memory on a GPU or MIG device.
-type GPUProcess struct {
-	PID        uint32
-	DeviceUUID string // the MIG device, or the GPU when MIG is off
-	UsedBytes  uint64
-}
-
-// ContainerRef is the container a process runs in.
-type ContainerRef struct {
-	PodUID      string
-	ContainerID string
-}
-
-// PodName is a pod's namespace and name.
-type PodName struct {
-	Namespace string
-	Name      string
-}
-
-// Assignment is a container's devices as the kubelet's PodResources API
-// reports them.
-type Assignment struct {
-	Namespace, Pod, Container, ResourceName string
-	DeviceIDs                               []string
-}
+// The watchdog reads the same values every other consumer reads (see
+// pkg/usage): the process list of pkg/discovery, the containers and pod
+// names of pkg/procattr, the kubelet's assignments of pkg/podresources.
+type (
+	// GPUProcess is a process using memory on a GPU or MIG device.
+	GPUProcess = usage.Process
+	// ContainerRef is the container a process runs in.
+	ContainerRef = usage.Container
+	// PodName is a pod's namespace and name.
+	PodName = usage.PodRef
+	// Assignment is a container's devices as the kubelet's PodResources
+	// API reports them.
+	Assignment = usage.Assignment
+)
 
 // The watchdog's sources, small so tests can fake them.
 type (
@@ -93,12 +83,16 @@ type Violation struct {
 
 func (v Violation) key() string { return v.DeviceUUID + "/" + v.PodUID }
 
+// MinWatchdogInterval is the shortest watchdog interval: each check lists
+// every process on every GPU, so shorter periods only burn CPU.
+const MinWatchdogInterval = 100 * time.Millisecond
+
 // WatchdogConfig configures a Watchdog. Processes, Containers and
 // Assignments are required; Pods may be nil (limits are then matched by
 // device only). Kill is called in kill mode; tests pass a fake.
 type WatchdogConfig struct {
 	Mode     Enforce
-	Interval time.Duration // default 10s
+	Interval time.Duration // zero means 10s; at least MinWatchdogInterval
 	Sharing  func() Config
 	// Inventory resolves GPU index keys and device memory (for replicas
 	// with LimitMemory); nil means UUID keys only and no memory split.
@@ -135,7 +129,10 @@ func NewWatchdog(cfg WatchdogConfig) (*Watchdog, error) {
 	if cfg.Mode == EnforceKill && cfg.Kill == nil {
 		errs = append(errs, errors.New("timeslice: watchdog in kill mode needs Kill"))
 	}
-	if cfg.Interval <= 0 {
+	if cfg.Interval < 0 || (cfg.Interval > 0 && cfg.Interval < MinWatchdogInterval) {
+		errs = append(errs, fmt.Errorf("timeslice: watchdog interval %s: want at least %s", cfg.Interval, MinWatchdogInterval))
+	}
+	if cfg.Interval == 0 {
 		cfg.Interval = 10 * time.Second
 	}
 	if cfg.Inventory == nil {

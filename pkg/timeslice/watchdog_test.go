@@ -11,21 +11,24 @@ import (
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/podresources"
+	"github.com/gpud/gpud/pkg/procattr"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
 
-// nvmlProcs lists the simulated node's processes through NVML.
-type nvmlProcs struct{ n *simnode.Node }
+// nvmlProcs lists the simulated node's processes through the node's one
+// process reader, as the agent does.
+func nvmlProcs(n *simnode.Node) timeslice.ProcessLister { return discovery.ProcessReader{Lib: n} }
 
-func (p nvmlProcs) GPUProcesses(context.Context) ([]timeslice.GPUProcess, error) {
-	ps, err := mig.ReadProcesses(p.n)
-	out := make([]timeslice.GPUProcess, len(ps))
-	for i, q := range ps {
-		out[i] = timeslice.GPUProcess{PID: q.PID, DeviceUUID: q.DeviceUUID, UsedBytes: q.UsedBytes}
-	}
-	return out, err
-}
+// The watchdog reads the agent's sources as they are, without adapters.
+var (
+	_ timeslice.ProcessLister    = discovery.ProcessReader{}
+	_ timeslice.ContainerLookup  = procattr.Resolver{}
+	_ timeslice.PodNamer         = procattr.PodLogs{}
+	_ timeslice.AssignmentLister = (*podresources.Client)(nil)
+	_ timeslice.AllocationLister = (*podresources.Client)(nil)
+)
 
 // fakeCgroups maps pids to pod UIDs, as /proc/<pid>/cgroup would.
 type fakeCgroups map[uint32]string
@@ -129,7 +132,7 @@ func TestWatchdogModes(t *testing.T) {
 				Mode:       tc.mode,
 				Sharing:    func() timeslice.Config { return sharing },
 				Inventory:  func() gpu.Inventory { return inv },
-				Processes:  nvmlProcs{n},
+				Processes:  nvmlProcs(n),
 				Containers: fakeCgroups{11: "uid-small", 12: "uid-small", 21: "uid-big", 31: "uid-mig"},
 				Assignments: fakeAssignments{
 					{Namespace: "ml", Pod: "small", Container: "main", ResourceName: "nvidia.com/gpu.shared", DeviceIDs: []string{timeslice.ReplicaID(gpu0, 0)}},
@@ -171,7 +174,7 @@ func TestWatchdogModes(t *testing.T) {
 			if slices.Sort(k.killed); !slices.Equal(k.killed, tc.wantKilled) {
 				t.Errorf("killed %v, want %v", k.killed, tc.wantKilled)
 			}
-			ps, _ := mig.ReadProcesses(n)
+			ps, _ := discovery.ReadProcesses(n)
 			var running []uint32
 			for _, p := range ps {
 				running = append(running, p.PID)

@@ -1,22 +1,25 @@
-package mig
+package discovery
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpud/gpud/pkg/usage"
 )
 
 // Process is a compute process on a GPU or a MIG device.
-type Process struct {
-	PID uint32 `json:"pid"`
-	GPU int    `json:"gpu"`
-	// GPUUUID is the physical GPU; DeviceUUID is the MIG device the process
-	// runs on, or GPUUUID when MIG is off.
-	GPUUUID    string `json:"gpuUUID"`
-	DeviceUUID string `json:"deviceUUID"`
-	UsedBytes  uint64 `json:"usedBytes"`
-}
+type Process = usage.Process
+
+// ProcessReader is the node's one reader of GPU processes: the memory
+// watchdog, the MIG service and the CLI all read through it.
+type ProcessReader struct{ Lib nvml.Interface }
+
+// GPUProcesses lists the processes on every GPU and MIG device (see
+// [ReadProcesses]).
+func (r ProcessReader) GPUProcesses(context.Context) ([]Process, error) { return ReadProcesses(r.Lib) }
 
 // ReadProcesses lists the compute processes on every GPU and MIG device. A
 // GPU that cannot be read (lost, say) is skipped; the error of the first
@@ -24,14 +27,14 @@ type Process struct {
 func ReadProcesses(lib nvml.Interface) ([]Process, error) {
 	n, ret := lib.DeviceGetCount()
 	if err := nvmlErr(ret); err != nil {
-		return nil, fmt.Errorf("mig: count GPUs: %w", err)
+		return nil, fmt.Errorf("discovery: count GPUs: %w", err)
 	}
 	var out []Process
 	var firstErr error
 	for i := range n {
 		ps, err := gpuProcesses(lib, i)
 		if err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("mig: processes on gpu %d: %w", i, err)
+			firstErr = fmt.Errorf("discovery: processes on gpu %d: %w", i, err)
 		}
 		out = append(out, ps...)
 	}
@@ -86,22 +89,4 @@ func gpuProcesses(lib nvml.Interface, i int) ([]Process, error) {
 		}
 	}
 	return out, nil
-}
-
-// BusyFromProcesses marks each device a process runs on as held by
-// "pid N".
-func BusyFromProcesses(ps []Process) Busy {
-	b := Busy{}
-	for _, p := range ps {
-		b[p.DeviceUUID] = append(b[p.DeviceUUID], fmt.Sprintf("pid %d", p.PID))
-	}
-	return b
-}
-
-// Merge adds o's holders to b and returns b.
-func (b Busy) Merge(o Busy) Busy {
-	for k, v := range o {
-		b[k] = append(b[k], v...)
-	}
-	return b
 }

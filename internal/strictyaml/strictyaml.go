@@ -7,10 +7,10 @@
 package strictyaml
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -27,16 +27,151 @@ func Unmarshal(data []byte, v any) (err error) {
 			err = fmt.Errorf("%w (the YAML decoder failed: %v)", ErrMalformed, r)
 		}
 	}()
-	opts := []yaml.DecodeOption{yaml.Strict(), yaml.DisallowUnknownField(),
-		wholeNumber[int](), wholeNumber[int64](), wholeNumber[int32](),
-		wholeNumber[uint](), wholeNumber[uint64](), wholeNumber[uint32]()}
-	err = yaml.UnmarshalWithOptions(data, v, opts...)
-	var ne *numberError
-	if errors.As(err, &ne) {
-		return fmt.Errorf("%s%s is not a whole number", position(data, ne.text), ne.text)
+	if err := checkWidth(data); err != nil {
+		return err
 	}
+	f, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		return errors.New(yaml.FormatError(err, false, false))
+	}
+	if len(f.Docs) > 0 {
+		if err := checkWholeNumbers(f.Docs[0].Body, reflect.TypeOf(v), 0); err != nil {
+			return err
+		}
+	}
+	if err := yaml.UnmarshalWithOptions(data, v, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+		return errors.New(yaml.FormatError(err, false, false))
+	}
+	return nil
+}
+
+// checkWholeNumbers walks the document along the Go type it decodes into
+// and refuses, in integer fields, any value that is not a plain integer:
+// the library would truncate 4.5 and 1e3 and parse "4" from a string.
+// (Its CustomUnmarshaler option would do this per field, but reformats the
+// whole document for every value: minutes on a 4,000-line file.)
+func checkWholeNumbers(n ast.Node, t reflect.Type, depth int) error {
+	if n == nil || t == nil || depth > maxDepth {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch x := n.(type) {
+	case *ast.TagNode:
+		return checkWholeNumbers(x.Value, t, depth+1)
+	case *ast.AnchorNode:
+		return checkWholeNumbers(x.Value, t, depth+1)
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		switch n.(type) {
+		case *ast.IntegerNode, *ast.NullNode, *ast.AliasNode:
+			return nil
+		}
+		tk := n.GetToken()
+		if tk == nil {
+			return nil
+		}
+		return fmt.Errorf("[%d:%d] %s is not a whole number", tk.Position.Line, tk.Position.Column, tk.Value)
+	case reflect.Struct, reflect.Map:
+		for _, mv := range mappingValues(n) {
+			var ft reflect.Type
+			if t.Kind() == reflect.Map {
+				ft = t.Elem()
+			} else if tk := mv.Key.GetToken(); tk != nil {
+				ft = fieldType(t, tk.Value)
+			}
+			if err := checkWholeNumbers(mv.Value, ft, depth+1); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if seq, ok := n.(*ast.SequenceNode); ok {
+			for _, item := range seq.Values {
+				if err := checkWholeNumbers(item, t.Elem(), depth+1); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// maxDepth stops the walk on absurdly nested documents (the decoder then
+// reports them or fills only what the type holds).
+const maxDepth = 64
+
+func mappingValues(n ast.Node) []*ast.MappingValueNode {
+	switch m := n.(type) {
+	case *ast.MappingNode:
+		return m.Values
+	case *ast.MappingValueNode:
+		return []*ast.MappingValueNode{m}
+	}
+	return nil
+}
+
+// fieldType is the type of t's field decoded from key (its yaml tag name),
+// or nil.
+func fieldType(t reflect.Type, key string) reflect.Type {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		if name == key {
+			return f.Type
+		}
+	}
+	return nil
+}
+
+// MaxKeysPerLevel bounds the lines at one indentation level of one block
+// (the keys of one block mapping). The YAML library's parser takes time
+// quadratic in the keys of a block mapping (200,000 keys: minutes), so
+// wider files are refused before parsing. gpud's files stay far below it.
+const MaxKeysPerLevel = 4096
+
+// ErrTooWide is returned (wrapped) for a file with more than
+// [MaxKeysPerLevel] keys in one block.
+var ErrTooWide = errors.New("too many keys in one mapping")
+
+// checkWidth counts, per indentation, the lines since the last shallower
+// line: an upper bound on the keys of each block mapping. Blank lines,
+// comments and list items ("- ") do not count; a list item or shallower
+// line ends the deeper blocks.
+func checkWidth(data []byte) error {
+	var counts []int // counts[i]: lines at indent i in the current block
+	line := 0
+	for len(data) > 0 {
+		line++
+		var l []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			l, data = data[:i], data[i+1:]
+		} else {
+			l, data = data, nil
+		}
+		rest := bytes.TrimLeft(l, " ")
+		indent := len(l) - len(rest)
+		if len(bytes.TrimSpace(rest)) == 0 || rest[0] == '#' {
+			continue
+		}
+		if indent+1 < len(counts) {
+			counts = counts[:indent+1]
+		}
+		for len(counts) <= indent {
+			counts = append(counts, 0)
+		}
+		if rest[0] == '-' {
+			counts[indent] = 0
+			continue
+		}
+		if counts[indent]++; counts[indent] > MaxKeysPerLevel {
+			return fmt.Errorf("[%d:%d] %w: more than %d at one level", line, indent+1, ErrTooWide, MaxKeysPerLevel)
+		}
 	}
 	return nil
 }
@@ -45,68 +180,3 @@ func Unmarshal(data []byte, v any) (err error) {
 // panic; the error says so instead of crashing the process.
 var ErrMalformed = errors.New("malformed YAML")
 
-// numberError is a value decoded into an integer field that is not one.
-type numberError struct{ text string }
-
-func (e *numberError) Error() string { return e.text + " is not a whole number" }
-
-// position finds the first value scalar spelled text and returns
-// "[line:column] ", or "" if none is found.
-func position(data []byte, text string) string {
-	f, err := parser.ParseBytes(data, 0)
-	if err != nil {
-		return ""
-	}
-	var found valueFinder
-	found.text = text
-	for _, doc := range f.Docs {
-		ast.Walk(&found, doc)
-		if found.pos != "" {
-			return found.pos
-		}
-	}
-	return ""
-}
-
-type valueFinder struct{ text, pos string }
-
-func (f *valueFinder) Visit(n ast.Node) ast.Visitor {
-	if f.pos != "" {
-		return nil
-	}
-	if mv, ok := n.(*ast.MappingValueNode); ok {
-		ast.Walk(f, mv.Value) // keys are never integers fields' values
-		return nil
-	}
-	if _, ok := n.(ast.ScalarNode); ok {
-		if tk := n.GetToken(); tk != nil && tk.Value == strings.Trim(f.text, `"'`) {
-			f.pos = fmt.Sprintf("[%d:%d] ", tk.Position.Line, tk.Position.Column)
-		}
-		return nil
-	}
-	return f
-}
-
-// wholeNumber decodes an integer field from a plain decimal, hex (0x) or
-// octal (0o) integer only.
-func wholeNumber[T int | int64 | int32 | uint | uint64 | uint32]() yaml.DecodeOption {
-	return yaml.CustomUnmarshaler(func(dst *T, b []byte) error {
-		s := strings.TrimSpace(string(b))
-		var zero T
-		bits := int(reflect.TypeOf(zero).Size()) * 8
-		if zero-1 > 0 { // unsigned
-			n, err := strconv.ParseUint(s, 0, bits)
-			if err != nil {
-				return &numberError{text: s}
-			}
-			*dst = T(n)
-			return nil
-		}
-		n, err := strconv.ParseInt(s, 0, bits)
-		if err != nil {
-			return &numberError{text: s}
-		}
-		*dst = T(n)
-		return nil
-	})
-}

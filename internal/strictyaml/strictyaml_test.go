@@ -2,6 +2,7 @@ package strictyaml
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -73,5 +74,28 @@ func TestUnmarshalLibraryPanicIsAnError(t *testing.T) {
 	err := Unmarshal([]byte("devices:\n 0:\n  shares: !0000000000 00000"), &v)
 	if !errors.Is(err, ErrMalformed) {
 		t.Fatalf("Unmarshal = %v, want ErrMalformed", err)
+	}
+}
+
+func TestUnmarshalRefusesWideMappings(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("items:\n")
+	for i := range MaxKeysPerLevel + 1 {
+		fmt.Fprintf(&b, "  c%d: {count: 1}\n", i)
+	}
+	var v map[string]map[string]map[string]int
+	err := Unmarshal([]byte(b.String()), &v)
+	if !errors.Is(err, ErrTooWide) || !strings.Contains(err.Error(), fmt.Sprintf("[%d:3]", MaxKeysPerLevel+2)) {
+		t.Fatalf("Unmarshal(%d keys) = %v, want ErrTooWide at its line", MaxKeysPerLevel+1, err)
+	}
+	// Many small mappings in a list are fine: each item starts a block.
+	b.Reset()
+	b.WriteString("items:\n")
+	for range MaxKeysPerLevel + 1 {
+		b.WriteString("- a: 1\n  b: 2\n")
+	}
+	var w map[string][]map[string]int
+	if err := Unmarshal([]byte(b.String()), &w); err != nil || len(w["items"]) != MaxKeysPerLevel+1 {
+		t.Fatalf("Unmarshal(list of maps) = %d items, %v", len(w["items"]), err)
 	}
 }

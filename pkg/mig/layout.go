@@ -3,12 +3,26 @@ package mig
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/goccy/go-yaml"
+	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/internal/strictyaml"
+)
+
+// Bounds on a layout file, checked at parse time. A GPU holds at most 7 MIG
+// slices; the others are far above any real file and keep a bad one from
+// costing the planner more than milliseconds.
+const (
+	// MaxSlicesPerGPU is the most MIG slices one entry may ask of a GPU.
+	MaxSlicesPerGPU = 7
+	// MaxLayoutConfigs bounds the named layouts under mig-configs.
+	MaxLayoutConfigs = 1024
+	// MaxLayoutEntries bounds the entries of one named layout.
+	MaxLayoutEntries = 64
+	// MaxLayoutDevices bounds the GPUs (or filters) one entry lists.
+	MaxLayoutDevices = 256
 )
 
 // LayoutFile is a mig-parted configuration file:
@@ -68,9 +82,10 @@ func (w Want) String() string {
 	return fmt.Sprintf("%s@%d", w.Profile, w.Start)
 }
 
-// LoadLayoutFile reads and parses a layout file; errors name the file.
+// LoadLayoutFile reads (at most [fileio.MaxConfigBytes]) and parses a
+// layout file; errors name the file.
 func LoadLayoutFile(path string) (LayoutFile, error) {
-	data, err := os.ReadFile(path)
+	data, err := fileio.ReadFile(path, fileio.MaxConfigBytes)
 	if err != nil {
 		return LayoutFile{}, fmt.Errorf("mig: read layout file: %w", err)
 	}
@@ -82,11 +97,13 @@ func LoadLayoutFile(path string) (LayoutFile, error) {
 }
 
 // ParseLayoutFile decodes a layout file strictly: unknown fields, a wrong
-// version and malformed entries are errors naming the field or config.
+// version, counts that are not whole numbers, more slices than fit on a GPU
+// ([MaxSlicesPerGPU]), too many configs or entries, and malformed entries
+// are errors naming the field or config.
 func ParseLayoutFile(data []byte) (LayoutFile, error) {
 	var f LayoutFile
-	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
-		return LayoutFile{}, fmt.Errorf("%w: %s", ErrBadLayout, yaml.FormatError(err, false, false))
+	if err := strictyaml.Unmarshal(data, &f); err != nil {
+		return LayoutFile{}, fmt.Errorf("%w: %w", ErrBadLayout, err)
 	}
 	if f.Version != "v1" {
 		return LayoutFile{}, fmt.Errorf("%w: version %q, want v1", ErrBadLayout, f.Version)
@@ -94,8 +111,15 @@ func ParseLayoutFile(data []byte) (LayoutFile, error) {
 	if len(f.MigConfigs) == 0 {
 		return LayoutFile{}, fmt.Errorf("%w: no mig-configs", ErrBadLayout)
 	}
+	if len(f.MigConfigs) > MaxLayoutConfigs {
+		return LayoutFile{}, fmt.Errorf("%w: %d mig-configs, want at most %d", ErrBadLayout, len(f.MigConfigs), MaxLayoutConfigs)
+	}
 	var errs []error
 	for _, name := range f.Names() {
+		if n := len(f.MigConfigs[name]); n > MaxLayoutEntries {
+			errs = append(errs, fmt.Errorf("%w: mig-configs %q: %d entries, want at most %d", ErrBadLayout, name, n, MaxLayoutEntries))
+			continue
+		}
 		for i, e := range f.MigConfigs[name] {
 			if err := e.check(); err != nil {
 				errs = append(errs, fmt.Errorf("%w: mig-configs %q entry %d: %w", ErrBadLayout, name, i, err))
@@ -128,11 +152,6 @@ func (e LayoutEntry) check() error {
 	if len(e.MigDevices) > 0 && len(e.MigPlacements) > 0 {
 		return errors.New("give mig-devices or mig-placements, not both")
 	}
-	for name, n := range e.MigDevices {
-		if n < 0 {
-			return fmt.Errorf("mig-devices %q: count %d is negative", name, n)
-		}
-	}
 	_, err := e.wants()
 	return err
 }
@@ -146,6 +165,9 @@ func (e LayoutEntry) devices() (all bool, sel []string, err error) {
 		}
 		return false, nil, fmt.Errorf("devices %q: want all or a list of GPU indices or UUIDs", v)
 	case []any:
+		if len(v) > MaxLayoutDevices {
+			return false, nil, fmt.Errorf("devices lists %d GPUs, want at most %d", len(v), MaxLayoutDevices)
+		}
 		for _, d := range v {
 			switch x := d.(type) {
 			case uint64, int64, int:
@@ -171,6 +193,9 @@ func (e LayoutEntry) filters() ([]uint32, error) {
 	case string:
 		raw = []string{v}
 	case []any:
+		if len(v) > MaxLayoutDevices {
+			return nil, fmt.Errorf("device-filter lists %d IDs, want at most %d", len(v), MaxLayoutDevices)
+		}
 		for _, x := range v {
 			raw = append(raw, fmt.Sprint(x))
 		}
@@ -189,8 +214,25 @@ func (e LayoutEntry) filters() ([]uint32, error) {
 }
 
 // wants expands mig-devices (largest profile names first, for stable
-// output) or mig-placements into slices.
+// output) or mig-placements into slices, refusing more than
+// [MaxSlicesPerGPU] before expanding anything.
 func (e LayoutEntry) wants() ([]Want, error) {
+	if n := len(e.MigPlacements); n > MaxSlicesPerGPU {
+		return nil, fmt.Errorf("mig-placements lists %d slices, at most %d fit on a GPU", n, MaxSlicesPerGPU)
+	}
+	total := 0
+	for name, n := range e.MigDevices {
+		switch {
+		case n < 0:
+			return nil, fmt.Errorf("mig-devices %q: count %d is negative", name, n)
+		case n > MaxSlicesPerGPU:
+			return nil, fmt.Errorf("mig-devices %q: count %d, at most %d slices fit on a GPU", name, n, MaxSlicesPerGPU)
+		}
+		total += n
+	}
+	if total > MaxSlicesPerGPU {
+		return nil, fmt.Errorf("mig-devices ask for %d slices, at most %d fit on a GPU", total, MaxSlicesPerGPU)
+	}
 	var out []Want
 	if len(e.MigPlacements) > 0 {
 		for _, s := range e.MigPlacements {

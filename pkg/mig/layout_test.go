@@ -2,6 +2,7 @@ package mig
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -66,41 +67,68 @@ func TestLookupLongForm(t *testing.T) {
 	}
 }
 
-func TestBadLayoutFiles(t *testing.T) {
-	tests := []struct {
-		name    string
-		file    string
-		config  string // resolved on a dgx-a100 when the file parses
-		wantErr error
-		errHas  []string
-	}{
-		{name: "unknown field", file: "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabeld: true\n",
-			wantErr: ErrBadLayout, errHas: []string{"mig-enabeld"}},
-		{name: "wrong version", file: "version: v2\nmig-configs:\n  a:\n    - devices: all\n", wantErr: ErrBadLayout, errHas: []string{`version "v2"`}},
-		{name: "not yaml", file: "version: v1\nmig-configs: [\n", wantErr: ErrBadLayout},
-		{name: "no configs", file: "version: v1\n", wantErr: ErrBadLayout, errHas: []string{"no mig-configs"}},
-		{name: "bad devices", file: "version: v1\nmig-configs:\n  half:\n    - devices: some\n      mig-enabled: false\n",
-			wantErr: ErrBadLayout, errHas: []string{`"half" entry 0`, `devices "some"`}},
-		{name: "negative count", file: "version: v1\nmig-configs:\n  neg:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": -1}\n",
-			wantErr: ErrBadLayout, errHas: []string{`"neg" entry 0`, `"1g.5gb"`, "negative"}},
-		{name: "devices with mig off", file: "version: v1\nmig-configs:\n  x:\n    - devices: all\n      mig-enabled: false\n      mig-devices: {\"1g.5gb\": 1}\n",
-			wantErr: ErrBadLayout, errHas: []string{"mig-enabled: false"}},
-		{name: "bad placement syntax", file: "version: v1\nmig-configs:\n  p:\n    - devices: [0]\n      mig-enabled: true\n      mig-placements: [\"3g.20gb\"]\n",
-			wantErr: ErrBadLayout, errHas: []string{`"3g.20gb"`, "PROFILE@START"}},
-		{name: "unknown profile", file: "version: v1\nmig-configs:\n  custom:\n    - devices: [0, 1]\n      mig-enabled: true\n      mig-devices: {\"1g.6gb\": 2}\n",
-			config: "custom", wantErr: ErrUnknownProfile, errHas: []string{`"custom" entry 0`, "gpu 0,1", `"1g.6gb"`, "1g.5gb, 1g.5gb+me"}},
-		{name: "unknown config", file: "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n",
-			config: "b", wantErr: ErrBadLayout, errHas: []string{`"b"`, "the file has a"}},
-		{name: "gpu out of range", file: "version: v1\nmig-configs:\n  a:\n    - devices: [9]\n      mig-enabled: false\n",
-			config: "a", wantErr: ErrBadLayout, errHas: []string{"gpu 9", "8 GPUs"}},
-		{name: "unknown uuid", file: "version: v1\nmig-configs:\n  a:\n    - devices: [GPU-nope]\n      mig-enabled: false\n",
-			config: "a", wantErr: ErrBadLayout, errHas: []string{`"GPU-nope"`}},
-		{name: "gpu in two entries", file: "version: v1\nmig-configs:\n  a:\n    - devices: [1]\n      mig-enabled: false\n    - devices: all\n      mig-enabled: false\n",
-			config: "a", wantErr: ErrBadLayout, errHas: []string{"gpu 1 is also in entry 0"}},
-		{name: "placement not allowed", file: "version: v1\nmig-configs:\n  a:\n    - devices: [0]\n      mig-enabled: true\n      mig-placements: [\"3g.20gb@2\"]\n",
-			config: "a", wantErr: ErrBadLayout, errHas: []string{"3g.20gb cannot start at memory slice 2", "allowed starts: 0, 4"}},
+// manyConfigs is a layout file with n configs of one entry each.
+func manyConfigs(n int) string {
+	var b strings.Builder
+	b.WriteString("version: v1\nmig-configs:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  c%d: [{devices: all, mig-enabled: false}]\n", i)
 	}
-	for _, tc := range tests {
+	return b.String()
+}
+
+// badLayouts are layout files that must be refused, with what the error
+// must say. They also seed FuzzParseLayoutFile.
+var badLayouts = []struct {
+	name    string
+	file    string
+	config  string // resolved on a dgx-a100 when the file parses
+	wantErr error
+	errHas  []string
+}{
+	{name: "a billion slices", file: "version: v1\nmig-configs:\n  huge:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1000000000}\n",
+		wantErr: ErrBadLayout, errHas: []string{`"huge" entry 0`, `"1g.5gb"`, "1000000000", "at most 7"}},
+	{name: "more than 7 in total", file: "version: v1\nmig-configs:\n  sum:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 4, \"2g.10gb\": 4}\n",
+		wantErr: ErrBadLayout, errHas: []string{`"sum" entry 0`, "8 slices", "at most 7"}},
+	{name: "more than 7 placements", file: "version: v1\nmig-configs:\n  p:\n    - devices: [0]\n      mig-enabled: true\n      mig-placements: [a@0, a@1, a@2, a@3, a@4, a@5, a@6, a@7]\n",
+		wantErr: ErrBadLayout, errHas: []string{`"p" entry 0`, "8 slices"}},
+	{name: "fractional count", file: "version: v1\nmig-configs:\n  f:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 2.5}\n",
+		wantErr: ErrBadLayout, errHas: []string{"[6:31]", "2.5 is not a whole number"}},
+	{name: "200,000 configs", file: manyConfigs(200000), wantErr: ErrBadLayout, errHas: []string{"[4099:3]", "too many keys"}},
+	{name: "2,000 configs", file: manyConfigs(2000), wantErr: ErrBadLayout, errHas: []string{"2000 mig-configs", "at most 1024"}},
+	{name: "too many entries", file: "version: v1\nmig-configs:\n  e: [" + strings.Repeat("{devices: all, mig-enabled: false},", MaxLayoutEntries+1) + "]\n",
+		wantErr: ErrBadLayout, errHas: []string{`"e"`, "65 entries"}},
+	{name: "too many devices", file: "version: v1\nmig-configs:\n  d: [{devices: [" + strings.Repeat("0,", MaxLayoutDevices+1) + "], mig-enabled: false}]\n",
+		wantErr: ErrBadLayout, errHas: []string{`"d" entry 0`, "257 GPUs"}},
+	{name: "unknown field", file: "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabeld: true\n",
+		wantErr: ErrBadLayout, errHas: []string{"mig-enabeld"}},
+	{name: "wrong version", file: "version: v2\nmig-configs:\n  a:\n    - devices: all\n", wantErr: ErrBadLayout, errHas: []string{`version "v2"`}},
+	{name: "not yaml", file: "version: v1\nmig-configs: [\n", wantErr: ErrBadLayout},
+	{name: "no configs", file: "version: v1\n", wantErr: ErrBadLayout, errHas: []string{"no mig-configs"}},
+	{name: "bad devices", file: "version: v1\nmig-configs:\n  half:\n    - devices: some\n      mig-enabled: false\n",
+		wantErr: ErrBadLayout, errHas: []string{`"half" entry 0`, `devices "some"`}},
+	{name: "negative count", file: "version: v1\nmig-configs:\n  neg:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": -1}\n",
+		wantErr: ErrBadLayout, errHas: []string{`"neg" entry 0`, `"1g.5gb"`, "negative"}},
+	{name: "devices with mig off", file: "version: v1\nmig-configs:\n  x:\n    - devices: all\n      mig-enabled: false\n      mig-devices: {\"1g.5gb\": 1}\n",
+		wantErr: ErrBadLayout, errHas: []string{"mig-enabled: false"}},
+	{name: "bad placement syntax", file: "version: v1\nmig-configs:\n  p:\n    - devices: [0]\n      mig-enabled: true\n      mig-placements: [\"3g.20gb\"]\n",
+		wantErr: ErrBadLayout, errHas: []string{`"3g.20gb"`, "PROFILE@START"}},
+	{name: "unknown profile", file: "version: v1\nmig-configs:\n  custom:\n    - devices: [0, 1]\n      mig-enabled: true\n      mig-devices: {\"1g.6gb\": 2}\n",
+		config: "custom", wantErr: ErrUnknownProfile, errHas: []string{`"custom" entry 0`, "gpu 0,1", `"1g.6gb"`, "1g.5gb, 1g.5gb+me"}},
+	{name: "unknown config", file: "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n",
+		config: "b", wantErr: ErrBadLayout, errHas: []string{`"b"`, "the file has a"}},
+	{name: "gpu out of range", file: "version: v1\nmig-configs:\n  a:\n    - devices: [9]\n      mig-enabled: false\n",
+		config: "a", wantErr: ErrBadLayout, errHas: []string{"gpu 9", "8 GPUs"}},
+	{name: "unknown uuid", file: "version: v1\nmig-configs:\n  a:\n    - devices: [GPU-nope]\n      mig-enabled: false\n",
+		config: "a", wantErr: ErrBadLayout, errHas: []string{`"GPU-nope"`}},
+	{name: "gpu in two entries", file: "version: v1\nmig-configs:\n  a:\n    - devices: [1]\n      mig-enabled: false\n    - devices: all\n      mig-enabled: false\n",
+		config: "a", wantErr: ErrBadLayout, errHas: []string{"gpu 1 is also in entry 0"}},
+	{name: "placement not allowed", file: "version: v1\nmig-configs:\n  a:\n    - devices: [0]\n      mig-enabled: true\n      mig-placements: [\"3g.20gb@2\"]\n",
+		config: "a", wantErr: ErrBadLayout, errHas: []string{"3g.20gb cannot start at memory slice 2", "allowed starts: 0, 4"}},
+}
+
+func TestBadLayoutFiles(t *testing.T) {
+	for _, tc := range badLayouts {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := ParseLayoutFile([]byte(tc.file))
 			if err == nil && tc.config != "" {

@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
@@ -97,7 +99,7 @@ type rig struct {
 	dir     string
 	cdiDir  string
 	kubelet *kubeletstub.Kubelet
-	cancel  context.CancelFunc
+	logs    *logRecorder
 }
 
 type rigOption func(*deviceplugin.Config)
@@ -129,24 +131,18 @@ func startRig(t *testing.T, profile string, withKubelet bool, opts ...rigOption)
 	for _, o := range opts {
 		o(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r.logs = &logRecorder{}
+	log := slog.New(&recordingHandler{rec: r.logs, out: slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})})
 	m, err := deviceplugin.New(cfg, r.src, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Manager.Run() = %v", err)
-		}
+	t.Cleanup(func() { // runs after the manager stopped (cleanups run last-in first-out)
 		if r.kubelet != nil {
 			r.kubelet.Stop()
 		}
 	})
+	testwait.Run(t, "device plugin manager", m.Run)
 	return r
 }
 
@@ -224,4 +220,51 @@ func enableMIG(t *testing.T, n *simnode.Node, index, profile, ciProfile, count i
 			t.Fatalf("CreateComputeInstance: %v", ret)
 		}
 	}
+}
+
+// logRecorder keeps the messages a rig's components logged, at every
+// level, so a test can wait on what the code under test did.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+// count returns how many records had a message starting with prefix.
+func (l *logRecorder) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// recordingHandler records every record's message and passes the ones out
+// takes on to it.
+type recordingHandler struct {
+	rec *logRecorder
+	out slog.Handler
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *recordingHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.rec.mu.Lock()
+	h.rec.msgs = append(h.rec.msgs, r.Message)
+	h.rec.mu.Unlock()
+	if h.out.Enabled(ctx, r.Level) {
+		return h.out.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *recordingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recordingHandler{rec: h.rec, out: h.out.WithAttrs(as)}
+}
+
+func (h *recordingHandler) WithGroup(name string) slog.Handler {
+	return &recordingHandler{rec: h.rec, out: h.out.WithGroup(name)}
 }

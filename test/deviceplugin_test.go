@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
@@ -28,9 +29,16 @@ const gpuRes = "nvidia.com/gpu"
 
 func TestRegistersWhenKubeletComesLate(t *testing.T) {
 	r := startRig(t, "dgx-h100", false)
-	// The plugin is retrying against a missing kubelet.sock; a kubelet
-	// that starts now must get the registration without a plugin restart.
-	time.Sleep(300 * time.Millisecond) // let a few attempts fail first (not an assertion)
+	// The plugin retries against the missing kubelet.sock: wait until it
+	// has failed twice, so the kubelet below comes up late for a plugin
+	// that is already retrying, and must get the registration without a
+	// plugin restart.
+	testwait.For(t, waitTimeout, "two failed registrations of "+gpuRes+" without a kubelet", func() bool {
+		return r.logs.count("registration with kubelet failed") >= 2
+	})
+	if n := r.logs.count("registered with kubelet"); n != 0 {
+		t.Fatalf("registered %d times without a kubelet", n)
+	}
 	r.startKubelet(t)
 	reg, err := r.kubelet.WaitRegistered(ctxT(t), gpuRes, 1)
 	if err != nil {
@@ -98,10 +106,7 @@ func TestReregisters(t *testing.T) {
 func TestXidMakesUnhealthyThenRecovers(t *testing.T) {
 	r := startRig(t, "dgx-h100", true)
 	mon := discovery.NewHealthMonitor(r.node, discovery.HealthConfig{RecoveryPeriod: 2 * time.Second, WaitTimeout: 50 * time.Millisecond}, r.src.SetHealth, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mon.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testwait.Run(t, "health monitor", mon.Run)
 
 	c := r.client(t, gpuRes, 1)
 	w := watch(t, c)
@@ -111,23 +116,17 @@ func TestXidMakesUnhealthyThenRecovers(t *testing.T) {
 	bad := r.uuid(2)
 	unhealthy := func(devs []*pluginapi.Device) bool { return kubeletstub.HealthOf(devs, bad) == pluginapi.Unhealthy }
 	// The monitor registers its events asynchronously: repeat the Xid until it lands.
-	deadline := time.Now().Add(waitTimeout)
 	var injected time.Time
-	for {
+	testwait.For(t, waitTimeout, "xid 48 to make GPU 2 unhealthy", func() bool {
 		injected = time.Now()
 		if err := r.node.InjectXid(2, 48); err != nil {
 			t.Fatal(err)
 		}
 		wctx, wcancel := context.WithTimeout(t.Context(), time.Second)
+		defer wcancel()
 		_, err := w.WaitFor(wctx, unhealthy)
-		wcancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("xid 48 never made the GPU unhealthy")
-		}
-	}
+		return err == nil
+	})
 	t.Logf("unhealthy pushed %v after the xid", time.Since(injected))
 	devs := w.Lists()[len(w.Lists())-1]
 	for _, d := range devs {

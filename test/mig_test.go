@@ -1,10 +1,9 @@
 package test
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/mig"
@@ -98,42 +98,6 @@ func TestMIGApplyReadvertised(t *testing.T) {
 	}
 }
 
-// buildGpud builds the gpud binary once per test run.
-func buildGpud(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go toolchain to build gpud")
-	}
-	bin := filepath.Join(t.TempDir(), "gpud")
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/gpud")
-	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startAgent runs `gpud agent args...` until the test ends, and logs its
-// output if the test failed.
-func startAgent(t *testing.T, bin string, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	agent := exec.CommandContext(ctx, bin, append([]string{"agent"}, args...)...)
-	var logs strings.Builder
-	agent.Stdout, agent.Stderr = &logs, &logs
-	if err := agent.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = agent.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
-}
-
 // TestAgentMIGThroughAdminAPIAndConfigFile runs `gpud agent` on a simulated
 // dgx-a100: it applies the layout named in its config file at start, again
 // when that file changes, and `gpud mig plan|apply` go through its admin
@@ -163,25 +127,22 @@ func TestAgentMIGThroughAdminAPIAndConfigFile(t *testing.T) {
 		}
 	}
 	writeCfg("all-1g.5gb")
-	startAgent(t, bin, "--config", cfgPath, "--simulate", "dgx-a100",
+	startAgent(t, bin, dir, "--config", cfgPath, "--simulate", "dgx-a100",
 		"--sim-state-file", filepath.Join(dir, "state.json"), "--admin-socket", sock, "--http-addr", "",
-		"--device-plugin-dir", "", "--pod-resources-socket", filepath.Join(dir, "none.sock"),
-		"--mig-journal", filepath.Join(dir, "journal.json"), "--mig-reset-gpus", "--enforce-memory", "off")
+		"--device-plugin-dir", "", "--mig-reset-gpus", "--enforce-memory", "off")
 	c := adminapi.NewClient(sock, 30*time.Second)
 	waitLayout := func(what string, ok func(mig.State) bool) {
 		t.Helper()
-		deadline := time.Now().Add(waitTimeout)
-		for {
+		testwait.ForErr(t, waitTimeout, what, func() error {
 			var st mig.State
-			err := c.Call(t.Context(), "GET", "/v1/mig/state", nil, &st)
-			if err == nil && ok(st) {
-				return
+			if err := c.Call(t.Context(), "GET", "/v1/mig/state", nil, &st); err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s (last error %v)", what, err)
+			if !ok(st) {
+				return fmt.Errorf("state %v", st.GPUs)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	profiles := func(g mig.GPUState) []string {
 		var out []string
@@ -200,7 +161,7 @@ func TestAgentMIGThroughAdminAPIAndConfigFile(t *testing.T) {
 	})
 
 	// The CLI plans through the agent: the shared slices are kept.
-	out, err := exec.Command(bin, "mig", "plan", "--admin-socket", sock, "-f", layouts, "-c", "mixed").CombinedOutput()
+	out, err := gpud(t, bin, dir, "mig", "plan", "--admin-socket", sock, "-f", layouts, "-c", "mixed")
 	if err != nil {
 		t.Fatalf("gpud mig plan: %v\n%s", err, out)
 	}
@@ -209,8 +170,10 @@ func TestAgentMIGThroughAdminAPIAndConfigFile(t *testing.T) {
 	}
 	// A layout with an unknown profile is refused naming it.
 	bad := filepath.Join(dir, "bad.yaml")
-	_ = os.WriteFile(bad, []byte("version: v1\nmig-configs:\n  x:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"1g.7gb\": 1}\n"), 0o600)
-	out, err = exec.Command(bin, "mig", "apply", "--admin-socket", sock, "-f", bad, "-c", "x").CombinedOutput()
+	if err := os.WriteFile(bad, []byte("version: v1\nmig-configs:\n  x:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"1g.7gb\": 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = gpud(t, bin, dir, "mig", "apply", "--admin-socket", sock, "-f", bad, "-c", "x")
 	if err == nil || !strings.Contains(string(out), `"1g.7gb"`) {
 		t.Errorf("apply of an unknown profile: err %v, output %s; want an error naming 1g.7gb", err, out)
 	}
@@ -222,7 +185,7 @@ func TestAgentMIGThroughAdminAPIAndConfigFile(t *testing.T) {
 	})
 
 	// Apply through the admin API with the CLI.
-	out, err = exec.Command(bin, "mig", "apply", "--admin-socket", sock, "-f", layouts, "-c", "all-3g.20gb").CombinedOutput()
+	out, err = gpud(t, bin, dir, "mig", "apply", "--admin-socket", sock, "-f", layouts, "-c", "all-3g.20gb")
 	if err != nil {
 		t.Fatalf("gpud mig apply: %v\n%s", err, out)
 	}

@@ -8,6 +8,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/test/kubeletstub"
 )
@@ -27,10 +28,8 @@ func TestSharingChangeReadvertised(t *testing.T) {
 	}
 	t.Cleanup(kubelet.Stop)
 	sock := filepath.Join(dir, "admin.sock")
-	startAgent(t, bin, "--simulate", "dgx-h100", "--http-addr", "",
-		"--device-plugin-dir", dir, "--cdi-dir", filepath.Join(dir, "cdi"), "--admin-socket", sock,
-		"--pod-resources-socket", filepath.Join(dir, "none.sock"), "--mig-journal", filepath.Join(dir, "journal.json"),
-		"--enforce-memory", "off")
+	startAgent(t, bin, dir, "--simulate", "dgx-h100", "--http-addr", "",
+		"--device-plugin-dir", dir, "--admin-socket", sock, "--enforce-memory", "off")
 
 	dial := func(resource string) *kubeletstub.Watch {
 		t.Helper()
@@ -51,17 +50,13 @@ func TestSharingChangeReadvertised(t *testing.T) {
 	}
 
 	c := adminapi.NewClient(sock, 30*time.Second)
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		var changed map[string]bool
-		err := c.Call(t.Context(), "PUT", "/v1/sharing", map[string]any{"devices": map[string]any{"0": map[string]any{"replicas": 4, "limitMemory": true}}}, &changed)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PUT /v1/sharing: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond) // the admin socket may not be up yet
+	// The admin socket may not be up yet: retry until the agent answers.
+	var changed map[string]bool
+	testwait.ForErr(t, waitTimeout, "PUT /v1/sharing to succeed", func() error {
+		return c.Call(t.Context(), "PUT", "/v1/sharing", map[string]any{"devices": map[string]any{"0": map[string]any{"replicas": 4, "limitMemory": true}}}, &changed)
+	})
+	if !changed["changed"] {
+		t.Fatalf("PUT /v1/sharing = %v, want changed", changed)
 	}
 	shared := dial("nvidia.com/gpu.shared")
 	devs, err := shared.WaitFor(ctxT(t), kubeletstub.Count(4, pluginapi.Healthy))

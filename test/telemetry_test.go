@@ -2,15 +2,11 @@ package test
 
 import (
 	"bytes"
-	"context"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +17,8 @@ import (
 	"github.com/prometheus/common/model"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpud/gpud/internal/promtooltest"
+	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/podresources"
@@ -74,15 +72,7 @@ func telAgent(t *testing.T, socket string) (string, []gpu.GPU) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sampler Run() = %v", err)
-		}
-	})
+	testwait.Run(t, "sampler", s.Run)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(telemetry.NewCollector(s, telemetry.CompatDCGM, "test"))
 	mux := http.NewServeMux()
@@ -96,30 +86,28 @@ func telAgent(t *testing.T, socket string) (string, []gpu.GPU) {
 // the text and families.
 func telScrape(t *testing.T, url string, ready func(map[string]*dto.MetricFamily) bool) ([]byte, map[string]*dto.MetricFamily) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var body []byte
+	var mfs map[string]*dto.MetricFamily
+	testwait.ForErr(t, waitTimeout, "/metrics to get ready", func() error {
 		resp, err := http.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, err := io.ReadAll(resp.Body)
+		body, err = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
 		}
 		p := expfmt.NewTextParser(model.LegacyValidation)
-		mfs, err := p.TextToMetricFamilies(bytes.NewReader(body))
-		if err != nil {
+		if mfs, err = p.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
 			t.Fatalf("expfmt parse: %v", err)
 		}
-		if ready(mfs) {
-			return body, mfs
+		if !ready(mfs) {
+			return fmt.Errorf("not ready; last scrape:\n%s", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never got ready; last scrape:\n%s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return body, mfs
 }
 
 // telLabels returns the label maps of a family's series.
@@ -191,16 +179,11 @@ func TestTelemetryMetricsOverHTTP(t *testing.T) {
 	if replicas != 4 {
 		t.Errorf("gpud_device_replicas_allocated for GPU 3 = %v, want 4", replicas)
 	}
-	telPromtool(t, text)
+	promtooltest.CheckMetrics(t, text, promtooltest.DCGMNaming)
 }
 
 func TestTelemetryWithoutKubelet(t *testing.T) {
-	dir, err := os.MkdirTemp("", "gt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	url, gpus := telAgent(t, filepath.Join(dir, "no-kubelet.sock"))
+	url, gpus := telAgent(t, filepath.Join(shortDir(t), "no-kubelet.sock"))
 	_, mfs := telScrape(t, url, func(m map[string]*dto.MetricFamily) bool {
 		e := m["gpud_attribution_errors_total"]
 		if e == nil || m["DCGM_FI_DEV_GPU_UTIL"] == nil {
@@ -225,35 +208,6 @@ func TestTelemetryWithoutKubelet(t *testing.T) {
 	for _, m := range mfs["gpud_attribution_errors_total"].GetMetric() {
 		if m.GetLabel()[0].GetValue() == "podresources" && m.GetCounter().GetValue() < 1 {
 			t.Errorf("gpud_attribution_errors_total{source=podresources} = %v, want >= 1", m.GetCounter().GetValue())
-		}
-	}
-}
-
-// telPromtool runs `promtool check metrics` when installed (CI installs
-// Debian's prometheus package): the text must parse; lint may flag only
-// dcgm-exporter's own names, kept on purpose.
-func telPromtool(t *testing.T, text []byte) {
-	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Log("promtool not on PATH; skipping promtool check metrics")
-		return
-	}
-	cmd := exec.Command(path, "check", "metrics")
-	cmd.Stdin = bytes.NewReader(text)
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		return
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
-		t.Fatalf("promtool check metrics: %v\n%s", err, out)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "DCGM_FI_") || !(strings.HasSuffix(line, `should have "_total" suffix`) ||
-			strings.HasSuffix(line, "should not include type 'counter'") || strings.HasSuffix(line, "not 'camelCase'")) {
-			t.Errorf("promtool check metrics: %s", line)
 		}
 	}
 }

@@ -1,16 +1,19 @@
 package mig
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/internal/fileio"
 	"github.com/gpud/gpud/pkg/simnode"
 )
 
@@ -128,9 +131,12 @@ mig-configs:
 	if _, err := planAndApply(t.Context(), first, f, "small", nil, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	// The 2nd compute instance of the apply hangs forever: the agent is as
-	// good as killed with a GPU instance created and its CI missing.
-	first.InjectFault("CreateComputeInstance", simnode.FaultSpec{After: 1, Delay: time.Hour})
+	// The 2nd compute instance of the apply stalls: the agent is as good as
+	// killed with a GPU instance created and its CI missing. Closing the
+	// node at the end ends the stall (as the process exit would), and the
+	// test waits for the apply to return: nothing outlives the test.
+	stalled := make(chan struct{}, 1)
+	first.InjectFault("CreateComputeInstance", simnode.FaultSpec{After: 1, Delay: time.Hour, Hit: stalled})
 	st := mustState(t, first)
 	w, err := f.Resolve("mixed", st)
 	if err != nil {
@@ -140,28 +146,19 @@ mig-configs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _, _ = NewApplier(first, nil, WithJournal(journal)).Apply(t.Context(), st, w, p) }()
-	waitFor(t, "a GPU instance without its compute instance in the state file", func() bool {
-		data, _ := os.ReadFile(statePath)
-		var raw struct {
-			GPUs []struct {
-				GPUInstances []struct {
-					ComputeInstances []json.RawMessage `json:"computeInstances"`
-				} `json:"gpuInstances"`
-			} `json:"gpus"`
-		}
-		if json.Unmarshal(data, &raw) != nil {
-			return false
-		}
-		for _, g := range raw.GPUs {
-			for _, gi := range g.GPUInstances {
-				if len(gi.ComputeInstances) == 0 {
-					return true
-				}
-			}
-		}
-		return false
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		_, _ = NewApplier(first, nil, WithJournal(journal)).Apply(context.WithoutCancel(t.Context()), st, w, p)
+	}()
+	t.Cleanup(func() {
+		first.Close()
+		<-applied
 	})
+	<-stalled
+	if !hasGIWithoutCI(t, statePath) {
+		t.Fatal("state file has no GPU instance without its compute instance while the apply is stalled")
+	}
 
 	// The agent restarts: a new node from the same state file.
 	second, err := simnode.New(first.Profile(), simnode.WithStateFile(statePath))
@@ -187,15 +184,32 @@ mig-configs:
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// hasGIWithoutCI reports whether the simulated node's state file holds a
+// GPU instance without a compute instance.
+func hasGIWithoutCI(t *testing.T, statePath string) bool {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	data, err := os.ReadFile(statePath)
+	if err != nil {
+		t.Fatal(err)
 	}
+	var raw struct {
+		GPUs []struct {
+			GPUInstances []struct {
+				ComputeInstances []json.RawMessage `json:"computeInstances"`
+			} `json:"gpuInstances"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		t.Fatalf("state file: %v", err)
+	}
+	for _, g := range raw.GPUs {
+		for _, gi := range g.GPUInstances {
+			if len(gi.ComputeInstances) == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func TestReadProcessesAndBusy(t *testing.T) {
@@ -227,4 +241,77 @@ func TestReadProcessesAndBusy(t *testing.T) {
 	if !slices.Equal(b[mig], []string{"pid 101"}) {
 		t.Errorf("busy[%s] = %v", mig, b[mig])
 	}
+}
+
+func TestJournalErrors(t *testing.T) {
+	dir := t.TempDir()
+	f, err := ParseLayoutFile([]byte("version: v1\nmig-configs:\n  a:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("unwritable journal stops the apply before any change", func(t *testing.T) {
+		notDir := filepath.Join(dir, "file")
+		if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n := simnode.NewBuiltin("dgx-h100")
+		st := mustState(t, n)
+		w, err := f.Resolve("a", st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewPlan(st, w, nil, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = NewApplier(n, nil, WithJournal(filepath.Join(notDir, "sub", "journal.json"))).Apply(t.Context(), st, w, p)
+		if err == nil || !strings.Contains(err.Error(), "journal") {
+			t.Fatalf("Apply with an unwritable journal = %v, want a journal error", err)
+		}
+		if got := layouts(mustState(t, n)); !slices.EqualFunc(got, layouts(st), slices.Equal) {
+			t.Fatalf("layout changed without a journal: %v", got)
+		}
+	})
+
+	t.Run("journal written atomically leaves no temp file", func(t *testing.T) {
+		jdir := filepath.Join(dir, "j")
+		n := simnode.NewBuiltin("dgx-h100")
+		if _, err := planAndApplyJournal(t, n, f, filepath.Join(jdir, "journal.json")); err != nil {
+			t.Fatal(err)
+		}
+		if ents, _ := os.ReadDir(jdir); len(ents) != 0 {
+			t.Fatalf("journal dir holds %d entries after a clean apply, want none", len(ents))
+		}
+	})
+
+	t.Run("huge journal is refused, not read", func(t *testing.T) {
+		path := filepath.Join(dir, "huge.json")
+		fh, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Truncate(fileio.MaxStateBytes + 1); err != nil {
+			t.Fatal(err)
+		}
+		_ = fh.Close()
+		_, _, err = NewApplier(simnode.NewBuiltin("dgx-h100"), nil, WithJournal(path)).Recover(t.Context(), nil)
+		if !errors.Is(err, fileio.ErrTooLarge) {
+			t.Fatalf("Recover with a huge journal = %v, want ErrTooLarge", err)
+		}
+	})
+}
+
+func planAndApplyJournal(t *testing.T, n *simnode.Node, f LayoutFile, journal string) (Result, error) {
+	t.Helper()
+	st := mustState(t, n)
+	w, err := f.Resolve("a", st)
+	if err != nil {
+		return Result{}, err
+	}
+	p, err := NewPlan(st, w, nil, Options{})
+	if err != nil {
+		return Result{}, err
+	}
+	return NewApplier(n, nil, WithJournal(journal)).Apply(t.Context(), st, w, p)
 }

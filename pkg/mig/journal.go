@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/gpud/gpud/internal/fileio"
 )
 
 // journal is what an apply in progress records: where it started and where
@@ -29,12 +31,9 @@ func (a *Applier) writeJournal(j journal) error {
 	if err := os.MkdirAll(filepath.Dir(a.journal), 0o700); err != nil {
 		return fmt.Errorf("mig: journal dir: %w", err)
 	}
-	tmp := a.journal + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("mig: write journal %s: %w", a.journal, err)
-	}
-	if err := os.Rename(tmp, a.journal); err != nil {
-		return fmt.Errorf("mig: write journal %s: %w", a.journal, err)
+	// Atomic and durable: after a crash the journal is whole or absent.
+	if err := fileio.WriteFile(a.journal, data, 0o600); err != nil {
+		return fmt.Errorf("mig: journal: %w", err)
 	}
 	return nil
 }
@@ -59,7 +58,7 @@ func (a *Applier) Recover(ctx context.Context, busy Busy) (bool, Result, error) 
 	if a.journal == "" {
 		return false, Result{}, nil
 	}
-	data, err := os.ReadFile(a.journal)
+	data, err := fileio.ReadFile(a.journal, fileio.MaxStateBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, Result{}, nil
 	}

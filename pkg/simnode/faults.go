@@ -1,7 +1,6 @@
 package simnode
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,9 +10,6 @@ import (
 // XidGPUFallenOffBus is the Xid the driver logs when a GPU drops off the bus.
 const XidGPUFallenOffBus = 79
 
-// ErrUnknownGPU is returned by the hooks for an index or UUID the node lacks.
-var ErrUnknownGPU = errors.New("simnode: unknown GPU")
-
 // fault makes an NVML call fail or stall: after `after` successful calls, the
 // next `times` calls return ret (times < 0: forever), each after delay.
 type fault struct {
@@ -22,6 +18,7 @@ type fault struct {
 	times int
 	ret   nvml.Return
 	delay time.Duration
+	hit   chan<- struct{}
 	calls int
 }
 
@@ -35,8 +32,12 @@ type FaultSpec struct {
 	Times int
 	// Return is the error the calls get; SUCCESS with a Delay only stalls.
 	Return nvml.Return
-	// Delay stalls each affected call, as a slow driver does.
+	// Delay stalls each affected call, as a slow driver does, until it
+	// passes or the node is closed ([Node.Close]).
 	Delay time.Duration
+	// Hit, when set, receives a value (if it has room) each time the fault
+	// hits, before the Delay: a test waits on it instead of polling.
+	Hit chan<- struct{}
 }
 
 // InjectFault makes the NVML operation op fail or stall. op is the method
@@ -44,7 +45,7 @@ type FaultSpec struct {
 // CreateComputeInstance, DestroyGpuInstance, DestroyComputeInstance, ...).
 // A later InjectFault for the same op replaces it; ClearFaults removes all.
 func (n *Node) InjectFault(op string, s FaultSpec) {
-	f := &fault{gpu: -1, after: s.After, times: s.Times, ret: s.Return, delay: s.Delay}
+	f := &fault{gpu: -1, after: s.After, times: s.Times, ret: s.Return, delay: s.Delay, hit: s.Hit}
 	if s.GPU != nil {
 		f.gpu = *s.GPU
 	}
@@ -73,13 +74,25 @@ func (n *Node) fault(op string, gpu int) nvml.Return {
 	}
 	f.calls++
 	hit := f.calls > f.after && (f.times < 0 || f.calls <= f.after+f.times)
-	delay, ret := f.delay, f.ret
+	delay, ret, signal := f.delay, f.ret, f.hit
 	n.mu.Unlock()
 	if !hit {
 		return nvml.SUCCESS
 	}
+	if signal != nil {
+		select {
+		case signal <- struct{}{}:
+		default:
+		}
+	}
 	if delay > 0 {
-		time.Sleep(delay)
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-n.done:
+			return nvml.ERROR_UNINITIALIZED
+		}
 	}
 	return ret
 }
@@ -91,17 +104,28 @@ func (n *Node) device(index int) (*Device, error) {
 	return n.devices[index], nil
 }
 
-// InjectXid reports an Xid error on a GPU through the event sets registered
-// for EventTypeXidCriticalError.
-func (n *Node) InjectXid(index int, xid uint64) error {
+// withDevice runs f on GPU index under the node's lock.
+func (n *Node) withDevice(index int, f func(d *Device)) error {
 	d, err := n.device(index)
 	if err != nil {
 		return err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	d.emitLocked(nvml.EventTypeXidCriticalError, xid, 0xFFFFFFFF, 0xFFFFFFFF)
+	f(d)
 	return nil
+}
+
+// wholeGPU is the GPU/compute instance ID of an event not tied to a MIG
+// device.
+const wholeGPU = 0xFFFFFFFF
+
+// InjectXid reports an Xid error on a GPU through the event sets registered
+// for EventTypeXidCriticalError.
+func (n *Node) InjectXid(index int, xid uint64) error {
+	return n.withDevice(index, func(d *Device) {
+		d.emitLocked(nvml.EventTypeXidCriticalError, xid, wholeGPU, wholeGPU)
+	})
 }
 
 // InjectMIGXid reports an Xid attributed to the GPU instance and compute
@@ -123,33 +147,23 @@ func (n *Node) InjectMIGXid(migUUID string, xid uint64) error {
 // InjectECC counts one ECC error and delivers its event: double-bit errors
 // are uncorrectable and leave a row remapping pending.
 func (n *Node) InjectECC(index int, doubleBit bool) error {
-	d, err := n.device(index)
-	if err != nil {
-		return err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if doubleBit {
-		d.dbe++
-		d.emitLocked(nvml.EventTypeDoubleBitEccError, 0, 0xFFFFFFFF, 0xFFFFFFFF)
-	} else {
-		d.sbe++
-		d.emitLocked(nvml.EventTypeSingleBitEccError, 0, 0xFFFFFFFF, 0xFFFFFFFF)
-	}
-	return nil
+	return n.withDevice(index, func(d *Device) {
+		if doubleBit {
+			d.dbe++
+			d.emitLocked(nvml.EventTypeDoubleBitEccError, 0, wholeGPU, wholeGPU)
+		} else {
+			d.sbe++
+			d.emitLocked(nvml.EventTypeSingleBitEccError, 0, wholeGPU, wholeGPU)
+		}
+	})
 }
 
 // FallOffBus makes a GPU lost: Xid 79 is delivered, then every call but its
 // identity (index, minor, UUID, PCI info) returns ERROR_GPU_IS_LOST. A lost
 // GPU stays lost for the life of the Node, as it does until a reboot.
 func (n *Node) FallOffBus(index int) error {
-	d, err := n.device(index)
-	if err != nil {
-		return err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	d.emitLocked(nvml.EventTypeXidCriticalError, XidGPUFallenOffBus, 0xFFFFFFFF, 0xFFFFFFFF)
-	d.lost = true
-	return nil
+	return n.withDevice(index, func(d *Device) {
+		d.emitLocked(nvml.EventTypeXidCriticalError, XidGPUFallenOffBus, wholeGPU, wholeGPU)
+		d.lost = true
+	})
 }

@@ -1,6 +1,7 @@
 package simnode
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -59,60 +60,87 @@ func (d *Device) migCapable() bool {
 	return len(d.node.model.config.MIGProfiles.GpuInstanceProfiles) > 0
 }
 
+// setMIGFuncs installs the MIG calls of a GPU: mode, profiles and GPU
+// instances.
 func (d *Device) setMIGFuncs() {
+	d.setMIGModeFuncs()
+	d.setMIGProfileFuncs()
+	d.setGPUInstanceFuncs()
+}
+
+// change runs one layout-changing call: the lost/fault check, then f under
+// the node's lock, then a state-file save when f succeeded. A failed save
+// does not fail the call (the simulated hardware did change); it is
+// reported by [Node.StateErr].
+func (d *Device) change(op string, f func() nvml.Return) nvml.Return {
+	if r := d.lostOr(op); r != nvml.SUCCESS {
+		return r
+	}
+	d.node.mu.Lock()
+	defer d.node.mu.Unlock()
+	r := f()
+	if r == nvml.SUCCESS {
+		_ = d.node.saveStateLocked() // kept for StateErr
+	}
+	return r
+}
+
+// migCall checks a read-only MIG call: lost or faulted GPU, or one without
+// MIG.
+func (d *Device) migCall(op string) nvml.Return {
+	if r := d.lostOr(op); r != nvml.SUCCESS {
+		return r
+	}
+	if !d.migCapable() {
+		return nvml.ERROR_NOT_SUPPORTED
+	}
+	return nvml.SUCCESS
+}
+
+func (d *Device) setMIGModeFuncs() {
 	d.GetMigModeFunc = func() (int, int, nvml.Return) {
-		if r := d.lostOr("GetMigMode"); r != nvml.SUCCESS {
+		if r := d.migCall("GetMigMode"); r != nvml.SUCCESS {
 			return 0, 0, r
-		}
-		if !d.migCapable() {
-			return 0, 0, nvml.ERROR_NOT_SUPPORTED
 		}
 		d.node.mu.Lock()
 		defer d.node.mu.Unlock()
 		return d.migCurrent, d.migPending, nvml.SUCCESS
 	}
 	d.SetMigModeFunc = func(mode int) (nvml.Return, nvml.Return) {
-		if r := d.lostOr("SetMigMode"); r != nvml.SUCCESS {
+		activation := nvml.SUCCESS
+		r := d.change("SetMigMode", func() nvml.Return {
+			switch {
+			case !d.migCapable():
+				return nvml.ERROR_NOT_SUPPORTED
+			case mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE:
+				return nvml.ERROR_INVALID_ARGUMENT
+			case mode == nvml.DEVICE_MIG_DISABLE && len(d.gis) > 0:
+				return nvml.ERROR_IN_USE
+			}
+			d.migPending = mode
+			if d.migCurrent != mode {
+				if d.node.model.migResetReqd || len(d.procs) > 0 {
+					activation = nvml.ERROR_RESET_REQUIRED
+				} else {
+					d.migCurrent = mode
+				}
+			}
+			return nvml.SUCCESS
+		})
+		if r != nvml.SUCCESS {
 			return r, r
 		}
-		if !d.migCapable() {
-			return nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED
-		}
-		if mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE {
-			return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
-		}
-		d.node.mu.Lock()
-		defer d.node.mu.Unlock()
-		if mode == nvml.DEVICE_MIG_DISABLE && len(d.gis) > 0 {
-			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
-		}
-		d.migPending = mode
-		activation := nvml.SUCCESS
-		if d.migCurrent != mode {
-			if d.node.model.migResetReqd || len(d.procs) > 0 {
-				activation = nvml.ERROR_RESET_REQUIRED
-			} else {
-				d.migCurrent = mode
-			}
-		}
-		d.node.saveStateLocked()
 		return activation, nvml.SUCCESS
 	}
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
-		if r := d.lostOr("GetMaxMigDeviceCount"); r != nvml.SUCCESS {
+		if r := d.migCall("GetMaxMigDeviceCount"); r != nvml.SUCCESS {
 			return 0, r
-		}
-		if !d.migCapable() {
-			return 0, nvml.ERROR_NOT_SUPPORTED
 		}
 		return maxMigDevices, nvml.SUCCESS
 	}
 	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-		if r := d.lostOr("GetMigDeviceHandleByIndex"); r != nvml.SUCCESS {
+		if r := d.migCall("GetMigDeviceHandleByIndex"); r != nvml.SUCCESS {
 			return nil, r
-		}
-		if !d.migCapable() {
-			return nil, nvml.ERROR_NOT_SUPPORTED
 		}
 		if i < 0 || i >= maxMigDevices {
 			return nil, nvml.ERROR_INVALID_ARGUMENT
@@ -125,6 +153,9 @@ func (d *Device) setMIGFuncs() {
 		}
 		return hs[i], nvml.SUCCESS
 	}
+}
+
+func (d *Device) setMIGProfileFuncs() {
 	d.GetGpuInstanceProfileInfoFunc = func(idx int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 		if r := d.lostOr("GetGpuInstanceProfileInfo"); r != nvml.SUCCESS {
 			return nvml.GpuInstanceProfileInfo{}, r
@@ -165,6 +196,9 @@ func (d *Device) setMIGFuncs() {
 		defer d.node.mu.Unlock()
 		return d.remainingLocked(idx), nvml.SUCCESS
 	}
+}
+
+func (d *Device) setGPUInstanceFuncs() {
 	d.CreateGpuInstanceFunc = func(info *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
 		return d.createGpuInstance(info, nil)
 	}
@@ -270,36 +304,30 @@ func (d *Device) remainingLocked(idx int) int {
 }
 
 func (d *Device) createGpuInstance(info *nvml.GpuInstanceProfileInfo, want *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
-	if r := d.lostOr("CreateGpuInstance"); r != nvml.SUCCESS {
+	var gi *gpuInstance
+	r := d.change("CreateGpuInstance", func() nvml.Return {
+		if info == nil {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		idx, ok := d.profileIndexOf(info.Id)
+		switch {
+		case !ok:
+			return nvml.ERROR_INVALID_ARGUMENT
+		case d.migCurrent != nvml.DEVICE_MIG_ENABLE:
+			return nvml.ERROR_NOT_SUPPORTED
+		case want != nil && !slices.Contains(placementRules[idx].starts, want.Start):
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		p, ok := d.freePlacementLocked(idx, want)
+		if !ok {
+			return nvml.ERROR_INSUFFICIENT_RESOURCES
+		}
+		gi = d.addGpuInstanceLocked(idx, d.nextGIIDLocked(idx), p)
+		return nvml.SUCCESS
+	})
+	if r != nvml.SUCCESS {
 		return nil, r
 	}
-	if info == nil {
-		return nil, nvml.ERROR_INVALID_ARGUMENT
-	}
-	idx, ok := d.profileIndexOf(info.Id)
-	if !ok {
-		return nil, nvml.ERROR_INVALID_ARGUMENT
-	}
-	d.node.mu.Lock()
-	defer d.node.mu.Unlock()
-	if d.migCurrent != nvml.DEVICE_MIG_ENABLE {
-		return nil, nvml.ERROR_NOT_SUPPORTED
-	}
-	if want != nil {
-		valid := false
-		for _, s := range placementRules[idx].starts {
-			valid = valid || s == want.Start
-		}
-		if !valid {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-	}
-	p, ok := d.freePlacementLocked(idx, want)
-	if !ok {
-		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
-	}
-	gi := d.addGpuInstanceLocked(idx, d.nextGIIDLocked(idx), p)
-	d.node.saveStateLocked()
 	return gi, nvml.SUCCESS
 }
 
@@ -375,32 +403,33 @@ func (gi *gpuInstance) setFuncs() {
 		return info, nvml.SUCCESS
 	}
 	gi.CreateComputeInstanceFunc = func(info *nvml.ComputeInstanceProfileInfo) (nvml.ComputeInstance, nvml.Return) {
-		if r := gi.lostOr("CreateComputeInstance"); r != nvml.SUCCESS {
+		var ci *computeInstance
+		r := d.change("CreateComputeInstance", func() nvml.Return {
+			ciIdx := -1
+			for idx, p := range d.node.model.config.MIGProfiles.ComputeInstanceProfiles[gi.profileIdx] {
+				if p.Id == info.Id {
+					ciIdx = idx
+				}
+			}
+			if ciIdx < 0 {
+				return nvml.ERROR_INVALID_ARGUMENT
+			}
+			used := 0
+			for _, ci := range gi.cis {
+				used += int(ci.info.SliceCount)
+			}
+			if used+int(info.SliceCount) > int(gi.info.SliceCount) {
+				return nvml.ERROR_INSUFFICIENT_RESOURCES
+			}
+			id := 0
+			for ; gi.cis[id] != nil; id++ {
+			}
+			ci = gi.addComputeInstanceLocked(ciIdx, id)
+			return nvml.SUCCESS
+		})
+		if r != nvml.SUCCESS {
 			return nil, r
 		}
-		d.node.mu.Lock()
-		defer d.node.mu.Unlock()
-		ciIdx := -1
-		for idx, p := range d.node.model.config.MIGProfiles.ComputeInstanceProfiles[gi.profileIdx] {
-			if p.Id == info.Id {
-				ciIdx = idx
-			}
-		}
-		if ciIdx < 0 {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		used := 0
-		for _, ci := range gi.cis {
-			used += int(ci.info.SliceCount)
-		}
-		if used+int(info.SliceCount) > int(gi.info.SliceCount) {
-			return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
-		}
-		id := 0
-		for ; gi.cis[id] != nil; id++ {
-		}
-		ci := gi.addComputeInstanceLocked(ciIdx, id)
-		d.node.saveStateLocked()
 		return ci, nvml.SUCCESS
 	}
 	gi.GetComputeInstancesFunc = func(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, nvml.Return) {
@@ -426,20 +455,16 @@ func (gi *gpuInstance) setFuncs() {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
 	gi.DestroyFunc = func() nvml.Return {
-		if r := gi.lostOr("DestroyGpuInstance"); r != nvml.SUCCESS {
-			return r
-		}
-		d.node.mu.Lock()
-		defer d.node.mu.Unlock()
-		if d.gis[gi.id] != gi {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		if len(gi.cis) > 0 {
-			return nvml.ERROR_IN_USE
-		}
-		delete(d.gis, gi.id)
-		d.node.saveStateLocked()
-		return nvml.SUCCESS
+		return d.change("DestroyGpuInstance", func() nvml.Return {
+			switch {
+			case d.gis[gi.id] != gi:
+				return nvml.ERROR_INVALID_ARGUMENT
+			case len(gi.cis) > 0:
+				return nvml.ERROR_IN_USE
+			}
+			delete(d.gis, gi.id)
+			return nvml.SUCCESS
+		})
 	}
 	fillUnsupported(&gi.GpuInstance)
 }
@@ -464,22 +489,18 @@ func (ci *computeInstance) setFuncs() {
 		return nvml.ComputeInstanceInfo{Device: d, GpuInstance: gi, Id: uint32(ci.id), ProfileId: ci.info.Id}, gi.lostOr("ComputeInstance.GetInfo")
 	}
 	ci.DestroyFunc = func() nvml.Return {
-		if r := gi.lostOr("DestroyComputeInstance"); r != nvml.SUCCESS {
-			return r
-		}
-		d.node.mu.Lock()
-		defer d.node.mu.Unlock()
-		if gi.cis[ci.id] != ci {
-			return nvml.ERROR_INVALID_ARGUMENT
-		}
-		for _, p := range d.procs {
-			if p.gi == gi.id && p.ci == ci.id {
-				return nvml.ERROR_IN_USE
+		return d.change("DestroyComputeInstance", func() nvml.Return {
+			if gi.cis[ci.id] != ci {
+				return nvml.ERROR_INVALID_ARGUMENT
 			}
-		}
-		delete(gi.cis, ci.id)
-		d.node.saveStateLocked()
-		return nvml.SUCCESS
+			for _, p := range d.procs {
+				if p.gi == gi.id && p.ci == ci.id {
+					return nvml.ERROR_IN_USE
+				}
+			}
+			delete(gi.cis, ci.id)
+			return nvml.SUCCESS
+		})
 	}
 	fillUnsupported(&ci.ComputeInstance)
 }

@@ -37,6 +37,11 @@ type Node struct {
 	eventSets map[*eventSet]struct{}
 	faults    map[string]*fault
 	statePath string
+	stateErr  error // of the latest state-file write
+	closed    bool
+
+	done      chan struct{} // closed by Close: ends stalled faults
+	closeOnce sync.Once
 }
 
 var _ nvml.Interface = (*Node)(nil)
@@ -49,14 +54,15 @@ func WithClock(now func() time.Time) Option { return func(n *Node) { n.clock = n
 
 // WithStateFile keeps the MIG layout in path: loaded at New when the file
 // exists, rewritten after every MIG change, as the layout survives a driver
-// reload on real hardware.
+// reload on real hardware. New writes it once, so a path that cannot be
+// written fails there; later write errors are reported by [Node.StateErr].
 func WithStateFile(path string) Option { return func(n *Node) { n.statePath = path } }
 
 // New builds a simulated node from a profile (see LoadProfile).
 func New(p Profile, opts ...Option) (*Node, error) {
 	p = p.withDefaults()
 	if err := p.validate(nil); err != nil {
-		return nil, fmt.Errorf("simnode: profile %s: %w", p.Name, err)
+		return nil, fmt.Errorf("%w %s: %w", ErrBadProfile, p.Name, err)
 	}
 	n := &Node{
 		profile:   p,
@@ -64,6 +70,7 @@ func New(p Profile, opts ...Option) (*Node, error) {
 		clock:     time.Now,
 		eventSets: map[*eventSet]struct{}{},
 		faults:    map[string]*fault{},
+		done:      make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(n)
@@ -75,6 +82,13 @@ func New(p Profile, opts ...Option) (*Node, error) {
 	if n.statePath != "" {
 		if err := n.loadState(); err != nil {
 			return nil, err
+		}
+		n.removeStaleTemps()
+		n.mu.Lock()
+		err := n.saveStateLocked()
+		n.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("simnode: %w", err)
 		}
 	}
 	n.setFuncs()
@@ -93,6 +107,20 @@ func NewBuiltin(name string, opts ...Option) *Node {
 		panic(err)
 	}
 	return n
+}
+
+// Close ends the node's life as a process exit would: calls stalled by an
+// injected fault's Delay return ERROR_UNINITIALIZED at once (as later
+// stalled calls do), and the state file is no longer written. The node
+// still answers from memory. Close is idempotent and safe to call from a
+// test's Cleanup.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		close(n.done)
+	})
 }
 
 // Profile returns the profile the node was built from.

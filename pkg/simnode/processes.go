@@ -82,6 +82,5 @@ func (n *Node) ResetGPU(index int) error {
 	if d.migCurrent == nvml.DEVICE_MIG_DISABLE {
 		d.gis = map[int]*gpuInstance{}
 	}
-	n.saveStateLocked()
-	return nil
+	return n.saveStateLocked()
 }

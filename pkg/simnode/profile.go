@@ -3,11 +3,13 @@ package simnode
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/internal/strictyaml"
 )
 
 // Profile describes a simulated node: its GPUs and how they are wired. It is
@@ -17,11 +19,13 @@ type Profile struct {
 	Name string `yaml:"name"`
 	// Model is one of ModelNames().
 	Model string `yaml:"model"`
-	// Count is the number of GPUs, 1 to 16.
+	// Count is the number of GPUs, 1 to [MaxGPUs].
 	Count int `yaml:"count"`
-	// NUMANodes splits the GPUs evenly over this many NUMA nodes (default 1).
+	// NUMANodes splits the GPUs evenly over this many NUMA nodes (default
+	// 1); it must divide Count, at most [MaxNUMANodes].
 	NUMANodes int `yaml:"numaNodes"`
-	// CPUsPerNUMANode is the host CPUs per NUMA node (default 32).
+	// CPUsPerNUMANode is the host CPUs per NUMA node (default 32), at most
+	// [MaxCPUsPerNUMANode].
 	CPUsPerNUMANode int `yaml:"cpusPerNUMANode"`
 	// Interconnect is "nvswitch" (every pair NVLinked) or "pcie".
 	Interconnect string `yaml:"interconnect"`
@@ -33,6 +37,13 @@ type Profile struct {
 	// Seed drives the simulated telemetry (utilization, power, temperature).
 	Seed int64 `yaml:"seed"`
 }
+
+// Bounds on a node profile: a simulated node is one real server.
+const (
+	MaxGPUs            = 16
+	MaxNUMANodes       = 8
+	MaxCPUsPerNUMANode = 512
+)
 
 // builtins are the node profiles `--simulate NAME` accepts.
 var builtins = map[string]Profile{
@@ -53,7 +64,7 @@ func BuiltinNames() []string {
 }
 
 // LoadProfile resolves `--simulate NAME|FILE.yaml`: a built-in name, or a
-// path to a YAML node profile.
+// path to a YAML node profile (read up to [fileio.MaxConfigBytes]).
 func LoadProfile(nameOrPath string) (Profile, error) {
 	if p, ok := builtins[nameOrPath]; ok {
 		return p.withDefaults(), nil
@@ -61,7 +72,7 @@ func LoadProfile(nameOrPath string) (Profile, error) {
 	if !strings.HasSuffix(nameOrPath, ".yaml") && !strings.HasSuffix(nameOrPath, ".yml") {
 		return Profile{}, fmt.Errorf("simnode: unknown node %q: use one of %s, or a .yaml profile file", nameOrPath, strings.Join(BuiltinNames(), ", "))
 	}
-	data, err := os.ReadFile(nameOrPath)
+	data, err := fileio.ReadFile(nameOrPath, fileio.MaxConfigBytes)
 	if err != nil {
 		return Profile{}, fmt.Errorf("simnode: read profile: %w", err)
 	}
@@ -72,15 +83,16 @@ func LoadProfile(nameOrPath string) (Profile, error) {
 	return p, nil
 }
 
-// ParseProfile decodes a YAML node profile strictly: unknown fields and bad
-// values are errors naming the field and its line.
+// ParseProfile decodes a YAML node profile strictly: unknown fields,
+// numbers that are not whole and bad values are errors naming the field and
+// its line; they wrap ErrBadProfile.
 func ParseProfile(data []byte) (Profile, error) {
 	var p Profile
-	if err := yaml.UnmarshalWithOptions(data, &p, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
-		return Profile{}, errors.New(yaml.FormatError(err, false, false))
+	if err := strictyaml.Unmarshal(data, &p); err != nil {
+		return Profile{}, fmt.Errorf("%w: %w", ErrBadProfile, err)
 	}
 	if err := p.validate(data); err != nil {
-		return Profile{}, err
+		return Profile{}, fmt.Errorf("%w: %w", ErrBadProfile, err)
 	}
 	return p.withDefaults(), nil
 }
@@ -124,17 +136,24 @@ func (p Profile) validate(data []byte) error {
 	if !ok {
 		bad("model", "unknown GPU model %q, want one of %s", p.Model, strings.Join(ModelNames(), ", "))
 	}
-	if p.Count < 1 || p.Count > 16 {
-		bad("count", "%d GPUs, want 1 to 16", p.Count)
+	countOK := p.Count >= 1 && p.Count <= MaxGPUs
+	if !countOK {
+		bad("count", "%d GPUs, want 1 to %d", p.Count, MaxGPUs)
 	}
-	if p.NUMANodes < 0 || p.NUMANodes > 8 || (p.Count > 0 && p.NUMANodes > p.Count) {
-		bad("numaNodes", "%d, want 1 to 8 and at most count", p.NUMANodes)
+	switch {
+	case p.NUMANodes < 0 || p.NUMANodes > MaxNUMANodes:
+		bad("numaNodes", "%d, want 1 to %d", p.NUMANodes, MaxNUMANodes)
+	case countOK && p.NUMANodes > 0 && p.Count%p.NUMANodes != 0:
+		bad("numaNodes", "%d does not divide count %d: the GPUs are split evenly over the NUMA nodes, so use a divisor of %d", p.NUMANodes, p.Count, p.Count)
 	}
-	if p.CPUsPerNUMANode < 0 || p.CPUsPerNUMANode > 512 {
-		bad("cpusPerNUMANode", "%d, want 1 to 512", p.CPUsPerNUMANode)
+	if p.CPUsPerNUMANode < 0 || p.CPUsPerNUMANode > MaxCPUsPerNUMANode {
+		bad("cpusPerNUMANode", "%d, want 1 to %d", p.CPUsPerNUMANode, MaxCPUsPerNUMANode)
 	}
-	if p.GPUsPerPCIeSwitch < 0 || p.GPUsPerPCIeSwitch > 16 {
-		bad("gpusPerPCIeSwitch", "%d, want 1 to 16", p.GPUsPerPCIeSwitch)
+	if p.GPUsPerPCIeSwitch < 0 || p.GPUsPerPCIeSwitch > MaxGPUs {
+		bad("gpusPerPCIeSwitch", "%d, want 1 to %d", p.GPUsPerPCIeSwitch, MaxGPUs)
+	}
+	if p.CUDADriverVersion < 0 {
+		bad("cudaDriverVersion", "%d, want a version like 12040", p.CUDADriverVersion)
 	}
 	switch p.Interconnect {
 	case "", "pcie":

@@ -10,6 +10,8 @@ import (
 	"sort"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpud/gpud/internal/fileio"
 )
 
 // nodeState is the state file's form: the MIG mode and layout per GPU.
@@ -38,14 +40,28 @@ type ciState struct {
 	ProfileIndex int `json:"profileIndex"`
 }
 
-// saveStateLocked writes the state file atomically (temp file + rename), so
-// a crash leaves the old or the new layout, never half of one. Errors are
-// not fatal to the simulated call; the file is best effort as the hardware
-// is the truth.
-func (n *Node) saveStateLocked() {
-	if n.statePath == "" {
-		return
+// saveStateLocked writes the state file atomically and durably
+// (fileio.WriteFile: fixed temp name, fsync, rename), so a crash leaves the
+// old or the new layout, never half of one. The simulated NVML call that
+// changed the layout still succeeds (the hardware did change); the error is
+// returned and kept for [Node.StateErr]. A closed node writes nothing.
+func (n *Node) saveStateLocked() error {
+	if n.statePath == "" || n.closed {
+		return nil
 	}
+	data, err := json.MarshalIndent(n.snapshotLocked(), "", "  ")
+	if err == nil {
+		err = fileio.WriteFile(n.statePath, data, 0o600)
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrStateFile, err)
+	}
+	n.stateErr = err
+	return err
+}
+
+// snapshotLocked is the node's MIG state in the state file's form.
+func (n *Node) snapshotLocked() nodeState {
 	st := nodeState{Node: n.profile.Name}
 	for _, d := range n.devices {
 		g := gpuState{UUID: d.uuid, MIGCurrent: d.migCurrent, MIGPending: d.migPending}
@@ -63,29 +79,32 @@ func (n *Node) saveStateLocked() {
 		}
 		st.GPUs = append(st.GPUs, g)
 	}
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return
+	return st
+}
+
+// StateErr returns the error of the latest state-file write, nil when it
+// succeeded or there is no state file. A MIG change whose state could not
+// be saved succeeds on the simulated hardware but is lost at the next
+// start: callers that promise persistence (`gpud mig apply --simulate
+// --sim-state-file`) check StateErr after changing the layout.
+func (n *Node) StateErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stateErr
+}
+
+// removeStaleTemps removes the random temp files (.simnode-state-*) that
+// versions before fileio.WriteFile left beside the state file when killed.
+func (n *Node) removeStaleTemps() {
+	old, _ := filepath.Glob(filepath.Join(filepath.Dir(n.statePath), ".simnode-state-*"))
+	for _, p := range old {
+		_ = os.Remove(p) // best effort: they hold nothing the state file lacks
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(n.statePath), ".simnode-state-*")
-	if err != nil {
-		return
-	}
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmp.Name())
-		return
-	}
-	if err := tmp.Close(); err != nil {
-		_ = os.Remove(tmp.Name())
-		return
-	}
-	_ = os.Rename(tmp.Name(), n.statePath)
 }
 
 // loadState restores the MIG layout from the state file, if there is one.
 func (n *Node) loadState() error {
-	data, err := os.ReadFile(n.statePath)
+	data, err := fileio.ReadFile(n.statePath, fileio.MaxStateBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

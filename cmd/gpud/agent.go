@@ -97,13 +97,7 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 	var reload func() (migOptions, error)
 	if cfg.configPath != "" {
-		reload = func() (migOptions, error) {
-			c, err := loadAgentConfig(args, io.Discard)
-			if err != nil {
-				return migOptions{}, err
-			}
-			return c.mig, nil
-		}
+		reload = agentReloader(args)
 	}
 	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig}
 	sharingC := &sharingComponent{opts: cfg.sharing, deps: sharingDeps{
@@ -151,6 +145,20 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	log.Info("agent stopped")
 	return nil
+}
+
+// agentReloader rereads the agent config with the one loader, so a reload
+// follows the rule of the start: flags on the command line win, every key
+// and value is checked, errors name file and line. It returns the MIG
+// component's part, the one that applies changes at run time.
+func agentReloader(args []string) func() (migOptions, error) {
+	return func() (migOptions, error) {
+		c, err := loadAgentConfig(args, io.Discard)
+		if err != nil {
+			return migOptions{}, err
+		}
+		return c.mig, nil
+	}
 }
 
 // rediscoverAfterMIG rereads the node after a MIG change so the device

@@ -26,17 +26,24 @@ type healthRig struct {
 	node    *simnode.Node
 	clock   atomic.Int64 // unix nanoseconds
 	updates chan update
+	xids    chan uint64 // every Xid the pump fans out
 }
 
 func startHealth(t *testing.T, cfg HealthConfig) *healthRig {
 	t.Helper()
-	r := &healthRig{node: simnode.NewBuiltin("dgx-h100"), updates: make(chan update, 64)}
+	r := &healthRig{node: simnode.NewBuiltin("dgx-h100"), updates: make(chan update, 64), xids: make(chan uint64, 64)}
 	r.clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	cfg.WaitTimeout = 10 * time.Millisecond
 	m := NewHealthMonitor(r.node, cfg, func(uuid string, h gpu.Health, reason string) {
 		r.updates <- update{uuid, h, reason}
 	}, nil)
 	m.now = func() time.Time { return time.Unix(0, r.clock.Load()) }
+	m.OnXid(func(_ string, xid uint64) {
+		select {
+		case r.xids <- xid:
+		default:
+		}
+	})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -220,5 +227,31 @@ func TestHealthMonitorMIGSliceError(t *testing.T) {
 	}
 	if got[hitUUID] != gpu.Healthy || got[r.node.Device(6).UUID()] != gpu.Healthy {
 		t.Fatalf("after the quiet period: %v, want the slice and GPU 6 Healthy", got)
+	}
+}
+
+// TestHealthFansOutEveryXid: the monitor is the node's one event pump; its
+// Xid subscribers (telemetry) get every Xid, the ignored ones too, while
+// only critical ones change health.
+func TestHealthFansOutEveryXid(t *testing.T) {
+	r := startHealth(t, HealthConfig{RecoveryPeriod: time.Minute})
+	for len(r.xids) > 0 {
+		<-r.xids // the warm-up's
+	}
+	if err := r.node.InjectXid(2, 43); err != nil { // ignored by default
+		t.Fatal(err)
+	}
+	select {
+	case x := <-r.xids:
+		if x != 43 {
+			t.Fatalf("subscriber got Xid %d, want 43", x)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("an ignored Xid did not reach the subscriber")
+	}
+	select {
+	case u := <-r.updates:
+		t.Fatalf("an ignored Xid changed health: %+v", u)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

@@ -3,6 +3,7 @@ package podresources_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -91,5 +92,31 @@ func TestListUnavailable(t *testing.T) {
 func TestDefaultSocket(t *testing.T) {
 	if got := podresources.New("").Socket(); got != podresources.DefaultSocket {
 		t.Errorf("New(\"\").Socket() = %q, want %q", got, podresources.DefaultSocket)
+	}
+}
+
+// TestAllocations checks the one rule the MIG service and the sharing
+// runtime share: no socket means no kubelet and nothing allocated; a
+// socket nobody answers on is an error, since then nobody can tell.
+func TestAllocations(t *testing.T) {
+	missing := podresources.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	t.Cleanup(func() { _ = missing.Close() })
+	if as, err := missing.Allocations(t.Context()); err != nil || len(as) != 0 {
+		t.Fatalf("Allocations() without a socket = %v, %v; want none and no error", as, err)
+	}
+	if _, err := missing.List(t.Context()); !errors.Is(err, podresources.ErrNoKubelet) {
+		t.Fatalf("List() without a socket = %v, want ErrNoKubelet", err)
+	}
+	// A file where the socket should be: a kubelet that does not answer.
+	sock := filepath.Join(t.TempDir(), "kubelet.sock")
+	if err := os.WriteFile(sock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dead := podresources.New(sock)
+	t.Cleanup(func() { _ = dead.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := dead.Allocations(ctx); !errors.Is(err, podresources.ErrUnavailable) || errors.Is(err, podresources.ErrNoKubelet) {
+		t.Fatalf("Allocations() on a dead socket = %v, want ErrUnavailable (not ErrNoKubelet)", err)
 	}
 }

@@ -1,6 +1,7 @@
 package timeslice
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -85,5 +86,59 @@ func TestStoreUpdate(t *testing.T) {
 	}
 	if changed, _ := s.Update(next, testInventory(), nil); changed {
 		t.Error("the same config reported as a change")
+	}
+}
+
+type fakeAllocations struct {
+	as  []Assignment
+	err error
+}
+
+func (f fakeAllocations) Allocations(context.Context) ([]Assignment, error) { return f.as, f.err }
+
+// TestRuntimeUpdate checks the sharing-update policy: every change is
+// checked against this node's devices (a 400-class ErrInvalid naming the
+// key) and the kubelet's allocations (ErrRefused), and a kubelet that does
+// not answer refuses the change rather than guess.
+func TestRuntimeUpdate(t *testing.T) {
+	inv := testInventory
+	tests := []struct {
+		name    string
+		allocs  AllocationLister
+		next    Config
+		wantErr error
+		errHas  string
+		changed bool
+	}{
+		{name: "valid", next: Config{Devices: map[string]Sharing{"GPU-a": {Replicas: 4}}}, changed: true},
+		{name: "unknown index", next: Config{Devices: map[string]Sharing{"99": {Replicas: 2}}}, wantErr: ErrInvalid, errHas: `"99"`},
+		{name: "unknown uuid", next: Config{Devices: map[string]Sharing{"GPU-zz": {Replicas: 2}}}, wantErr: ErrInvalid, errHas: "GPU-zz"},
+		{name: "shares over the device", next: Config{Devices: map[string]Sharing{"MIG-b1": {Shares: []Share{{MemoryMiB: 20480}, {MemoryMiB: 1}}}}}, wantErr: ErrInvalid, errHas: "MIG-b1"},
+		{name: "kubelet does not answer", allocs: fakeAllocations{err: errors.New("deadline exceeded")},
+			next: Config{Devices: map[string]Sharing{"GPU-a": {Replicas: 4}}}, wantErr: ErrRefused, errHas: "try again"},
+		{name: "no kubelet", allocs: fakeAllocations{}, next: Config{Devices: map[string]Sharing{"GPU-a": {Replicas: 2}}}, changed: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRuntime(RuntimeConfig{Inventory: inv, Allocations: tc.allocs})
+			changed := r.SharingChanged()
+			got, err := r.Update(t.Context(), tc.next)
+			if !errors.Is(err, tc.wantErr) || (err != nil && !strings.Contains(err.Error(), tc.errHas)) {
+				t.Fatalf("Update = %v, want %v containing %q", err, tc.wantErr, tc.errHas)
+			}
+			if got != tc.changed {
+				t.Fatalf("Update changed = %v, want %v", got, tc.changed)
+			}
+			select {
+			case <-changed:
+				if !tc.changed {
+					t.Fatal("watchers woken without a change")
+				}
+			default:
+				if tc.changed {
+					t.Fatal("watchers not woken by a change")
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/test/kubeletstub"
+)
+
+const cliLayouts = `version: v1
+mig-configs:
+  two-3g:
+    - devices: [0]
+      mig-enabled: true
+      mig-devices:
+        "3g.20gb": 2
+  seven-1g:
+    - devices: [0]
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 7
+`
+
+// migCLIRig is a simulated A100 node kept in a state file, so successive
+// `gpud mig` runs see one node, with GPU 0 split into two 3g.20gb slices.
+type migCLIRig struct {
+	dir, layouts, state string
+	slice               string // the UUID of one 3g.20gb slice
+}
+
+func newMigCLIRig(t *testing.T) *migCLIRig {
+	t.Helper()
+	r := &migCLIRig{dir: t.TempDir()}
+	r.layouts, r.state = filepath.Join(r.dir, "layouts.yaml"), filepath.Join(r.dir, "node.json")
+	if err := os.WriteFile(r.layouts, []byte(cliLayouts), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.mig(t, "apply", "-c", "two-3g", "--reset-gpus"); err != nil {
+		t.Fatalf("set up two 3g.20gb slices: %v", err)
+	}
+	st := r.show(t)
+	if len(st.GPUs[0].Instances) != 2 {
+		t.Fatalf("gpu 0 has %d instances after setup, want 2", len(st.GPUs[0].Instances))
+	}
+	r.slice = st.GPUs[0].Instances[1].UUIDs()[0]
+	return r
+}
+
+// mig runs `gpud mig SUB` on the rig's node with extra flags.
+func (r *migCLIRig) mig(t *testing.T, sub string, extra ...string) (string, error) {
+	t.Helper()
+	args := append([]string{"mig", sub, "--simulate", "dgx-a100", "--sim-state-file", r.state, "-f", r.layouts,
+		"--admin-socket", filepath.Join(r.dir, "admin.sock"), "--pod-resources-socket", filepath.Join(r.dir, "none.sock")}, extra...)
+	var out bytes.Buffer
+	err := run(t.Context(), args, &out, io.Discard)
+	return out.String(), err
+}
+
+func (r *migCLIRig) show(t *testing.T) mig.State {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"mig", "show", "--simulate", "dgx-a100", "--sim-state-file", r.state, "-o", "json"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var st mig.State
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestMigCLIKeepsAllocatedSlice: without an agent, `gpud mig apply` must
+// count a slice the kubelet allocated to a pod as busy even when no
+// process runs on it, as the agent does.
+func TestMigCLIKeepsAllocatedSlice(t *testing.T) {
+	r := newMigCLIRig(t)
+	kubelet, err := kubeletstub.StartPodResources(&podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{{
+		Name: "train-1", Namespace: "ml",
+		Containers: []*podresourcesv1.ContainerResources{{Name: "main", Devices: []*podresourcesv1.ContainerDevices{{
+			ResourceName: "nvidia.com/mig-3g.20gb", DeviceIds: []string{r.slice},
+		}}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Stop()
+	for _, sub := range []string{"plan", "apply"} {
+		_, err := r.mig(t, sub, "-c", "seven-1g", "--pod-resources-socket", kubelet.Socket())
+		if !errors.Is(err, mig.ErrBusy) || !strings.Contains(err.Error(), "ml/train-1") || !strings.Contains(err.Error(), r.slice) {
+			t.Fatalf("mig %s over an allocated slice = %v, want a busy error naming ml/train-1 and %s", sub, err, r.slice)
+		}
+	}
+	if got := r.show(t).GPUs[0].Instances; len(got) != 2 || got[1].UUIDs()[0] != r.slice {
+		t.Fatalf("gpu 0 after the refused apply: %v, want the two 3g.20gb slices untouched", got)
+	}
+	if _, err := r.mig(t, "apply", "-c", "seven-1g", "--pod-resources-socket", kubelet.Socket(), "--force"); err != nil {
+		t.Fatalf("mig apply --force: %v", err)
+	}
+	if got := r.show(t).GPUs[0].Instances; len(got) != 7 {
+		t.Fatalf("gpu 0 after apply --force has %d instances, want 7", len(got))
+	}
+}
+
+// TestMigCLIKubeletNotAnswering: a PodResources socket that exists but
+// does not answer means nobody can tell which slices are allocated, so a
+// plan that destroys slices is refused unless --force.
+func TestMigCLIKubeletNotAnswering(t *testing.T) {
+	r := newMigCLIRig(t)
+	dead := filepath.Join(r.dir, "dead.sock")
+	if err := os.WriteFile(dead, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.mig(t, "apply", "-c", "seven-1g", "--pod-resources-socket", dead)
+	if !errors.Is(err, mig.ErrBusyUnknown) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("mig apply with a dead kubelet = %v, want ErrBusyUnknown suggesting --force", err)
+	}
+	if got := r.show(t).GPUs[0].Instances; len(got) != 2 {
+		t.Fatalf("gpu 0 has %d instances after the refused apply, want 2", len(got))
+	}
+	// A plan that destroys nothing needs no allocation check.
+	if _, err := r.mig(t, "apply", "-c", "two-3g", "--pod-resources-socket", dead); err != nil {
+		t.Fatalf("an apply that changes nothing was refused: %v", err)
+	}
+}
+
+// fakeAgent serves the admin socket with handler.
+func fakeAgent(t *testing.T, handler http.HandlerFunc) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return sock
+}
+
+func writeLayouts(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "layouts.yaml")
+	if err := os.WriteFile(p, []byte(cliLayouts), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestMigCLIAgentDiesMidRequest: an agent that closes the connection
+// mid-request gets a message saying what happened and what to check, not
+// `Post "http://gpud/v1/mig/apply": EOF`, and no NVML fallback.
+func TestMigCLIAgentDiesMidRequest(t *testing.T) {
+	sock := fakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})
+	var stderr bytes.Buffer
+	err := run(t.Context(), []string{"mig", "apply", "-f", writeLayouts(t), "-c", "two-3g", "--admin-socket", sock}, io.Discard, &stderr)
+	if err == nil {
+		t.Fatal("apply succeeded though the agent closed the connection")
+	}
+	msg := err.Error()
+	for _, want := range []string{"closed the connection mid-request", "check its log", "may or may not be applied", "gpud mig show", "gpud mig plan"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, `Post "http://gpud`) || strings.Contains(msg, "NVML") || strings.Contains(stderr.String(), "NVML") {
+		t.Errorf("error %q (stderr %q): want no raw HTTP error and no NVML fallback", msg, stderr.String())
+	}
+}
+
+// TestMigCLIAgentErrorNoFallback: an agent that answers with an error (a
+// shutting-down agent, say) is reported as is; only a socket nobody
+// listens on falls back to NVML.
+func TestMigCLIAgentErrorNoFallback(t *testing.T) {
+	sock := fakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"status":503,"error":"agent shutting down"}`))
+	})
+	var stderr bytes.Buffer
+	err := run(t.Context(), []string{"mig", "apply", "-f", writeLayouts(t), "-c", "two-3g", "--admin-socket", sock}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "agent shutting down") || strings.Contains(err.Error(), "NVML") {
+		t.Fatalf("apply against an agent answering 503 = %v, want its error and no NVML fallback", err)
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("stderr %q: want nothing (no fallback note)", stderr.String())
+	}
+}
+
+func TestMigCLINoAgentFallsBackToNVML(t *testing.T) {
+	if ret := nvml.New().Init(); ret == nvml.SUCCESS {
+		t.Skip("NVML is installed here: the fallback would change the GPUs")
+	}
+	dir := t.TempDir()
+	var stderr bytes.Buffer
+	err := run(t.Context(), []string{"mig", "plan", "-f", writeLayouts(t), "-c", "two-3g", "--admin-socket", filepath.Join(dir, "admin.sock")}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "NVML") {
+		t.Fatalf("plan without agent or NVML = %v, want the NVML error", err)
+	}
+	if !strings.Contains(stderr.String(), "no agent listening on "+filepath.Join(dir, "admin.sock")) {
+		t.Errorf("stderr %q: want a note that no agent listens and NVML is used", stderr.String())
+	}
+}
+
+// TestMigCLIBinaryLayout: a binary file given as a layout is refused
+// without echoing its bytes raw.
+func TestMigCLIBinaryLayout(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "layouts.bin")
+	data := append([]byte("version: v1\nmig-configs:\n  a: \x00\x01\x02\x1b[31m"), bytes.Repeat([]byte{0xff, 0xfe, 0x00}, 5000)...)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(t.Context(), []string{"mig", "plan", "--simulate", "dgx-a100", "-f", p, "-c", "a"}, io.Discard, io.Discard)
+	if err == nil {
+		t.Fatal("a binary layout file was accepted")
+	}
+	if msg := err.Error(); strings.ContainsAny(msg, "\x00\x01\x1b") || !utf8.ValidString(msg) || len(msg) > 2000 {
+		t.Fatalf("error carries raw bytes or is huge (%d bytes): %q", len(msg), msg)
+	}
+}
+
+func TestQuoteIfBinary(t *testing.T) {
+	if got := quoteIfBinary("line 3: bad key"); got != "line 3: bad key" {
+		t.Errorf("printable text changed: %q", got)
+	}
+	got := quoteIfBinary("a\x00b" + strings.Repeat("x", 1000))
+	if strings.ContainsRune(got, 0) || len(got) > maxQuoted+20 {
+		t.Errorf("binary text %q: want quoted and cut", got)
+	}
+}
+
+// migAPIRig is the MIG admin routes on a simulated node.
+func migAPIRig(t testing.TB) *http.ServeMux {
+	n := simnode.NewBuiltin("dgx-a100")
+	svc, err := newMIGService(n, n, "", false, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	migAPI{svc: svc}.routes(mux)
+	return mux
+}
+
+// FuzzMigPlanRequest feeds POST /v1/mig/plan bodies: the agent never
+// panics or fails with a 500 on a bad request, and every error is JSON
+// without raw control bytes.
+func FuzzMigPlanRequest(f *testing.F) {
+	seeds := []string{
+		`{"layouts":"version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1000000000}\n","config":"a"}`,
+		`{"layouts":"version: v1\nmig-configs:\n  a:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 2.5}\n","config":"a"}`,
+		`{"layouts":"` + strings.ReplaceAll(cliLayouts, "\n", `\n`) + `","config":"two-3g"}`,
+		`{"layouts":"","config":""}`,
+		`{"layouts":"\u0000\u0001","config":"a","bogus":1}`,
+		`not json`,
+		`{"layouts": 5}`,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	mux := migAPIRig(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/mig/plan", bytes.NewReader(body)))
+		if rec.Code == http.StatusInternalServerError {
+			t.Fatalf("500 for %q: %s", body, rec.Body.String())
+		}
+		if rec.Code != http.StatusOK {
+			var e struct {
+				Error string `json:"error"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" {
+				t.Fatalf("error answer %q is not JSON with an error", rec.Body.String())
+			}
+		}
+	})
+}

@@ -28,7 +28,9 @@ type fakeAllocations struct {
 	err error
 }
 
-func (f fakeAllocations) Allocations(context.Context) ([]gpuusage.Assignment, error) { return f.as, f.err }
+func (f fakeAllocations) Allocations(context.Context) ([]gpuusage.Assignment, error) {
+	return f.as, f.err
+}
 
 func sharingMux(allocs timeslice.AllocationLister) *http.ServeMux {
 	rt := timeslice.NewRuntime(timeslice.RuntimeConfig{Inventory: sharingInventory, Allocations: allocs})

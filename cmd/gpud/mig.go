@@ -16,10 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/internal/wait"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mig"
@@ -76,6 +78,12 @@ func runMig(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		if !errors.Is(err, adminapi.ErrNoAgent) {
 			return err
+		}
+		if res, answered, err := c.waitAgentGone(ctx, data, stderr); answered {
+			if err != nil {
+				return err
+			}
+			return printMig(stdout, c.sub, res, c.output, "agent")
 		}
 		fmt.Fprintf(stderr, "gpud: no agent listening on %s; using NVML directly\n", c.socket)
 	}
@@ -143,6 +151,38 @@ func (c *migCLI) viaAgent(ctx context.Context, layouts []byte) (mig.Result, erro
 		return res, fmt.Errorf("mig %s via the agent: %s", c.sub, quoteIfBinary(ae.Message))
 	}
 	return res, fmt.Errorf("mig %s via the agent on %s: %w", c.sub, c.socket, err)
+}
+
+// agentGoneWait is how long `gpud mig` waits for a socket that refuses
+// connections to go away: an agent shutting down stops accepting at once
+// and removes its socket within 5 seconds, after its last apply ended.
+var agentGoneWait = 6 * time.Second
+
+// waitAgentGone handles a socket file that nobody accepts on: an agent
+// shutting down (its apply may still run), or one that crashed. It waits
+// up to agentGoneWait for the socket to go away, asking again meanwhile in
+// case an agent starts; answered is true when one did (res, err are its
+// answer). Otherwise the caller may fall back to NVML.
+func (c *migCLI) waitAgentGone(ctx context.Context, layouts []byte, stderr io.Writer) (res mig.Result, answered bool, err error) {
+	if _, err := os.Stat(c.socket); err != nil {
+		return res, false, nil // no socket: no agent
+	}
+	fmt.Fprintf(stderr, "gpud: the agent's socket %s exists but nobody accepts on it (an agent shutting down, or a stale socket); waiting up to %s\n", c.socket, agentGoneWait)
+	deadline := time.Now().Add(agentGoneWait)
+	for time.Now().Before(deadline) {
+		if !wait.Sleep(ctx, 100*time.Millisecond) {
+			return res, true, ctx.Err()
+		}
+		if _, err := os.Stat(c.socket); err != nil {
+			return res, false, nil
+		}
+		res, err = c.viaAgent(ctx, layouts)
+		if !errors.Is(err, adminapi.ErrNoAgent) {
+			return res, true, err
+		}
+	}
+	fmt.Fprintf(stderr, "gpud: %s is a stale socket (no agent answered for %s)\n", c.socket, agentGoneWait)
+	return res, false, nil
 }
 
 // viaNVML plans (and applies) through the MIG service on NVML, with the

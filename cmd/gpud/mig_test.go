@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -292,4 +293,59 @@ func FuzzMigPlanRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// refusingSocket leaves a socket file nobody accepts on, as an agent that
+// stopped listening (shutting down, or crashed) does.
+func refusingSocket(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	return sock
+}
+
+// TestMigCLIWaitsForAShuttingDownAgent: a socket that refuses connections
+// may belong to an agent finishing an apply; the CLI waits for it to go
+// away (or answer) before it touches NVML, and says so.
+func TestMigCLIWaitsForAShuttingDownAgent(t *testing.T) {
+	if ret := nvml.New().Init(); ret == nvml.SUCCESS {
+		t.Skip("NVML is installed here: the fallback would change the GPUs")
+	}
+	sock := refusingSocket(t)
+	removed := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the agent's shutdown ends
+		removed <- time.Now()
+		_ = os.Remove(sock)
+	}()
+	var stderr bytes.Buffer
+	err := run(t.Context(), []string{"mig", "plan", "-f", writeLayouts(t), "-c", "two-3g", "--admin-socket", sock}, io.Discard, &stderr)
+	fellBack := time.Now()
+	if err == nil || !strings.Contains(err.Error(), "NVML") {
+		t.Fatalf("plan = %v, want the NVML error of the fallback", err)
+	}
+	if at := <-removed; fellBack.Before(at) {
+		t.Fatal("fell back to NVML before the agent's socket went away")
+	}
+	if !strings.Contains(stderr.String(), "nobody accepts on it") || !strings.Contains(stderr.String(), "using NVML directly") {
+		t.Errorf("stderr %q: want the wait and the fallback said", stderr.String())
+	}
+}
+
+func TestMigCLIStaleSocket(t *testing.T) {
+	if ret := nvml.New().Init(); ret == nvml.SUCCESS {
+		t.Skip("NVML is installed here: the fallback would change the GPUs")
+	}
+	defer func(d time.Duration) { agentGoneWait = d }(agentGoneWait)
+	agentGoneWait = 300 * time.Millisecond
+	var stderr bytes.Buffer
+	err := run(t.Context(), []string{"mig", "plan", "-f", writeLayouts(t), "-c", "two-3g", "--admin-socket", refusingSocket(t)}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "NVML") || !strings.Contains(stderr.String(), "stale socket") {
+		t.Fatalf("plan = %v (stderr %q), want a stale-socket note and the NVML fallback", err, stderr.String())
+	}
 }

@@ -83,6 +83,9 @@ func TestInventoryFormats(t *testing.T) {
 		if !strings.Contains(out.String(), "L40S") {
 			t.Errorf("-o %s output lacks the GPU name:\n%s", format, out.String())
 		}
+		if format == "yaml" && (!strings.Contains(out.String(), "pciBusID: ") || !strings.Contains(out.String(), "memoryBytes: ")) {
+			t.Errorf("-o yaml keys differ from the JSON ones:\n%s", out.String())
+		}
 	}
 	if err := run(t.Context(), []string{"inventory", "--simulate", "pcie-l40s", "-o", "xml"}, io.Discard, io.Discard); err == nil {
 		t.Error("-o xml accepted")

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -287,21 +288,29 @@ func flagNames(fs *flag.FlagSet) string {
 // maxQuoted bounds user-supplied text echoed in an error message.
 const maxQuoted = 200
 
-// quoteIfBinary returns s as it is when it is short printable text, and
-// otherwise quoted (%q) and cut to maxQuoted bytes, so a binary file or a
-// huge line never lands raw in a terminal or a log.
+// quoteIfBinary returns s as it is when it is printable text, and
+// otherwise quoted (%q) and cut to maxQuoted bytes, so a binary file never
+// lands raw in a terminal or a log.
 func quoteIfBinary(s string) string {
-	printable := len(s) <= 4*maxQuoted
+	if !utf8.ValidString(s) {
+		return quoteTrunc(s)
+	}
 	for _, r := range s {
-		if r == '\uFFFD' || (r < ' ' && r != '\n' && r != '\t') || r == 0x7f {
-			printable = false
-			break
+		if (r < ' ' && r != '\n' && r != '\t') || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return quoteTrunc(s)
 		}
 	}
-	if printable {
-		return s
+	return s
+}
+
+// printableLines applies quoteIfBinary to each line of an error message,
+// so one binary part of a joined error does not hide the others.
+func printableLines(msg string) string {
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		lines[i] = quoteIfBinary(l)
 	}
-	return quoteTrunc(s)
+	return strings.Join(lines, "\n")
 }
 
 // quoteTrunc quotes s (%q), cut to maxQuoted bytes.

@@ -36,7 +36,8 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "gpud:", err)
+		// Errors may quote user files; binary bytes are never echoed raw.
+		fmt.Fprintln(os.Stderr, "gpud:", printableLines(err.Error()))
 		os.Exit(1)
 	}
 }

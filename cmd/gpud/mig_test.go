@@ -247,6 +247,13 @@ func TestQuoteIfBinary(t *testing.T) {
 	if strings.ContainsRune(got, 0) || len(got) > maxQuoted+20 {
 		t.Errorf("binary text %q: want quoted and cut", got)
 	}
+	long := strings.Repeat("flag, ", 500)
+	if got := quoteIfBinary(long); got != long {
+		t.Error("long printable text was cut")
+	}
+	if got := printableLines("ok line\nbad \x1b[31m line"); !strings.HasPrefix(got, "ok line\n\"bad \\x1b") {
+		t.Errorf("printableLines = %q, want the first line kept and the second quoted", got)
+	}
 }
 
 // migAPIRig is the MIG admin routes on a simulated node.

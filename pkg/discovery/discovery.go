@@ -2,6 +2,12 @@
 // MIG devices, PCI and NUMA placement, and the links between GPUs. It reads
 // only; changing MIG state belongs to pkg/mig.
 //
+// It is the node's one owner of what NVML reports: [Store] holds the
+// published inventory with the health on top and wakes its subscribers
+// (device plugin, HTTP, telemetry); [HealthMonitor] is the one NVML event
+// pump, turning events into health and fanning Xids out; [ProcessReader]
+// is the one reader of GPU processes (memory watchdog, MIG service).
+//
 // The nvml.Interface is injected: the real library from cmd/gpud, or the
 // simulated node in tests. A field a GPU does not support is left out; a GPU
 // that fell off the bus is reported as Lost and the others are still read.

@@ -1,9 +1,15 @@
 package discovery
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/simnode"
 )
 
 // TestStoreHealthOverrides checks that health set by the monitor shows in
@@ -57,4 +63,49 @@ func TestStoreRediscoverWithoutDiscoverer(t *testing.T) {
 	if _, err := NewStore(nil, nil).Rediscover(); err == nil {
 		t.Fatal("Rediscover without a discoverer succeeded")
 	}
+}
+
+// TestStoreRunRediscovers checks that Run rereads the node each interval
+// (a MIG mode change made behind its back shows up) and stops with ctx.
+func TestStoreRunRediscovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := simnode.NewBuiltin("dgx-h100")
+		s := NewStore(New(n, "node", nil), nil)
+		inv, err := s.Rediscover()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.GPUs[0].MIGEnabled {
+			t.Fatal("gpu 0 starts in MIG mode")
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx, 30*time.Second) }()
+		changed := s.InventoryChanged()
+		dev, _ := n.DeviceGetHandleByIndex(0)
+		if ret, _ := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+			t.Fatalf("SetMigMode: %v", ret)
+		}
+		time.Sleep(29 * time.Second)
+		synctest.Wait()
+		select {
+		case <-changed:
+			t.Fatal("the store changed before the interval")
+		default:
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		select {
+		case <-changed:
+		default:
+			t.Fatal("the store did not reread the node after the interval")
+		}
+		if inv, _ := s.Inventory(); !inv.GPUs[0].MIGEnabled && !inv.GPUs[0].MIGPending {
+			t.Error("the reread inventory does not show gpu 0's MIG mode change")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run() = %v", err)
+		}
+	})
 }

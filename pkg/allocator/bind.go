@@ -43,7 +43,7 @@ func fit(s *nodeState, r *request) string {
 }
 
 func migFit(s *nodeState, r *request) string {
-	p := &migProfiles[r.mig-1]
+	p := &MIGProfiles[r.mig-1]
 	access := false
 	for g := range s.gpuFree {
 		if !accessible(r.mask, s.gpuModel[g]) {
@@ -82,7 +82,7 @@ func (c *Cluster) resolve(d Decision, req Request, op string) (*nodeState, reque
 			return nil, r, fmt.Errorf("%s %+v on %q: gpu %d: %w", op, req, s.spec.Name, g, ErrInvalid)
 		}
 	}
-	if r.mig != 0 && (d.MIGStart < 0 || d.MIGStart >= migMemorySlices) {
+	if r.mig != 0 && (d.MIGStart < 0 || d.MIGStart >= MIGMemorySlices) {
 		return nil, r, fmt.Errorf("%s %+v on %q: MIG start %d: %w", op, req, s.spec.Name, d.MIGStart, ErrInvalid)
 	}
 	return s, r, nil
@@ -103,13 +103,13 @@ func (c *Cluster) Bind(d Decision, req Request) error {
 		}
 	}
 	if r.mig != 0 {
-		g, p := d.GPUs[0], &migProfiles[r.mig-1]
-		if !slices.Contains(p.starts, d.MIGStart) || s.migUsed[g]&migBits(p, d.MIGStart) != 0 ||
-			int(s.migCompute[g])+p.compute > migComputeSlices {
-			return fmt.Errorf("bind %s at slice %d on %q gpu %d: %w", p.name, d.MIGStart, s.spec.Name, g, ErrNoFit)
+		g, p := d.GPUs[0], &MIGProfiles[r.mig-1]
+		if !slices.Contains(p.Starts, d.MIGStart) || s.migUsed[g]&p.Mask(d.MIGStart) != 0 ||
+			int(s.migCompute[g])+p.Compute > MIGComputeSlices {
+			return fmt.Errorf("bind %s at slice %d on %q gpu %d: %w", p.Name, d.MIGStart, s.spec.Name, g, ErrNoFit)
 		}
-		s.migUsed[g] |= migBits(p, d.MIGStart)
-		s.migCompute[g] += uint8(p.compute)
+		s.migUsed[g] |= p.Mask(d.MIGStart)
+		s.migCompute[g] += uint8(p.Compute)
 	}
 	s.cpuFree -= r.cpu
 	s.memFree -= r.mem
@@ -140,13 +140,13 @@ func (c *Cluster) Unbind(d Decision, req Request) error {
 		}
 	}
 	if r.mig != 0 {
-		g, p := d.GPUs[0], &migProfiles[r.mig-1]
-		b := migBits(p, d.MIGStart)
-		if s.migUsed[g]&b != b || int(s.migCompute[g]) < p.compute {
-			return fmt.Errorf("unbind %s at slice %d on %q gpu %d: not bound: %w", p.name, d.MIGStart, s.spec.Name, g, ErrInvalid)
+		g, p := d.GPUs[0], &MIGProfiles[r.mig-1]
+		b := p.Mask(d.MIGStart)
+		if s.migUsed[g]&b != b || int(s.migCompute[g]) < p.Compute {
+			return fmt.Errorf("unbind %s at slice %d on %q gpu %d: not bound: %w", p.Name, d.MIGStart, s.spec.Name, g, ErrInvalid)
 		}
 		s.migUsed[g] &^= b
-		s.migCompute[g] -= uint8(p.compute)
+		s.migCompute[g] -= uint8(p.Compute)
 	}
 	s.cpuFree += r.cpu
 	s.memFree += r.mem

@@ -157,7 +157,7 @@ func (c *Cluster) FreeMIGSlices(i, g int) int {
 	if c.migClasses&(1<<s.gpuModel[g]) == 0 || !s.usable[g] {
 		return 0
 	}
-	return migMemorySlices - bits.OnesCount8(s.migUsed[g])
+	return MIGMemorySlices - bits.OnesCount8(s.migUsed[g])
 }
 
 // GPUCapacityMilli is the milli-GPU of all healthy GPUs.

@@ -91,16 +91,16 @@ func sigmoidScore(deltaMilli float64) int64 {
 
 func (p *fgdPolicy) score(s *nodeState, r *request) float64 {
 	sc, _ := p.choose(s, r)
-	return float64(sc)
+	return sc
 }
 
 // choose returns the score and, for a fraction, the GPU FGD picks: the first
 // GPU of highest (quantized) score.
-func (p *fgdPolicy) choose(s *nodeState, r *request) (int64, int) {
+func (p *fgdPolicy) choose(s *nodeState, r *request) (float64, int) {
 	before := p.frag.node(s)
 	if r.num == 0 || r.milli >= MilliPerGPU {
 		p.gpus = exclusiveGPUs(s, r, p.gpus[:0])
-		return sigmoidScore(before - p.frag.after(s, r, p.gpus)), -1
+		return float64(sigmoidScore(before - p.frag.after(s, r, p.gpus))), -1
 	}
 	best, bestG := int64(0), -1
 	var seen [memoGPUs + 1]int64
@@ -122,15 +122,9 @@ func (p *fgdPolicy) choose(s *nodeState, r *request) (int64, int) {
 			best, bestG = sc, g
 		}
 	}
-	return best, bestG
+	return float64(best), bestG
 }
 
 func (p *fgdPolicy) selectGPUs(s *nodeState, r *request, _ *rand.Rand, dst []int) []int {
-	if r.num == 0 || r.milli >= MilliPerGPU {
-		return exclusiveGPUs(s, r, dst)
-	}
-	if _, g := p.choose(s, r); g >= 0 {
-		dst = append(dst, g)
-	}
-	return dst
+	return chosenGPUs(p, s, r, dst)
 }

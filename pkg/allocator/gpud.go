@@ -123,11 +123,5 @@ func (p *gpudPolicy) choose(s *nodeState, r *request) (float64, int) {
 }
 
 func (p *gpudPolicy) selectGPUs(s *nodeState, r *request, _ *rand.Rand, dst []int) []int {
-	if r.num == 0 || r.milli >= MilliPerGPU {
-		return exclusiveGPUs(s, r, dst)
-	}
-	if _, g := p.choose(s, r); g >= 0 {
-		dst = append(dst, g)
-	}
-	return dst
+	return chosenGPUs(p, s, r, dst)
 }

@@ -38,7 +38,7 @@ func (c *Cluster) normalize(q Request) (request, error) {
 			return r, err
 		}
 		r.mig, r.num = id, 1
-		r.milli = int64(migProfiles[id-1].memory) * migMilliPerSlice
+		r.milli = int64(MIGProfiles[id-1].Memory) * migMilliPerSlice
 	case r.num > 0 && q.GPUMilli == 0 && (q.GPUMemoryMiB > 0 || q.GPUCoresPct > 0):
 		if r.num != 1 {
 			return r, fmt.Errorf("request %+v: a memory/cores fraction is of one GPU, not %d: %w", q, r.num, ErrInvalid)

@@ -26,6 +26,24 @@ func exclusiveGPUs(s *nodeState, r *request, dst []int) []int {
 	return dst
 }
 
+// gpuChooser is a policy that scores a fraction's GPUs one by one (FGD,
+// gpud): choose returns the node's score and the GPU picked, or -1.
+type gpuChooser interface {
+	choose(s *nodeState, r *request) (float64, int)
+}
+
+// chosenGPUs is the GPU selection of a [gpuChooser]: whole GPUs as
+// [exclusiveGPUs] takes them, a fraction on the GPU it chooses (none if -1).
+func chosenGPUs(c gpuChooser, s *nodeState, r *request, dst []int) []int {
+	if r.num == 0 || r.milli >= MilliPerGPU {
+		return exclusiveGPUs(s, r, dst)
+	}
+	if _, g := c.choose(s, r); g >= 0 {
+		dst = append(dst, g)
+	}
+	return dst
+}
+
 func domainGPUs(s *nodeState, r *request, dst []int) []int {
 	var count [maxDomains]int
 	for g, f := range s.gpuFree {
@@ -87,3 +105,8 @@ func (s *nodeState) spanned(gpus []int) int {
 	}
 	return n
 }
+
+var (
+	_ gpuChooser = (*fgdPolicy)(nil)
+	_ gpuChooser = (*gpudPolicy)(nil)
+)

@@ -93,7 +93,7 @@ func ParseModels(spec string) []string {
 func (r Request) MilliPerGPUOf() int64 {
 	if r.MIGProfile != "" {
 		if id, err := lookupMIG(r.MIGProfile); err == nil {
-			return int64(migProfiles[id-1].memory) * migMilliPerSlice
+			return int64(MIGProfiles[id-1].Memory) * migMilliPerSlice
 		}
 		return 0
 	}

@@ -1,6 +1,7 @@
 package jobsim
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -89,91 +90,145 @@ func Replay(ctx context.Context, nodes []allocator.Node, trace []TraceJob, o Rep
 	if o.Buckets <= 0 {
 		o.Buckets = 12
 	}
-	s, err := jobs.New(nodes, o.Queues, o.Reservations, o.Options)
+	if !slices.IsSortedFunc(trace, func(a, b TraceJob) int { return cmp.Compare(a.Submit, b.Submit) }) {
+		return nil, fmt.Errorf("jobsim: replay: trace not sorted by submit_s: sort it first")
+	}
+	rp, err := newReplay(nodes, trace, o)
 	if err != nil {
 		return nil, fmt.Errorf("jobsim: replay: %w", err)
 	}
-	capRes := s.Capacity()
-	capGPUs := float64(capRes.GPUMilli)/allocator.MilliPerGPU + float64(capRes.MIGSlices)/jobs.MIGSlicesPerGPU
-	sorted := slices.IsSortedFunc(trace, func(a, b TraceJob) int { return int(a.Submit - b.Submit) })
-	if !sorted {
-		return nil, fmt.Errorf("jobsim: replay: trace not sorted by submit_s: sort it first")
-	}
-	sj := make([]simJob, len(trace))
-	index := make(map[string]int, len(trace))
-	for i := range trace {
-		sj[i] = simJob{tj: &trace[i], gpus: gpus(&trace[i]), remaining: trace[i].RuntimeSeconds, firstStart: -1, end: -1}
-		index[trace[i].ID] = i
-	}
-	acc := newAccounting(o, capGPUs)
-	var h eventHeap
-	next, done := 0, 0
 	var last jobs.Result
-	for next < len(trace) || h.Len() > 0 {
+	for rp.next < len(trace) || rp.events.Len() > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("jobsim: replay: %w", err)
 		}
-		t := int64(-1)
-		if next < len(trace) {
-			t = trace[next].Submit
+		t := rp.nextTime()
+		rp.acc.advance(t)
+		if err := rp.finishDue(t); err != nil {
+			return nil, fmt.Errorf("jobsim: replay: %w", err)
 		}
-		if h.Len() > 0 && (t < 0 || h[0].t < t) {
-			t = h[0].t
+		if err := rp.submitDue(t); err != nil {
+			return nil, fmt.Errorf("jobsim: replay: %w", err)
 		}
-		acc.advance(t)
-		for h.Len() > 0 && h[0].t == t {
-			ev := heap.Pop(&h).(finishEvent)
-			j := &sj[ev.id]
-			if ev.epoch != j.epoch || !j.running {
-				continue // preempted since
-			}
-			if err := s.Finish(j.tj.ID); err != nil {
-				return nil, fmt.Errorf("jobsim: replay: %w", err)
-			}
-			j.running, j.end = false, t
-			acc.change(j, -1)
-			if done++; o.Progress != nil && done%1000 == 0 {
-				o.Progress(done, len(trace))
-			}
-		}
-		for next < len(trace) && trace[next].Submit == t {
-			if err := s.Submit(trace[next].Job); err != nil {
-				return nil, fmt.Errorf("jobsim: replay: job %s: %w", trace[next].ID, err)
-			}
-			next++
-		}
-		last = s.Schedule(t)
-		for _, p := range last.Preempted {
-			j := &sj[index[p.JobID]]
-			elapsed := t - j.runStart
-			lost := elapsed
-			if j.tj.Checkpointable {
-				lost = elapsed % o.CheckpointSeconds
-			}
-			j.remaining -= elapsed - lost
-			j.running = false
-			j.epoch++
-			acc.preempt(j, lost)
-			acc.change(j, -1)
-		}
-		for _, st := range last.Started {
-			j := &sj[index[st.JobID]]
-			j.running, j.runStart = true, t
-			if j.firstStart < 0 {
-				j.firstStart = t
-			}
-			if st.Backfilled {
-				acc.backfilled++
-			}
-			acc.change(j, 1)
-			heap.Push(&h, finishEvent{t: t + j.remaining, id: index[st.JobID], epoch: j.epoch})
-		}
-		if next == len(trace) && h.Len() == 0 {
+		last = rp.s.Schedule(t)
+		rp.apply(last, t)
+		if rp.next == len(trace) && rp.events.Len() == 0 {
 			break // what is left pending can never start
 		}
 	}
-	r := acc.report(o.Policy, sj)
-	for _, p := range last.Pending {
+	r := rp.acc.report(o.Policy, rp.jobs)
+	addPending(r, last.Pending)
+	r.Policy = strings.TrimSpace(o.Policy)
+	return r, nil
+}
+
+// replay is the state of one [Replay]: the scheduler, the jobs as the
+// simulator sees them, and the pending finish events.
+type replay struct {
+	o      ReplayOptions
+	s      *jobs.Scheduler
+	trace  []TraceJob
+	jobs   []simJob
+	index  map[string]int // job ID -> index in trace and jobs
+	acc    *accounting
+	events eventHeap
+	next   int // first trace job not yet submitted
+	done   int
+}
+
+func newReplay(nodes []allocator.Node, trace []TraceJob, o ReplayOptions) (*replay, error) {
+	s, err := jobs.New(nodes, o.Queues, o.Reservations, o.Options)
+	if err != nil {
+		return nil, err
+	}
+	capRes := s.Capacity()
+	capGPUs := float64(capRes.GPUMilli)/allocator.MilliPerGPU + float64(capRes.MIGSlices)/jobs.MIGSlicesPerGPU
+	rp := &replay{o: o, s: s, trace: trace, jobs: make([]simJob, len(trace)), index: make(map[string]int, len(trace)), acc: newAccounting(o, capGPUs)}
+	for i := range trace {
+		rp.jobs[i] = simJob{tj: &trace[i], gpus: gpus(&trace[i]), remaining: trace[i].RuntimeSeconds, firstStart: -1, end: -1}
+		rp.index[trace[i].ID] = i
+	}
+	return rp, nil
+}
+
+// nextTime is the earlier of the next arrival and the next finish event.
+func (rp *replay) nextTime() int64 {
+	t := int64(-1)
+	if rp.next < len(rp.trace) {
+		t = rp.trace[rp.next].Submit
+	}
+	if rp.events.Len() > 0 && (t < 0 || rp.events[0].t < t) {
+		t = rp.events[0].t
+	}
+	return t
+}
+
+// finishDue ends the jobs whose finish event is at t, skipping events of
+// jobs preempted since.
+func (rp *replay) finishDue(t int64) error {
+	for rp.events.Len() > 0 && rp.events[0].t == t {
+		ev := heap.Pop(&rp.events).(finishEvent)
+		j := &rp.jobs[ev.id]
+		if ev.epoch != j.epoch || !j.running {
+			continue // preempted since
+		}
+		if err := rp.s.Finish(j.tj.ID); err != nil {
+			return err
+		}
+		j.running, j.end = false, t
+		rp.acc.change(j, -1)
+		if rp.done++; rp.o.Progress != nil && rp.done%1000 == 0 {
+			rp.o.Progress(rp.done, len(rp.trace))
+		}
+	}
+	return nil
+}
+
+// submitDue submits the jobs that arrive at t.
+func (rp *replay) submitDue(t int64) error {
+	for rp.next < len(rp.trace) && rp.trace[rp.next].Submit == t {
+		if err := rp.s.Submit(rp.trace[rp.next].Job); err != nil {
+			return fmt.Errorf("job %s: %w", rp.trace[rp.next].ID, err)
+		}
+		rp.next++
+	}
+	return nil
+}
+
+// apply books a scheduling round at t: preempted jobs lose the work since
+// their last checkpoint (all of it if not checkpointable), started jobs get
+// a finish event.
+func (rp *replay) apply(res jobs.Result, t int64) {
+	for _, p := range res.Preempted {
+		j := &rp.jobs[rp.index[p.JobID]]
+		elapsed := t - j.runStart
+		lost := elapsed
+		if j.tj.Checkpointable {
+			lost = elapsed % rp.o.CheckpointSeconds
+		}
+		j.remaining -= elapsed - lost
+		j.running = false
+		j.epoch++
+		rp.acc.preempt(j, lost)
+		rp.acc.change(j, -1)
+	}
+	for _, st := range res.Started {
+		j := &rp.jobs[rp.index[st.JobID]]
+		j.running, j.runStart = true, t
+		if j.firstStart < 0 {
+			j.firstStart = t
+		}
+		if st.Backfilled {
+			rp.acc.backfilled++
+		}
+		rp.acc.change(j, 1)
+		heap.Push(&rp.events, finishEvent{t: t + j.remaining, id: rp.index[st.JobID], epoch: j.epoch})
+	}
+}
+
+// addPending counts the jobs still pending by reason, with one example each.
+func addPending(r *Report, pending []jobs.Pending) {
+	for _, p := range pending {
 		r.Unfinished++
 		code := p.Reason.Code
 		if r.PendingReasons[code] == 0 {
@@ -182,6 +237,4 @@ func Replay(ctx context.Context, nodes []allocator.Node, trace []TraceJob, o Rep
 		r.PendingReasons[code]++
 	}
 	slices.Sort(r.PendingExamples)
-	r.Policy = strings.TrimSpace(o.Policy)
-	return r, nil
 }

@@ -14,36 +14,32 @@ var Header = []string{"workload", "policy", "arrived_pct", "n_seeds", "unalloc_g
 
 // WriteCSV writes rows under [Header].
 func WriteCSV(w io.Writer, rows []Row) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(Header); err != nil {
-		return fmt.Errorf("simulate: csv: %w", err)
-	}
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
-	for _, r := range rows {
-		rec := []string{r.Workload, r.Policy, strconv.Itoa(r.ArrivedPct), strconv.Itoa(r.NSeeds),
+	return writeCSV(w, Header, len(rows), func(i int) []string {
+		r := rows[i]
+		return []string{r.Workload, r.Policy, strconv.Itoa(r.ArrivedPct), strconv.Itoa(r.NSeeds),
 			f(r.UnallocMean), f(r.UnallocMedian), f(r.UnallocSD), f(r.FragOfTotalPct)}
-		if err := cw.Write(rec); err != nil {
-			return fmt.Errorf("simulate: csv: %w", err)
-		}
-	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return fmt.Errorf("simulate: csv: %w", err)
-	}
-	return nil
+	})
 }
 
 // WriteReplayCSV writes replay results under [ReplayHeader].
 func WriteReplayCSV(w io.Writer, workload string, res []ReplayResult) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(ReplayHeader); err != nil {
-		return fmt.Errorf("simulate: csv: %w", err)
-	}
-	for _, r := range res {
-		rec := []string{workload, allocator.PolicyLabel(r.Policy), strconv.Itoa(r.Pods), strconv.Itoa(r.Placed), strconv.Itoa(r.Unplaced),
+	return writeCSV(w, ReplayHeader, len(res), func(i int) []string {
+		r := res[i]
+		return []string{workload, allocator.PolicyLabel(r.Policy), strconv.Itoa(r.Pods), strconv.Itoa(r.Placed), strconv.Itoa(r.Unplaced),
 			strconv.Itoa(r.Delayed), strconv.FormatFloat(r.AllocGPUPctTimeAvg, 'f', 3, 64),
 			strconv.FormatFloat(r.MeanQueueDelaySec, 'f', 1, 64), strconv.FormatInt(r.MaxQueueDelaySec, 10)}
-		if err := cw.Write(rec); err != nil {
+	})
+}
+
+// writeCSV writes header and then record(i) for i in [0, n).
+func writeCSV(w io.Writer, header []string, n int, record func(i int) []string) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(header); err != nil {
+		return fmt.Errorf("simulate: csv: %w", err)
+	}
+	for i := range n {
+		if err := cw.Write(record(i)); err != nil {
 			return fmt.Errorf("simulate: csv: %w", err)
 		}
 	}

@@ -1,13 +1,12 @@
 package simulate
 
 import (
-	"encoding/csv"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 
 	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/trace"
 )
 
 // PublishedKey indexes a published table row.
@@ -19,44 +18,34 @@ type PublishedKey struct {
 
 // ReadPublished reads a table in [Header]'s format, such as the FGD
 // authors' fgd-published-unallocated.csv, keyed by workload, policy label and
-// arrived percentage.
+// arrived percentage. It is read as pkg/trace reads traces: bounded, with
+// errors at FILE:LINE: column.
 func ReadPublished(path string) (map[PublishedKey]Row, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("simulate: %w", err)
 	}
 	defer f.Close()
-	cr := csv.NewReader(f)
-	cr.FieldsPerRecord = len(Header)
 	out := map[PublishedKey]Row{}
-	for line := 1; ; line++ {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("simulate: %s: %w", path, err)
-		}
-		if line == 1 {
-			continue
-		}
-		var r Row
-		var errs [6]error
-		r.Workload, r.Policy = rec[0], rec[1]
-		r.ArrivedPct, errs[0] = strconv.Atoi(rec[2])
-		r.NSeeds, errs[1] = strconv.Atoi(rec[3])
-		r.UnallocMean, errs[2] = strconv.ParseFloat(rec[4], 64)
-		r.UnallocMedian, errs[3] = strconv.ParseFloat(rec[5], 64)
-		r.UnallocSD, errs[4] = strconv.ParseFloat(rec[6], 64)
-		r.FragOfTotalPct, errs[5] = strconv.ParseFloat(rec[7], 64)
-		for _, e := range errs {
-			if e != nil {
-				return nil, fmt.Errorf("simulate: %s:%d: %w", path, line, e)
-			}
-		}
+	err = trace.ReadRows(f, path, Header, func(row *trace.Row) error {
+		r := Row{Workload: row.Str("workload"), Policy: row.Str("policy")}
+		r.ArrivedPct = int(row.IntIn("arrived_pct", 0, 1000))
+		r.NSeeds = int(row.IntIn("n_seeds", 0, maxSeeds))
+		r.UnallocMean = row.Float("unalloc_gpu_pct_mean")
+		r.UnallocMedian = row.Float("unalloc_gpu_pct_median")
+		r.UnallocSD = row.Float("unalloc_gpu_pct_sd")
+		r.FragOfTotalPct = row.Float("frag_gpu_pct_of_total_mean")
 		out[PublishedKey{r.Workload, r.Policy, r.ArrivedPct}] = r
+		return row.Err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("simulate: %w", err)
 	}
+	return out, nil
 }
+
+// maxSeeds bounds a published row's seed count.
+const maxSeeds = 10000
 
 // WriteComparison prints ours next to the published unallocated-GPU mean,
 // one line per row; rows without a published value show "-". The last

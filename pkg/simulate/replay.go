@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 
@@ -56,110 +57,139 @@ func (h *departures) Pop() any {
 // that is retried, in order and skipping pods that still do not fit, after
 // every departure.
 func Replay(nodes []trace.Node, pods []trace.Pod, policy string, seed uint64) (ReplayResult, error) {
-	c, err := allocator.NewCluster(Nodes(nodes))
+	rp, err := newReplayer(nodes, pods, policy, seed)
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("simulate: replay: %w", err)
 	}
-	reqs := Requests(pods)
-	p, err := allocator.NewPolicy(policy, c.Workload(reqs))
-	if err != nil {
-		return ReplayResult{}, fmt.Errorf("simulate: replay: %w", err)
-	}
-	a := allocator.New(c, p, rand.New(rand.NewPCG(seed, 0x7135)))
 	order := make([]int, len(pods))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(pods[x].CreationTime, pods[y].CreationTime) })
-
-	res := ReplayResult{Policy: p.Name(), Pods: len(pods)}
-	var (
-		deps       departures
-		queue      []int
-		now, start int64
-		area       float64 // GPU milli × seconds
-		delaySum   float64
-	)
-	advance := func(t int64) {
-		if t > now {
-			area += float64(c.AllocatedGPUMilli()) * float64(t-now)
-			now = t
-		}
-	}
-	try := func(i int) (bool, error) {
-		d, err := a.Place(reqs[i])
-		if errors.Is(err, allocator.ErrNoFit) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("simulate: replay %s: %w", pods[i].Name, err)
-		}
-		res.Placed++
-		wait := now - pods[i].CreationTime
-		delaySum += float64(wait)
-		if wait > 0 {
-			res.Delayed++
-			res.MaxQueueDelaySec = max(res.MaxQueueDelaySec, wait)
-		}
-		if life := pods[i].DeletionTime - pods[i].CreationTime; pods[i].DeletionTime > 0 && life >= 0 {
-			heap.Push(&deps, departure{at: now + life, d: d, req: reqs[i]})
-		}
-		return true, nil
-	}
-	drain := func() error {
-		kept := queue[:0]
-		for _, i := range queue {
-			ok, err := try(i)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				kept = append(kept, i)
-			}
-		}
-		queue = kept
-		return nil
-	}
 	if len(order) > 0 {
-		start = pods[order[0]].CreationTime
-		now = start
+		rp.start = pods[order[0]].CreationTime
+		rp.now = rp.start
 	}
 	for _, i := range order {
-		for len(deps) > 0 && deps[0].at <= pods[i].CreationTime {
-			dp := heap.Pop(&deps).(departure)
-			advance(dp.at)
-			if err := c.Unbind(dp.d, dp.req); err != nil {
-				return res, fmt.Errorf("simulate: replay: %w", err)
-			}
-			if err := drain(); err != nil {
-				return res, err
-			}
+		if err := rp.departUntil(pods[i].CreationTime); err != nil {
+			return rp.res, err
 		}
-		advance(pods[i].CreationTime)
-		ok, err := try(i)
+		rp.advance(pods[i].CreationTime)
+		ok, err := rp.try(i)
 		if err != nil {
-			return res, err
+			return rp.res, err
 		}
 		if !ok {
-			queue = append(queue, i)
+			rp.queue = append(rp.queue, i)
 		}
 	}
-	for len(deps) > 0 {
-		dp := heap.Pop(&deps).(departure)
-		advance(dp.at)
-		if err := c.Unbind(dp.d, dp.req); err != nil {
-			return res, fmt.Errorf("simulate: replay: %w", err)
+	if err := rp.departUntil(math.MaxInt64); err != nil {
+		return rp.res, err
+	}
+	return rp.result(), nil
+}
+
+// replayer is the state of one [Replay].
+type replayer struct {
+	c     *allocator.Cluster
+	a     *allocator.Allocator
+	pods  []trace.Pod
+	reqs  []allocator.Request
+	res   ReplayResult
+	deps  departures
+	queue []int // waiting pods, FIFO
+	// now is the replay clock; start is the first arrival.
+	now, start int64
+	area       float64 // GPU milli × seconds
+	delaySum   float64
+}
+
+func newReplayer(nodes []trace.Node, pods []trace.Pod, policy string, seed uint64) (*replayer, error) {
+	c, err := allocator.NewCluster(Nodes(nodes))
+	if err != nil {
+		return nil, err
+	}
+	reqs := Requests(pods)
+	p, err := allocator.NewPolicy(policy, c.Workload(reqs))
+	if err != nil {
+		return nil, err
+	}
+	a := allocator.New(c, p, rand.New(rand.NewPCG(seed, 0x7135)))
+	return &replayer{c: c, a: a, pods: pods, reqs: reqs, res: ReplayResult{Policy: p.Name(), Pods: len(pods)}}, nil
+}
+
+// advance moves the clock to t, integrating the allocated GPU.
+func (rp *replayer) advance(t int64) {
+	if t > rp.now {
+		rp.area += float64(rp.c.AllocatedGPUMilli()) * float64(t-rp.now)
+		rp.now = t
+	}
+}
+
+// try places pod i now; false if it does not fit.
+func (rp *replayer) try(i int) (bool, error) {
+	d, err := rp.a.Place(rp.reqs[i])
+	if errors.Is(err, allocator.ErrNoFit) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("simulate: replay %s: %w", rp.pods[i].Name, err)
+	}
+	rp.res.Placed++
+	wait := rp.now - rp.pods[i].CreationTime
+	rp.delaySum += float64(wait)
+	if wait > 0 {
+		rp.res.Delayed++
+		rp.res.MaxQueueDelaySec = max(rp.res.MaxQueueDelaySec, wait)
+	}
+	if life := rp.pods[i].DeletionTime - rp.pods[i].CreationTime; rp.pods[i].DeletionTime > 0 && life >= 0 {
+		heap.Push(&rp.deps, departure{at: rp.now + life, d: d, req: rp.reqs[i]})
+	}
+	return true, nil
+}
+
+// departUntil lets every pod due by t leave, in order, retrying the queue
+// after each departure.
+func (rp *replayer) departUntil(t int64) error {
+	for len(rp.deps) > 0 && rp.deps[0].at <= t {
+		dp := heap.Pop(&rp.deps).(departure)
+		rp.advance(dp.at)
+		if err := rp.c.Unbind(dp.d, dp.req); err != nil {
+			return fmt.Errorf("simulate: replay: %w", err)
 		}
-		if err := drain(); err != nil {
-			return res, err
+		if err := rp.drain(); err != nil {
+			return err
 		}
 	}
-	res.Unplaced = len(queue)
-	if span := now - start; span > 0 && c.GPUCapacityMilli() > 0 {
-		res.AllocGPUPctTimeAvg = area / float64(span) / float64(c.GPUCapacityMilli()) * 100
+	return nil
+}
+
+// drain retries the waiting pods in order, keeping those that still do not
+// fit.
+func (rp *replayer) drain() error {
+	kept := rp.queue[:0]
+	for _, i := range rp.queue {
+		ok, err := rp.try(i)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			kept = append(kept, i)
+		}
+	}
+	rp.queue = kept
+	return nil
+}
+
+// result completes the summary once every pod has left or waits forever.
+func (rp *replayer) result() ReplayResult {
+	res := rp.res
+	res.Unplaced = len(rp.queue)
+	if span := rp.now - rp.start; span > 0 && rp.c.GPUCapacityMilli() > 0 {
+		res.AllocGPUPctTimeAvg = rp.area / float64(span) / float64(rp.c.GPUCapacityMilli()) * 100
 	}
 	if res.Placed > 0 {
-		res.MeanQueueDelaySec = delaySum / float64(res.Placed)
+		res.MeanQueueDelaySec = rp.delaySum / float64(res.Placed)
 	}
-	return res, nil
+	return res
 }

@@ -35,6 +35,7 @@ func TestReadBounds(t *testing.T) {
 		{"header-only pod list", readPods, podHeader, "f.csv:1: no rows after the header"},
 		{"long record", readPods, podHeader + "p0," + strings.Repeat("1", MaxRecordBytes) + ",1,1,1000,,LS,Running,0,1,0\n", "f.csv:2: record longer than"},
 		{"long quoted record", readPods, podHeader + `"p0` + strings.Repeat("\n", MaxRecordBytes) + "\"\n", "longer than"},
+		{"binary value is cut in the message", readPods, podHeader + "p0,\x00\x01" + strings.Repeat("\xff", 200) + ",1,1,1000,,LS,Running,0,1,0\n", `f.csv:2: column cpu_milli: not an integer: "\x00\x01\xff`},
 		{"long header", readPods, strings.Repeat("x", MaxRecordBytes+1), "f.csv:1: header: record longer than"},
 	}
 	for _, tc := range tests {
@@ -143,4 +144,11 @@ func FuzzReadPods(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestBinaryValueMessageIsShort(t *testing.T) {
+	_, err := ReadPods(strings.NewReader(podHeader+"p0,"+strings.Repeat("\xff", 1000)+",1,1,1000,,LS,Running,0,1,0\n"), "f.csv")
+	if err == nil || len(err.Error()) > 250 {
+		t.Fatalf("err = %v (%d bytes), want a short error", err, len(err.Error()))
+	}
 }

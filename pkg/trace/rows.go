@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -40,7 +41,17 @@ func (r *Row) Int(col string) int64 {
 	s := r.Str(col)
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		r.Fail(col, fmt.Errorf("not an integer: %q", s))
+		r.Fail(col, fmt.Errorf("not an integer: %s", quote(s)))
+	}
+	return v
+}
+
+// Float parses a required finite number column.
+func (r *Row) Float(col string) float64 {
+	s := r.Str(col)
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		r.Fail(col, fmt.Errorf("not a finite number: %s", quote(s)))
 	}
 	return v
 }
@@ -62,8 +73,17 @@ func (r *Row) Bool(col string) bool {
 	case "true", "1", "yes":
 		return true
 	}
-	r.Fail(col, fmt.Errorf("not a boolean: %q", r.Str(col)))
+	r.Fail(col, fmt.Errorf("not a boolean: %s", quote(r.Str(col))))
 	return false
+}
+
+// quote quotes a value for a message, cut to 40 bytes so a binary or
+// runaway field does not flood it.
+func quote(s string) string {
+	if len(s) > 40 {
+		return strconv.Quote(s[:40]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 // IntIn parses a required integer column and checks lo <= value <= hi.

@@ -160,11 +160,10 @@ func (c *cluster) demand(p Pod) (demand, error) {
 	}
 	switch {
 	case p.MIG != "":
-		prof, err := LookupMIG(p.MIG)
+		i, err := migIndex(p.MIG)
 		if err != nil {
 			return d, err
 		}
-		i := migProfileIndex(prof.Name)
 		d.kind, d.num, d.mig = kindMIG, 1, &MIGProfiles[i]
 	case p.NumGPU == 0 && p.GPUMilli == 0 && p.GPUMemoryMiB == 0:
 		d.kind = kindCPU

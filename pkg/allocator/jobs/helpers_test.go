@@ -93,7 +93,7 @@ func checkInvariants(t testing.TB, s *Scheduler) {
 			for _, g := range p.GPUs {
 				gf := want.free[p.Node].gpus[g]
 				if j.d.kind == kindMIG {
-					if gf.migUsed&j.d.mig.mask(p.MIGStart) != 0 {
+					if gf.migUsed&j.d.mig.Mask(p.MIGStart) != 0 {
 						t.Fatalf("job %s: MIG slices overlap on %s gpu %d", j.job.ID, p.NodeName, g)
 					}
 				} else if gf.milli < p.MilliPerGPU || gf.mem < takenMem(p, &j.d, s.c.info[p.Node].gpus[g].memMiB) {

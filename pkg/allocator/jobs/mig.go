@@ -2,64 +2,44 @@ package jobs
 
 import (
 	"fmt"
-	"slices"
-	"strings"
+
+	"github.com/gpud/gpud/pkg/allocator"
 )
 
 // MIGSlicesPerGPU is the number of compute slices of a MIG GPU; memory is cut
 // in 8 slices.
 const (
-	MIGSlicesPerGPU   = 7
-	migMemorySlices   = 8
+	MIGSlicesPerGPU   = allocator.MIGComputeSlices
+	migMemorySlices   = allocator.MIGMemorySlices
 	migFullMemoryMask = 1<<migMemorySlices - 1
 )
 
 // MIGProfile is a GPU instance shape: Compute slices of 7, Memory slices of
 // 8, placeable only at the memory-slice offsets in Starts (the A100/H100
-// placement rules).
-type MIGProfile struct {
-	Name    string
-	Compute int
-	Memory  int
-	Starts  []int
-}
+// placement rules). It is pkg/allocator's.
+type MIGProfile = allocator.MIGProfile
 
 // MIGProfiles lists the profiles by their 80 GB names; the 40 GB names
-// (1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb) are accepted as aliases.
-var MIGProfiles = []MIGProfile{
-	{Name: "1g.10gb", Compute: 1, Memory: 1, Starts: []int{0, 1, 2, 3, 4, 5, 6}},
-	{Name: "1g.20gb", Compute: 1, Memory: 2, Starts: []int{0, 2, 4, 6}},
-	{Name: "2g.20gb", Compute: 2, Memory: 2, Starts: []int{0, 2, 4}},
-	{Name: "3g.40gb", Compute: 3, Memory: 4, Starts: []int{0, 4}},
-	{Name: "4g.40gb", Compute: 4, Memory: 4, Starts: []int{0}},
-	{Name: "7g.80gb", Compute: 7, Memory: 8, Starts: []int{0}},
-}
-
-var migAliases = map[string]string{
-	"1g.5gb": "1g.10gb", "2g.10gb": "2g.20gb", "3g.20gb": "3g.40gb", "4g.20gb": "4g.40gb", "7g.40gb": "7g.80gb",
-}
+// (1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb) are accepted as aliases. It
+// is pkg/allocator's table.
+var MIGProfiles = allocator.MIGProfiles
 
 // LookupMIG finds a profile by name (a "nvidia.com/mig-" prefix is allowed).
 func LookupMIG(name string) (MIGProfile, error) {
-	name = strings.TrimPrefix(name, "nvidia.com/mig-")
-	if a, ok := migAliases[name]; ok {
-		name = a
+	i, err := migIndex(name)
+	if err != nil {
+		return MIGProfile{}, err
 	}
-	for _, p := range MIGProfiles {
-		if p.Name == name {
-			return p, nil
-		}
-	}
-	names := make([]string, len(MIGProfiles))
-	for i, p := range MIGProfiles {
-		names[i] = p.Name
-	}
-	return MIGProfile{}, fmt.Errorf("mig profile %q (want one of %s): %w", name, strings.Join(names, ", "), ErrInvalid)
+	return MIGProfiles[i], nil
 }
 
-// mask is the memory-slice bit set of p placed at start.
-func (p *MIGProfile) mask(start int) uint8 {
-	return uint8((1<<p.Memory - 1) << start)
+// migIndex is the index in [MIGProfiles] of the named profile.
+func migIndex(name string) (int, error) {
+	i := allocator.MIGProfileIndex(name)
+	if i < 0 {
+		return 0, fmt.Errorf("mig profile %q (want one of %s): %w", name, allocator.MIGProfileNames(), ErrInvalid)
+	}
+	return i, nil
 }
 
 // migMilli is the milli-GPU a MIG instance of compute slices counts as in
@@ -75,14 +55,9 @@ func migFit(p *MIGProfile, used uint8, usedCompute int) int {
 		return -1
 	}
 	for _, s := range p.Starts {
-		if used&p.mask(s) == 0 {
+		if used&p.Mask(s) == 0 {
 			return s
 		}
 	}
 	return -1
-}
-
-// migProfileIndex returns p's index in MIGProfiles.
-func migProfileIndex(name string) int {
-	return slices.IndexFunc(MIGProfiles, func(p MIGProfile) bool { return p.Name == name })
 }

@@ -61,7 +61,7 @@ func (c *cluster) podsFit(i int, d *demand, limit int) int {
 				if st < 0 {
 					break
 				}
-				used |= d.mig.mask(st)
+				used |= d.mig.Mask(st)
 				comp += d.mig.Compute
 				k++
 				if k >= n {
@@ -144,7 +144,7 @@ func (c *cluster) bind(p *PodPlacement, d *demand) {
 	for _, g := range p.GPUs {
 		gf := &f.gpus[g]
 		if d.kind == kindMIG {
-			gf.migUsed |= d.mig.mask(p.MIGStart)
+			gf.migUsed |= d.mig.Mask(p.MIGStart)
 			gf.migCompute += d.mig.Compute
 			continue
 		}
@@ -165,7 +165,7 @@ func (c *cluster) unbind(p *PodPlacement, d *demand) {
 	for _, g := range p.GPUs {
 		gf := &f.gpus[g]
 		if d.kind == kindMIG {
-			gf.migUsed &^= d.mig.mask(p.MIGStart)
+			gf.migUsed &^= d.mig.Mask(p.MIGStart)
 			gf.migCompute -= d.mig.Compute
 			continue
 		}

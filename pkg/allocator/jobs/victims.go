@@ -269,11 +269,11 @@ func (sr *search) targeted(i int, cs []*jobState) []*jobState {
 				continue
 			}
 			for _, st := range d.mig.Starts {
-				m := d.mig.mask(st)
+				m := d.mig.Mask(st)
 				var set []*jobState
 				for _, v := range cs {
 					for _, p := range v.pods {
-						if p.Node == i && p.MIGStart >= 0 && slicesContains(p.GPUs, g) && v.d.mig.mask(p.MIGStart)&m != 0 {
+						if p.Node == i && p.MIGStart >= 0 && slicesContains(p.GPUs, g) && v.d.mig.Mask(p.MIGStart)&m != 0 {
 							set = append(set, v)
 							break
 						}

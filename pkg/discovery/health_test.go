@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -21,7 +22,9 @@ type update struct {
 	reason string
 }
 
-// healthRig runs a HealthMonitor on a simulated node with a fake clock.
+// healthRig runs a HealthMonitor on a simulated node with a fake clock
+// for its recovery periods. Tests run it inside a synctest bubble, so the
+// event waits and the "no update" timeouts take no real time.
 type healthRig struct {
 	node    *simnode.Node
 	clock   atomic.Int64 // unix nanoseconds
@@ -53,29 +56,10 @@ func startHealth(t *testing.T, cfg HealthConfig) *healthRig {
 			t.Errorf("Run() = %v", err)
 		}
 	})
-	// Run registers asynchronously: inject until an event gets through,
-	// then let that GPU heal so every test starts from a healthy node.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := r.node.InjectXid(7, 94); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case u := <-r.updates:
-			if u.health != gpu.Unhealthy {
-				t.Fatalf("warm-up update = %+v, want Unhealthy", u)
-			}
-			r.advance(cfg.RecoveryPeriod + time.Second)
-			if u := r.next(t); u.health != gpu.Healthy {
-				t.Fatalf("warm-up update = %+v, want Healthy", u)
-			}
-			return r
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("health monitor never saw an event")
-		}
-	}
+	// Run registers the GPUs, then blocks in EventSet.Wait: once every
+	// goroutine of the bubble is blocked, events get through.
+	synctest.Wait()
+	return r
 }
 
 func (r *healthRig) advance(d time.Duration) { r.clock.Add(int64(d)) }
@@ -128,130 +112,135 @@ func TestHealthMonitorTransitions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startHealth(t, HealthConfig{RecoveryPeriod: period, IgnoredXids: tc.ignore})
-			uuid := r.node.Device(0).UUID()
-			if err := tc.inject(r.node); err != nil {
-				t.Fatal(err)
-			}
-			if tc.want == "" {
-				r.marker(t, 6)
-				return
-			}
-			if u := r.next(t); u != (update{uuid, tc.want, tc.wantReason}) {
-				t.Fatalf("update = %+v, want %v %q", u, tc.want, tc.wantReason)
-			}
-			r.advance(period + time.Second)
-			if tc.wantHealsTo == gpu.Healthy {
-				if u := r.next(t); u != (update{uuid, gpu.Healthy, ""}) {
-					t.Fatalf("after the quiet period: %+v, want Healthy", u)
+			synctest.Test(t, func(t *testing.T) {
+				r := startHealth(t, HealthConfig{RecoveryPeriod: period, IgnoredXids: tc.ignore})
+				uuid := r.node.Device(0).UUID()
+				if err := tc.inject(r.node); err != nil {
+					t.Fatal(err)
 				}
-				return
-			}
-			r.marker(t, 6) // GPU 6 Unhealthy; GPU 0 must not have changed
-			r.advance(2 * period)
-			if u := r.next(t); u.uuid != r.node.Device(6).UUID() || u.health != gpu.Healthy {
-				t.Fatalf("after two periods: %+v, want only GPU 6 healed", u)
-			}
+				if tc.want == "" {
+					r.marker(t, 6)
+					return
+				}
+				if u := r.next(t); u != (update{uuid, tc.want, tc.wantReason}) {
+					t.Fatalf("update = %+v, want %v %q", u, tc.want, tc.wantReason)
+				}
+				r.advance(period + time.Second)
+				if tc.wantHealsTo == gpu.Healthy {
+					if u := r.next(t); u != (update{uuid, gpu.Healthy, ""}) {
+						t.Fatalf("after the quiet period: %+v, want Healthy", u)
+					}
+					return
+				}
+				r.marker(t, 6) // GPU 6 Unhealthy; GPU 0 must not have changed
+				r.advance(2 * period)
+				if u := r.next(t); u.uuid != r.node.Device(6).UUID() || u.health != gpu.Healthy {
+					t.Fatalf("after two periods: %+v, want only GPU 6 healed", u)
+				}
+			})
 		})
 	}
 }
 
 func TestHealthMonitorQuietPeriodRestartsOnNewError(t *testing.T) {
-	const period = time.Minute
-	r := startHealth(t, HealthConfig{RecoveryPeriod: period})
-	uuid := r.node.Device(0).UUID()
-	if err := r.node.InjectXid(0, 48); err != nil {
-		t.Fatal(err)
-	}
-	if u := r.next(t); u != (update{uuid, gpu.Unhealthy, "xid 48"}) {
-		t.Fatalf("update = %+v", u)
-	}
-	r.advance(period / 2)
-	if err := r.node.InjectXid(0, 48); err != nil { // same error again: no new transition
-		t.Fatal(err)
-	}
-	r.marker(t, 6)
-	// A full period after the first error but not after the second: the
-	// markers' events make the monitor run its recovery check in between.
-	r.advance(period/2 + time.Second)
-	r.marker(t, 5)
-	r.marker(t, 4)
-	r.advance(period / 2)
-	got := map[string]gpu.Health{}
-	for range 2 { // GPUs 0 and 6 are quiet for a period now; 4 and 5 are not
-		u := r.next(t)
-		got[u.uuid] = u.health
-	}
-	want := map[string]gpu.Health{uuid: gpu.Healthy, r.node.Device(6).UUID(): gpu.Healthy}
-	if !maps.Equal(got, want) {
-		t.Fatalf("updates after the quiet period = %v, want %v", got, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const period = time.Minute
+		r := startHealth(t, HealthConfig{RecoveryPeriod: period})
+		uuid := r.node.Device(0).UUID()
+		if err := r.node.InjectXid(0, 48); err != nil {
+			t.Fatal(err)
+		}
+		if u := r.next(t); u != (update{uuid, gpu.Unhealthy, "xid 48"}) {
+			t.Fatalf("update = %+v", u)
+		}
+		r.advance(period / 2)
+		if err := r.node.InjectXid(0, 48); err != nil { // same error again: no new transition
+			t.Fatal(err)
+		}
+		r.marker(t, 6)
+		// A full period after the first error but not after the second: the
+		// markers' events make the monitor run its recovery check in between.
+		r.advance(period/2 + time.Second)
+		r.marker(t, 5)
+		r.marker(t, 4)
+		r.advance(period / 2)
+		got := map[string]gpu.Health{}
+		for range 2 { // GPUs 0 and 6 are quiet for a period now; 4 and 5 are not
+			u := r.next(t)
+			got[u.uuid] = u.health
+		}
+		want := map[string]gpu.Health{uuid: gpu.Healthy, r.node.Device(6).UUID(): gpu.Healthy}
+		if !maps.Equal(got, want) {
+			t.Fatalf("updates after the quiet period = %v, want %v", got, want)
+		}
+	})
 }
 
 // TestHealthMonitorMIGSliceError checks that an Xid the driver attributes to
 // one GPU instance makes only that MIG device Unhealthy, and that it heals.
 func TestHealthMonitorMIGSliceError(t *testing.T) {
-	const period = time.Minute
-	r := startHealth(t, HealthConfig{RecoveryPeriod: period})
-	d, _ := r.node.DeviceGetHandleByIndex(0)
-	if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
-		t.Fatal(ret)
-	}
-	for range 2 {
-		info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
-		gi, ret := d.CreateGpuInstance(&info)
-		if ret != nvml.SUCCESS {
+	synctest.Test(t, func(t *testing.T) {
+		const period = time.Minute
+		r := startHealth(t, HealthConfig{RecoveryPeriod: period})
+		d, _ := r.node.DeviceGetHandleByIndex(0)
+		if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
 			t.Fatal(ret)
 		}
-		ci, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-		if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
-			t.Fatal(ret)
+		for range 2 {
+			info, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+			gi, ret := d.CreateGpuInstance(&info)
+			if ret != nvml.SUCCESS {
+				t.Fatal(ret)
+			}
+			ci, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+			if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
+				t.Fatal(ret)
+			}
 		}
-	}
-	hit, _ := d.GetMigDeviceHandleByIndex(0)
-	hitUUID, _ := hit.GetUUID()
-	if err := r.node.InjectMIGXid(hitUUID, 48); err != nil {
-		t.Fatal(err)
-	}
-	u := r.next(t)
-	if u.uuid != hitUUID || u.health != gpu.Unhealthy || !strings.Contains(u.reason, "xid 48") {
-		t.Fatalf("update %+v, want MIG device %s Unhealthy with xid 48", u, hitUUID)
-	}
-	// The GPU and the other slice got no update: the next one is the marker.
-	r.marker(t, 6)
-	r.advance(period + time.Second)
-	got := map[string]gpu.Health{}
-	for range 2 {
+		hit, _ := d.GetMigDeviceHandleByIndex(0)
+		hitUUID, _ := hit.GetUUID()
+		if err := r.node.InjectMIGXid(hitUUID, 48); err != nil {
+			t.Fatal(err)
+		}
 		u := r.next(t)
-		got[u.uuid] = u.health
-	}
-	if got[hitUUID] != gpu.Healthy || got[r.node.Device(6).UUID()] != gpu.Healthy {
-		t.Fatalf("after the quiet period: %v, want the slice and GPU 6 Healthy", got)
-	}
+		if u.uuid != hitUUID || u.health != gpu.Unhealthy || !strings.Contains(u.reason, "xid 48") {
+			t.Fatalf("update %+v, want MIG device %s Unhealthy with xid 48", u, hitUUID)
+		}
+		// The GPU and the other slice got no update: the next one is the marker.
+		r.marker(t, 6)
+		r.advance(period + time.Second)
+		got := map[string]gpu.Health{}
+		for range 2 {
+			u := r.next(t)
+			got[u.uuid] = u.health
+		}
+		if got[hitUUID] != gpu.Healthy || got[r.node.Device(6).UUID()] != gpu.Healthy {
+			t.Fatalf("after the quiet period: %v, want the slice and GPU 6 Healthy", got)
+		}
+	})
 }
 
 // TestHealthFansOutEveryXid: the monitor is the node's one event pump; its
 // Xid subscribers (telemetry) get every Xid, the ignored ones too, while
 // only critical ones change health.
 func TestHealthFansOutEveryXid(t *testing.T) {
-	r := startHealth(t, HealthConfig{RecoveryPeriod: time.Minute})
-	for len(r.xids) > 0 {
-		<-r.xids // the warm-up's
-	}
-	if err := r.node.InjectXid(2, 43); err != nil { // ignored by default
-		t.Fatal(err)
-	}
-	select {
-	case x := <-r.xids:
-		if x != 43 {
-			t.Fatalf("subscriber got Xid %d, want 43", x)
+	synctest.Test(t, func(t *testing.T) {
+		r := startHealth(t, HealthConfig{RecoveryPeriod: time.Minute})
+		if err := r.node.InjectXid(2, 43); err != nil { // ignored by default
+			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("an ignored Xid did not reach the subscriber")
-	}
-	select {
-	case u := <-r.updates:
-		t.Fatalf("an ignored Xid changed health: %+v", u)
-	case <-time.After(100 * time.Millisecond):
-	}
+		select {
+		case x := <-r.xids:
+			if x != 43 {
+				t.Fatalf("subscriber got Xid %d, want 43", x)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("an ignored Xid did not reach the subscriber")
+		}
+		select {
+		case u := <-r.updates:
+			t.Fatalf("an ignored Xid changed health: %+v", u)
+		case <-time.After(100 * time.Millisecond):
+		}
+	})
 }

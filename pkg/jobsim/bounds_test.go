@@ -171,3 +171,32 @@ func FuzzParseQueueFile(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadNodes: the job simulator's node file (openb columns plus
+// topology) never panics or builds GPUs from a bad row; errors name the file.
+func FuzzReadNodes(f *testing.F) {
+	const h = "sn,cpu_milli,memory_mib,gpu,model,gpu_mem_mib,mig_gpus,nvlink_domain,rack,zone\n"
+	for _, s := range []string{
+		h + "n0,96000,786432,8,A100,81920,2,d0,r0,z0\nn1,1,1,0,nan,,,,,\n",
+		h + "n0,64000,262144,1000000000,P100,,,,,\n",
+		h + "n0,1,1,2,A100,,3,,,\n",
+		h,
+		"sn,cpu_milli,memory_mib,gpu,model\n,1,1,1,T4\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		nodes, err := ReadNodes(strings.NewReader(s), "nodes.csv", NodeOptions{})
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) || !strings.HasPrefix(err.Error(), "nodes.csv:") {
+				t.Fatalf("error %q does not name nodes.csv", err)
+			}
+			return
+		}
+		for _, n := range nodes {
+			if len(n.GPUs) > trace.MaxGPUsPerNode || n.CPUMilli < 0 || n.MemoryMiB < 0 {
+				t.Fatalf("node out of bounds: %s with %d GPUs", n.Name, len(n.GPUs))
+			}
+		}
+	})
+}

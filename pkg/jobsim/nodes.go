@@ -46,11 +46,12 @@ func ReadNodes(r io.Reader, name string, o NodeOptions) ([]allocator.Node, error
 		o.RacksPerZone = 8
 	}
 	var out []allocator.Node
+	var gpus trace.ClusterGPUs
 	err := readRows(r, name, NodeColumns, nodeOptional, func(row *trace.Row) {
 		i := len(out)
 		n := allocator.Node{Name: row.Str("sn"), CPUMilli: row.IntIn("cpu_milli", 0, trace.MaxCPUMilli),
 			MemoryMiB: row.IntIn("memory_mib", 0, trace.MaxMemoryMiB), Labels: map[string]string{}}
-		num := int(row.IntIn("gpu", 0, trace.MaxGPUsPerNode))
+		num := gpus.Read(row, "gpu")
 		model := row.Str("model")
 		if model == "nan" {
 			model = ""

@@ -3,6 +3,7 @@ package trace
 import (
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -150,5 +151,15 @@ func TestBinaryValueMessageIsShort(t *testing.T) {
 	_, err := ReadPods(strings.NewReader(podHeader+"p0,"+strings.Repeat("\xff", 1000)+",1,1,1000,,LS,Running,0,1,0\n"), "f.csv")
 	if err == nil || len(err.Error()) > 250 {
 		t.Fatalf("err = %v (%d bytes), want a short error", err, len(err.Error()))
+	}
+}
+
+func TestReadNodesClusterGPUs(t *testing.T) {
+	n := MaxClusterGPUs/MaxGPUsPerNode + 1
+	rows := io.MultiReader(strings.NewReader(nodeHeader), &repeatReader{line: []byte("n,1,1,64,T4\n"), n: n})
+	_, err := ReadNodes(rows, "f.csv")
+	want := "f.csv:" + strconv.Itoa(n+1) + ": column gpu: the node list passes 1048576 GPUs"
+	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want %q", err, want)
 	}
 }

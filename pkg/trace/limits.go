@@ -15,6 +15,9 @@ const (
 	// MaxGPUsPerNode bounds a node's GPU count and a pod's or job's GPUs per
 	// pod: the largest servers carry 8 to 16.
 	MaxGPUsPerNode = 64
+	// MaxClusterGPUs bounds the GPUs of one node list: the largest
+	// clusters hold about 100,000.
+	MaxClusterGPUs = 1 << 20
 	// MaxCPUMilli bounds a node's or pod's CPU: 10,000 cores.
 	MaxCPUMilli = 10_000_000
 	// MaxMemoryMiB bounds a node's, pod's or GPU's memory: 16 TiB.

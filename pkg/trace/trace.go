@@ -86,11 +86,12 @@ func readFile[T any](path string, read func(io.Reader, string) ([]T, error)) ([]
 // within this package's bounds ([MaxGPUsPerNode], ...).
 func ReadNodes(r io.Reader, name string) ([]Node, error) {
 	var out []Node
+	var gpus ClusterGPUs
 	err := ReadRows(r, name, []string{"sn", "cpu_milli", "memory_mib", "gpu", "model"}, func(row *Row) error {
 		n := Node{Name: row.Str("sn"), Model: row.Str("model")}
 		n.CPUMilli = row.IntIn("cpu_milli", 0, MaxCPUMilli)
 		n.MemoryMiB = row.IntIn("memory_mib", 0, MaxMemoryMiB)
-		n.NumGPU = int(row.IntIn("gpu", 0, MaxGPUsPerNode))
+		n.NumGPU = gpus.Read(row, "gpu")
 		if n.Model == "nan" {
 			n.Model = ""
 		}
@@ -98,6 +99,20 @@ func ReadNodes(r io.Reader, name string) ([]Node, error) {
 		return row.Err
 	})
 	return out, err
+}
+
+// ClusterGPUs counts the GPUs of a node list as it is read.
+type ClusterGPUs int
+
+// Read reads a node's GPU count from col: 0..[MaxGPUsPerNode], and at most
+// [MaxClusterGPUs] for all nodes so far.
+func (c *ClusterGPUs) Read(row *Row, col string) int {
+	n := int(row.IntIn(col, 0, MaxGPUsPerNode))
+	if row.Err == nil && int(*c)+n > MaxClusterGPUs {
+		row.Fail(col, fmt.Errorf("the node list passes %d GPUs", MaxClusterGPUs))
+	}
+	*c += ClusterGPUs(n)
+	return n
 }
 
 // ReadPods parses a pod list; name labels errors. Every value must lie

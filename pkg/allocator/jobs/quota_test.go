@@ -153,3 +153,17 @@ func TestFairShareOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestSubmitQueueErrors: an undefined queue is reported as undefined, not as
+// "not a leaf queue"; a parent queue as a parent.
+func TestSubmitQueueErrors(t *testing.T) {
+	s, err := New(mkNodes(1, 8, "H100", 0, false), []Queue{{Name: "org"}, {Name: "x", Parent: "org"}}, nil, Gpud)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for queue, want := range map[string]string{"nope": `queue "nope" is not defined`, "org": `queue "org" is a parent queue`} {
+		if err := s.Submit(Job{ID: "j-" + queue, Queue: queue, Pod: gpus(1)}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Submit to %q: %v, want %q", queue, err, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -228,60 +229,46 @@ func waitFor(t *testing.T, s *telemetry.Sampler, ok func(*telemetry.Snapshot) bo
 
 // TestSamplerXid checks that Xids reach the metrics through the node's one
 // event pump: discovery's health monitor fans every Xid (an ignored one
-// too, 43 here) out to the sampler.
+// too, 43 here) out to the sampler. It runs in a synctest bubble: once
+// every goroutine waits, the monitor has registered the GPUs.
 func TestSamplerXid(t *testing.T) {
-	r := newRig(t)
-	s := r.sampler(t, r.staticInventory(t), telemetry.Attribution{}, telemetry.Config{Interval: 20 * time.Millisecond})
-	mon := discovery.NewHealthMonitor(r.node, discovery.HealthConfig{WaitTimeout: 10 * time.Millisecond}, func(string, gpu.Health, string) {}, nil)
-	got := make(chan struct{}, 1)
-	mon.OnXid(s.RecordXid)
-	mon.OnXid(func(string, uint64) {
-		select {
-		case got <- struct{}{}:
-		default:
-		}
-	})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 2)
-	go func() { done <- s.Run(ctx) }()
-	go func() { done <- mon.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil {
-				t.Errorf("Run() = %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		s := r.sampler(t, r.staticInventory(t), telemetry.Attribution{}, telemetry.Config{Interval: 20 * time.Millisecond})
+		mon := discovery.NewHealthMonitor(r.node, discovery.HealthConfig{WaitTimeout: 10 * time.Millisecond}, func(string, gpu.Health, string) {}, nil)
+		mon.OnXid(s.RecordXid)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 2)
+		go func() { done <- s.Run(ctx) }()
+		go func() { done <- mon.Run(ctx) }()
+		defer func() {
+			cancel()
+			for range 2 {
+				if err := <-done; err != nil {
+					t.Errorf("Run() = %v", err)
+				}
 			}
-		}
-	})
-	// The monitor registers the GPUs at the start of Run; inject until it
-	// has seen one.
-	deadline := time.After(30 * time.Second)
-	for seen := false; !seen; {
+		}()
+		synctest.Wait()
 		if err := r.node.InjectXid(4, 43); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-got:
-			seen = true
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			t.Fatal("Xid 43 on gpu 4 never reached the sampler through the health monitor")
+		synctest.Wait()
+		s.Sweep(t.Context())
+		if snap := s.Snapshot(); snap == nil || snap.Devices[4].LastXid != 43 {
+			t.Fatal("Xid 43 on gpu 4 did not reach the snapshot through the health monitor")
 		}
-	}
-	s.Sweep(t.Context())
-	if snap := s.Snapshot(); snap == nil || snap.Devices[4].LastXid != 43 {
-		t.Fatalf("snapshot has no Xid 43 on gpu 4")
-	}
-	mfs := parse(t, scrape(t, telemetry.NewCollector(s, telemetry.CompatDCGM, "test")))
-	if v, _ := series(mfs, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "4"}); v != 43 {
-		t.Errorf("DCGM_FI_DEV_XID_ERRORS{gpu=4} = %v, want 43", v)
-	}
-	if v, _ := series(mfs, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "3"}); v != 0 {
-		t.Errorf("DCGM_FI_DEV_XID_ERRORS{gpu=3} = %v, want 0", v)
-	}
-	if v, ok := series(mfs, "gpud_xid_errors_total", map[string]string{"gpu": "4", "xid": "43"}); !ok || v < 1 {
-		t.Errorf("gpud_xid_errors_total{gpu=4,xid=43} = %v (found %v), want >= 1", v, ok)
-	}
+		mfs := parse(t, scrape(t, telemetry.NewCollector(s, telemetry.CompatDCGM, "test")))
+		if v, _ := series(mfs, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "4"}); v != 43 {
+			t.Errorf("DCGM_FI_DEV_XID_ERRORS{gpu=4} = %v, want 43", v)
+		}
+		if v, _ := series(mfs, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "3"}); v != 0 {
+			t.Errorf("DCGM_FI_DEV_XID_ERRORS{gpu=3} = %v, want 0", v)
+		}
+		if v, ok := series(mfs, "gpud_xid_errors_total", map[string]string{"gpu": "4", "xid": "43"}); !ok || v < 1 {
+			t.Errorf("gpud_xid_errors_total{gpu=4,xid=43} = %v (found %v), want >= 1", v, ok)
+		}
+	})
 }
 
 func TestConfigValidate(t *testing.T) {

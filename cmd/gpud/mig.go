@@ -194,7 +194,9 @@ func (c *migCLI) viaNVML(ctx context.Context, layouts mig.LayoutFile, stderr io.
 	}
 	defer closeLib()
 	var allocs mig.AllocationLister
-	if c.podSocket != "" {
+	if c.podSocket == "" {
+		fmt.Fprintln(stderr, "gpud: --pod-resources-socket is empty: the kubelet's allocations are not checked")
+	} else {
 		pods := podresources.New(c.podSocket)
 		defer pods.Close()
 		if _, err := os.Stat(c.podSocket); errors.Is(err, fs.ErrNotExist) {

@@ -37,42 +37,42 @@ func (randomPolicy) selectGPUs(s *nodeState, r *request, rng *rand.Rand, dst []i
 	return dst
 }
 
+// bestGPUsPolicy gives the deterministic baselines what they share: stable
+// scores and the simulator's "best" GPU selection ([bestGPUs]).
+type bestGPUsPolicy struct{}
+
+func (bestGPUsPolicy) stable() bool { return true }
+func (bestGPUsPolicy) selectGPUs(s *nodeState, r *request, _ *rand.Rand, dst []int) []int {
+	return bestGPUs(s, r, dst)
+}
+
 // dotProdPolicy is Tetris' alignment score with the simulator's "merge" GPU
 // dimension and "max" normalization: prefer the node whose free (CPU, GPU)
 // vector is least aligned with the request.
-type dotProdPolicy struct{}
+type dotProdPolicy struct{ bestGPUsPolicy }
 
 func (dotProdPolicy) Name() string { return PolicyDotProd }
-func (dotProdPolicy) stable() bool { return true }
 func (dotProdPolicy) score(s *nodeState, r *request) float64 {
 	dot := float64(s.cpuFree)/maxSpecCPUMilli*float64(r.cpu)/maxSpecCPUMilli +
 		float64(s.totalFree)/maxSpecGPUMilli*float64(r.total)/maxSpecGPUMilli
 	return float64(int64(maxNodeScore * (1 - dot/2)))
 }
-func (dotProdPolicy) selectGPUs(s *nodeState, r *request, _ *rand.Rand, dst []int) []int {
-	return bestGPUs(s, r, dst)
-}
 
 // bestFitPolicy prefers the node with the least free CPU and GPU after
 // placement, each weighted 0.5 and normalized by the largest node.
-type bestFitPolicy struct{}
+type bestFitPolicy struct{ bestGPUsPolicy }
 
 func (bestFitPolicy) Name() string { return PolicyBestFit }
-func (bestFitPolicy) stable() bool { return true }
 func (bestFitPolicy) score(s *nodeState, r *request) float64 {
 	left := float64(s.cpuFree-r.cpu)/maxSpecCPUMilli*0.5 + float64(s.totalFree-r.total)/maxSpecGPUMilli*0.5
 	return float64(int64((1 - left) * maxNodeScore))
 }
-func (bestFitPolicy) selectGPUs(s *nodeState, r *request, _ *rand.Rand, dst []int) []int {
-	return bestGPUs(s, r, dst)
-}
 
 // gpuClusteringPolicy groups pods of the same GPU shape (share, 1-GPU,
 // 2-GPU, ...) on the same nodes, then prefers fuller nodes.
-type gpuClusteringPolicy struct{}
+type gpuClusteringPolicy struct{ bestGPUsPolicy }
 
 func (gpuClusteringPolicy) Name() string { return PolicyGpuClustering }
-func (gpuClusteringPolicy) stable() bool { return true }
 func (gpuClusteringPolicy) score(s *nodeState, r *request) float64 {
 	if r.num == 0 {
 		return 0
@@ -88,16 +88,12 @@ func (gpuClusteringPolicy) score(s *nodeState, r *request) float64 {
 	}
 	return float64(fill)
 }
-func (gpuClusteringPolicy) selectGPUs(s *nodeState, r *request, _ *rand.Rand, dst []int) []int {
-	return bestGPUs(s, r, dst)
-}
 
 // gpuPackingPolicy prefers, in order: GPUs already shared, free GPUs on a
 // used node, free GPUs on an idle node.
-type gpuPackingPolicy struct{}
+type gpuPackingPolicy struct{ bestGPUsPolicy }
 
 func (gpuPackingPolicy) Name() string { return PolicyGpuPacking }
-func (gpuPackingPolicy) stable() bool { return true }
 func (gpuPackingPolicy) score(s *nodeState, r *request) float64 {
 	if r.total <= 0 {
 		return 0
@@ -137,7 +133,4 @@ func (gpuPackingPolicy) score(s *nodeState, r *request) float64 {
 		return float64(max(int64(maxNodeScore/2-useFree), maxNodeScore/3))
 	}
 	return float64(max(maxNodeScore-ratio/10, maxNodeScore/2))
-}
-func (gpuPackingPolicy) selectGPUs(s *nodeState, r *request, _ *rand.Rand, dst []int) []int {
-	return bestGPUs(s, r, dst)
 }

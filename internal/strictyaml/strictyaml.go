@@ -179,4 +179,3 @@ func checkWidth(data []byte) error {
 // ErrMalformed is returned (wrapped) for input that made the YAML library
 // panic; the error says so instead of crashing the process.
 var ErrMalformed = errors.New("malformed YAML")
-

@@ -86,7 +86,7 @@ func ReadJobs(r io.Reader, name string) ([]TraceJob, error) {
 		switch {
 		case row.Err != nil:
 		case seen[j.ID] != 0:
-			row.Fail("id", fmt.Errorf("%q already on line %d", j.ID, seen[j.ID]))
+			row.Fail("id", fmt.Errorf("%s already on line %d", trace.Quote(j.ID), seen[j.ID]))
 		case len(out) > 0 && j.Submit < out[len(out)-1].Submit:
 			row.Fail("submit_s", fmt.Errorf("%d before line %d's %d: sort the trace by submit_s", j.Submit, out[len(out)-1].Line, out[len(out)-1].Submit))
 		}
@@ -160,9 +160,9 @@ func CheckQueues(file string, js []TraceJob, queues []jobs.Queue) error {
 	for _, j := range js {
 		switch {
 		case !defined[j.Queue]:
-			return &RowError{File: file, Line: j.Line, Column: "queue", Err: fmt.Errorf("queue %q is not defined", j.Queue)}
+			return &RowError{File: file, Line: j.Line, Column: "queue", Err: fmt.Errorf("queue %s is not defined", trace.Quote(j.Queue))}
 		case parents[j.Queue]:
-			return &RowError{File: file, Line: j.Line, Column: "queue", Err: fmt.Errorf("queue %q is a parent queue: jobs go to leaf queues", j.Queue)}
+			return &RowError{File: file, Line: j.Line, Column: "queue", Err: fmt.Errorf("queue %s is a parent queue: jobs go to leaf queues", trace.Quote(j.Queue))}
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 func TestRunOpenBRejects(t *testing.T) {
 	nodes, pods := synthetic([]nodeShape{{4, 64, 8, "T4"}}, []podShape{{1, 4, 1, 500, ""}}, 20, 1)
 	cpuOnly := []trace.Pod{{Name: "p0", CPUMilli: 1000, MemoryMiB: 1}, {Name: "p1", CPUMilli: 2000, MemoryMiB: 1}}
+	_, many := synthetic(nil, []podShape{{1, 4, 1, 500, ""}}, 6000, 1)
 	big, _ := synthetic([]nodeShape{{100, 64, 8, "T4"}}, nil, 0, 1)
 	noGPUs := []trace.Node{{Name: "n0", CPUMilli: 64000, MemoryMiB: 1 << 20}}
 	tests := []struct {
@@ -33,11 +34,15 @@ func TestRunOpenBRejects(t *testing.T) {
 		{name: "tune negative", cfg: Config{Nodes: nodes, Pods: pods, Tune: -1}, want: "tune -1"},
 		{name: "tune asks too many pods", cfg: Config{Nodes: big, Pods: []trace.Pod{{Name: "p", NumGPU: 1, GPUMilli: 1}}, Tune: 10}, want: "more than 2000000"},
 		{name: "no pods", cfg: Config{Nodes: nodes}, want: "no pods"},
+		{name: "too many points", cfg: Config{Nodes: nodes, Pods: many, Seeds: make([]uint64, 10000)}, want: "1 policies × 10000 seeds × about 6000 pods is more than 50000000 points"},
 		{name: "too many GPUs on a node", cfg: Config{Nodes: []trace.Node{{Name: "n", NumGPU: 65}}, Pods: pods}, wantErr: allocator.ErrInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Policies, tc.cfg.Seeds, tc.cfg.Workload = []string{"gpud"}, []uint64{1}, "w"
+			tc.cfg.Policies, tc.cfg.Workload = []string{"gpud"}, "w"
+			if tc.cfg.Seeds == nil {
+				tc.cfg.Seeds = []uint64{1}
+			}
 			_, _, err := RunOpenB(t.Context(), tc.cfg)
 			if err == nil || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %v %q", err, tc.wantErr, tc.want)

@@ -79,6 +79,9 @@ const (
 	MaxTune = 10
 	// MaxArrivals bounds the pods one run places after tuning.
 	MaxArrivals = 2_000_000
+	// MaxPoints bounds the points all runs keep (one per arrival, 24
+	// bytes each): policies × seeds × arrivals.
+	MaxPoints = 50_000_000
 )
 
 // ErrNoGPUPods is matched by the error for a pod list where no pod asks for
@@ -111,8 +114,13 @@ func RunOpenB(ctx context.Context, cfg Config) ([]Row, []Run, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulate: %w", err)
 	}
-	if err := checkTunable(reqs, tmpl.GPUCapacityMilli(), cfg.Tune); err != nil {
+	arrivals, err := checkTunable(reqs, tmpl.GPUCapacityMilli(), cfg.Tune)
+	if err != nil {
 		return nil, nil, fmt.Errorf("simulate: %s: %w", cfg.Workload, err)
+	}
+	if points := float64(len(cfg.Policies)*len(cfg.Seeds)) * arrivals; points > MaxPoints {
+		return nil, nil, fmt.Errorf("simulate: %s: %d policies × %d seeds × about %.0f pods is more than %d points: use fewer seeds",
+			cfg.Workload, len(cfg.Policies), len(cfg.Seeds), arrivals, MaxPoints)
 	}
 	work := tmpl.Workload(reqs)
 	for _, p := range cfg.Policies {
@@ -150,22 +158,24 @@ func (cfg *Config) validate() error {
 }
 
 // checkTunable rejects a workload that [Resample] could never tune to
-// tune × capMilli, or only with more than [MaxArrivals] pods.
-func checkTunable(reqs []allocator.Request, capMilli int64, tune float64) error {
+// tune × capMilli, or only with more than [MaxArrivals] pods; else it
+// returns about how many pods tuning gives.
+func checkTunable(reqs []allocator.Request, capMilli int64, tune float64) (float64, error) {
 	var total int64
 	for _, r := range reqs {
 		total += r.TotalGPUMilli()
 	}
 	switch {
 	case capMilli == 0:
-		return ErrNoGPUNodes
+		return 0, ErrNoGPUNodes
 	case total == 0:
-		return ErrNoGPUPods
+		return 0, ErrNoGPUPods
 	}
-	if want := tune * float64(capMilli) / float64(total) * float64(len(reqs)); want > MaxArrivals {
-		return fmt.Errorf("tune %v asks for about %.0f pods, more than %d", tune, want, MaxArrivals)
+	want := tune * float64(capMilli) / float64(total) * float64(len(reqs))
+	if want > MaxArrivals {
+		return 0, fmt.Errorf("tune %v asks for about %.0f pods, more than %d", tune, want, MaxArrivals)
 	}
-	return nil
+	return max(want, float64(len(reqs))), nil
 }
 
 // runAll calls run for every policy and seed of cfg on cfg.Parallel

@@ -41,7 +41,7 @@ func (r *Row) Int(col string) int64 {
 	s := r.Str(col)
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		r.Fail(col, fmt.Errorf("not an integer: %s", quote(s)))
+		r.Fail(col, fmt.Errorf("not an integer: %s", Quote(s)))
 	}
 	return v
 }
@@ -51,7 +51,7 @@ func (r *Row) Float(col string) float64 {
 	s := r.Str(col)
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		r.Fail(col, fmt.Errorf("not a finite number: %s", quote(s)))
+		r.Fail(col, fmt.Errorf("not a finite number: %s", Quote(s)))
 	}
 	return v
 }
@@ -73,13 +73,13 @@ func (r *Row) Bool(col string) bool {
 	case "true", "1", "yes":
 		return true
 	}
-	r.Fail(col, fmt.Errorf("not a boolean: %s", quote(r.Str(col))))
+	r.Fail(col, fmt.Errorf("not a boolean: %s", Quote(r.Str(col))))
 	return false
 }
 
-// quote quotes a value for a message, cut to 40 bytes so a binary or
+// Quote quotes a value for a message, cut to 40 bytes so a binary or
 // runaway field does not flood it.
-func quote(s string) string {
+func Quote(s string) string {
 	if len(s) > 40 {
 		return strconv.Quote(s[:40]) + "..."
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
+	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
@@ -43,10 +45,35 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	defer closeLib()
 	node := cfg.nvml.resolveNodeName(sim)
+	src, err := newNodeSources(cfg, lib, node, log)
+	if err != nil {
+		return err
+	}
+	defer src.close(log)
+	tasks, err := wireAgent(cfg, args, lib, sim, src, log)
+	if err != nil {
+		return err
+	}
+	log.Info("agent starting", "version", version, "node", node, "simulated", sim != nil)
+	return runTasks(ctx, tasks, log)
+}
 
-	// The node's one owner of each stream: the inventory store (with
-	// health), the NVML event pump, the process reader, the PodResources
-	// client. Components get them, not each other.
+// nodeSources are the node's one owner of each hardware and kubelet
+// stream; components get these, never each other.
+type nodeSources struct {
+	node       string                   // the node name reported everywhere
+	store      *discovery.Store         // inventory + health, with change notification
+	health     *discovery.HealthMonitor // the one NVML event pump
+	procs      discovery.ProcessReader  // the one GPU process reader
+	pods       *podresources.Client     // the one PodResources client
+	containers procattr.Resolver
+	podNames   procattr.PodLogs
+	sharing    *timeslice.Runtime // the sharing config and its update policy
+}
+
+// newNodeSources reads the node once and checks --sharing-config against
+// it, so nothing starts with a config this node cannot take.
+func newNodeSources(cfg *agentConfig, lib nvml.Interface, node string, log *slog.Logger) (*nodeSources, error) {
 	store := discovery.NewStore(discovery.New(lib, node, log.With("component", "discovery")), log.With("component", "inventory"))
 	inv, err := store.Rediscover()
 	if err != nil {
@@ -54,81 +81,91 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	sharing, err := cfg.sharing.loadSharing(inv)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pods := podresources.New(cfg.podResourcesSocket)
-	defer func() {
-		if err := pods.Close(); err != nil {
-			log.Warn("pod resources close failed", "err", err)
-		}
-	}()
-	procs := discovery.ProcessReader{Lib: lib}
-	containers := procattr.Resolver{ProcRoot: cfg.procRoot}
-	podNames := procattr.PodLogs{Root: cfg.podLogsRoot}
-	health := discovery.NewHealthMonitor(lib, cfg.health.config(), store.SetHealth, log.With("component", "health"))
-	runtime := timeslice.NewRuntime(timeslice.RuntimeConfig{Initial: sharing, Inventory: store.Current, Allocations: pods})
-	metrics := prometheus.NewRegistry()
+	return &nodeSources{
+		node:       node,
+		store:      store,
+		health:     discovery.NewHealthMonitor(lib, cfg.health.config(), store.SetHealth, log.With("component", "health")),
+		procs:      discovery.ProcessReader{Lib: lib},
+		pods:       pods,
+		containers: procattr.Resolver{ProcRoot: cfg.procRoot},
+		podNames:   procattr.PodLogs{Root: cfg.podLogsRoot},
+		sharing:    timeslice.NewRuntime(timeslice.RuntimeConfig{Initial: sharing, Inventory: store.Current, Allocations: pods}),
+	}, nil
+}
 
-	migLog := log.With("component", "mig")
-	migSvc, err := newMIGService(lib, sim, cfg.mig.journal, cfg.mig.resetGPUs, pods,
-		func(mig.Result) { rediscoverAfterMIG(store, migLog) }, migLog)
-	if err != nil {
-		return err
+func (s *nodeSources) close(log *slog.Logger) {
+	if err := s.pods.Close(); err != nil {
+		log.Warn("pod resources close failed", "err", err)
 	}
+}
 
-	sampler, err := telemetry.NewSampler(lib, store.Inventory, telemetry.Attribution{Pods: pods, Procs: containers, Names: podNames},
-		telemetry.Config{Interval: cfg.telemetry.interval, Hostname: node}, log.With("component", "telemetry"))
+// wireAgent builds every component on the sources it needs and returns
+// them as tasks.
+func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode.Node, src *nodeSources, log *slog.Logger) ([]task, error) {
+	metrics := prometheus.NewRegistry()
+	sampler, err := telemetry.NewSampler(lib, src.store.Inventory, telemetry.Attribution{Pods: src.pods, Procs: src.containers, Names: src.podNames},
+		telemetry.Config{Interval: cfg.telemetry.interval, Hostname: src.node}, log.With("component", "telemetry"))
 	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
+		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	compat, _ := telemetry.ParseCompat(cfg.telemetry.compat) // validated
 	if err := metrics.Register(telemetry.NewCollector(sampler, compat, version)); err != nil {
-		return fmt.Errorf("telemetry: register metrics: %w", err)
+		return nil, fmt.Errorf("telemetry: register metrics: %w", err)
 	}
-	health.OnXid(sampler.RecordXid)
+	src.health.OnXid(sampler.RecordXid)
 
-	dp, err := cfg.dp.newDevicePlugin(struct {
-		*discovery.Store
-		*timeslice.Runtime
-	}{store, runtime}, log.With("component", "deviceplugin"))
+	migLog := log.With("component", "mig")
+	migSvc, err := newMIGService(lib, sim, cfg.mig.journal, cfg.mig.resetGPUs, src.pods,
+		func(mig.Result) { rediscoverAfterMIG(src.store, migLog) }, migLog)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
 	var reload func() (migOptions, error)
 	if cfg.configPath != "" {
 		reload = agentReloader(args)
 	}
 	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig}
 	sharingC := &sharingComponent{opts: cfg.sharing, deps: sharingDeps{
-		runtime: runtime, inventory: store.Current, metrics: metrics, log: log.With("component", "sharing"),
-		watchdog: timeslice.WatchdogConfig{Processes: procs, Containers: containers, Pods: podNames, Assignments: pods},
+		runtime: src.sharing, inventory: src.store.Current, metrics: metrics, log: log.With("component", "sharing"),
+		watchdog: timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods},
 	}}
-
-	adminMux := http.NewServeMux()
-	migAPI{svc: migSvc}.routes(adminMux)
-	sharingAPI{runtime: runtime}.routes(adminMux)
-
 	tasks := []task{
-		{"inventory", func(ctx context.Context) error { return store.Run(ctx, cfg.rediscover) }},
-		{"health", health.Run},
+		{"inventory", func(ctx context.Context) error { return src.store.Run(ctx, cfg.rediscover) }},
+		{"health", src.health.Run},
 		{"telemetry", sampler.Run},
 		{"mig", migC.Run},
 		{"sharing", sharingC.Run},
 	}
 	if cfg.http.addr != "" {
-		srv := &httpServer{addr: cfg.http.addr, inventory: store.Inventory, metrics: metrics, log: log.With("component", "http")}
+		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, log: log.With("component", "http")}
 		tasks = append(tasks, task{"http", srv.Run})
 	}
 	if cfg.admin.socket != "" {
-		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: adminMux, Log: log.With("component", "admin")}
+		mux := http.NewServeMux()
+		migAPI{svc: migSvc}.routes(mux)
+		sharingAPI{runtime: src.sharing}.routes(mux)
+		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, task{"admin", srv.Run})
+	}
+	dp, err := cfg.dp.newDevicePlugin(struct {
+		*discovery.Store
+		*timeslice.Runtime
+	}{src.store, src.sharing}, log.With("component", "deviceplugin"))
+	if err != nil {
+		return nil, err
 	}
 	if dp != nil {
 		tasks = append(tasks, task{"deviceplugin", dp.Run})
 	}
+	return tasks, nil
+}
 
-	log.Info("agent starting", "version", version, "node", node, "simulated", sim != nil)
+// runTasks starts every task at once and waits; the first error cancels
+// the others and is returned.
+func runTasks(ctx context.Context, tasks []task, log *slog.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for _, t := range tasks {
 		g.Go(func() error {
@@ -138,7 +175,7 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 			return nil
 		})
 	}
-	err = g.Wait()
+	err := g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("agent stopped", "err", err)
 		return err

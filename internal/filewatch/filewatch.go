@@ -49,28 +49,9 @@ func (w Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("filewatch: %w", err)
 	}
 	defer fw.Close()
-	watched := map[string]bool{}
-	var errs []error
-	for _, p := range w.Paths {
-		if p == "" {
-			continue
-		}
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("filewatch: %s: %w", p, err))
-			continue
-		}
-		watched[abs] = true
-		if err := fw.Add(filepath.Dir(abs)); err != nil {
-			errs = append(errs, fmt.Errorf("filewatch: watch %s: %w", filepath.Dir(abs), err))
-			continue
-		}
-	}
-	if len(errs) > 0 {
-		if len(fw.WatchList()) == 0 {
-			return errors.Join(errs...)
-		}
-		log.Warn("some config files are not watched, their changes need a restart", "err", errors.Join(errs...))
+	watched, err := w.add(fw, log)
+	if err != nil {
+		return err
 	}
 	timer := time.NewTimer(debounce)
 	timer.Stop()
@@ -99,4 +80,33 @@ func (w Watcher) Run(ctx context.Context) error {
 			w.OnChange()
 		}
 	}
+}
+
+// add watches the directory of every path and returns the absolute paths.
+// It fails when no directory could be watched; one failing while others
+// work is logged.
+func (w Watcher) add(fw *fsnotify.Watcher, log *slog.Logger) (map[string]bool, error) {
+	watched := map[string]bool{}
+	var errs []error
+	for _, p := range w.Paths {
+		if p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("filewatch: %s: %w", p, err))
+			continue
+		}
+		watched[abs] = true
+		if err := fw.Add(filepath.Dir(abs)); err != nil {
+			errs = append(errs, fmt.Errorf("filewatch: watch %s: %w", filepath.Dir(abs), err))
+		}
+	}
+	if len(errs) > 0 {
+		if len(fw.WatchList()) == 0 {
+			return nil, errors.Join(errs...)
+		}
+		log.Warn("some config files are not watched, their changes need a restart", "err", errors.Join(errs...))
+	}
+	return watched, nil
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -222,3 +224,47 @@ func TestBadAgentConfigsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentRefusesBadLayoutFile: the configured MIG layout goes through
+// the layout parser before anything starts.
+func TestAgentRefusesBadLayoutFile(t *testing.T) {
+	dir := t.TempDir()
+	layouts := filepath.Join(dir, "layouts.yaml")
+	for name, body := range map[string]string{
+		"bad version":  "version: v2\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n",
+		"missing name": "version: v1\nmig-configs:\n  b:\n    - devices: all\n      mig-enabled: false\n",
+		"binary file":  "\x00\x01\x02\xff",
+		"half a slice": "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 2.5}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := os.WriteFile(layouts, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := runAgent(t.Context(), agentArgs(dir, "--simulate", "dgx-a100", "--http-addr", "", "--mig-config-file", layouts, "--mig-config", "a"), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), "--mig-config") {
+				t.Fatalf("runAgent = %v, want a --mig-config or --mig-config-file error", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "admin.sock")); err == nil {
+				t.Error("the admin socket exists: the agent started before refusing its layout")
+			}
+		})
+	}
+}
+
+// TestMIGReloadKeepsConfigOnError: an invalid reread keeps the layout the
+// component has.
+func TestMIGReloadKeepsConfigOnError(t *testing.T) {
+	c := &migComponent{opts: migOptions{layoutName: "a", layoutFile: "l.yaml"}, log: discardLog(),
+		reload: func() (migOptions, error) { return migOptions{}, errors.New("agent.yaml:3: unknown key") }}
+	c.reloadConfig()
+	if c.opts.layoutName != "a" || c.opts.layoutFile != "l.yaml" {
+		t.Fatalf("after a failed reload: %+v, want the old layout", c.opts)
+	}
+	c.reload = func() (migOptions, error) { return migOptions{layoutName: "b", layoutFile: "m.yaml", force: true}, nil }
+	c.reloadConfig()
+	if c.opts.layoutName != "b" || c.opts.layoutFile != "m.yaml" || c.opts.force {
+		t.Fatalf("after a reload: %+v, want layout b from m.yaml (and --mig-force unchanged)", c.opts)
+	}
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -120,7 +120,12 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		cfg.Progress = stderr
 	}
 	rows, _, err := simulate.RunOpenB(ctx, cfg)
-	if err != nil {
+	switch {
+	case errors.Is(err, simulate.ErrNoGPUPods):
+		return fmt.Errorf("sim openb: %s: %w", f.pods, simulate.ErrNoGPUPods)
+	case errors.Is(err, simulate.ErrNoGPUNodes):
+		return fmt.Errorf("sim openb: %s: %w", f.nodes, simulate.ErrNoGPUNodes)
+	case err != nil:
 		return err
 	}
 	if err := simulate.WriteCSV(stdout, rows); err != nil {

@@ -24,6 +24,7 @@ func TestSimBadInput(t *testing.T) {
 	nodes := write("nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,A100\n")
 	huge := write("huge.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,1000000000,P100\n")
 	negCPU := write("negcpu.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,-1,262144,8,P100\n")
+	cpuNodes := write("cpunodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,0,nan\n")
 	headerOnly := write("empty.csv", "sn,cpu_milli,memory_mib,gpu,model\n")
 	pods := write("pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"+
 		"p0,1000,100,1,500,,LS,Running,0,10,0\np1,2000,100,1,1000,,BE,Running,1,20,1\n")
@@ -48,7 +49,8 @@ func TestSimBadInput(t *testing.T) {
 		{"node cpu names its column", runSimOpenB, []string{"--nodes", negCPU, "--pods", pods}, negCPU + ":2: column cpu_milli"},
 		{"pod cpu names its column", runSimOpenB, []string{"--nodes", nodes, "--pods", negPod}, negPod + ":2: column cpu_milli"},
 		{"header-only node list", runSimOpenB, []string{"--nodes", headerOnly, "--pods", pods}, headerOnly + ":1: no rows after the header"},
-		{"no GPU pod", runSimOpenB, []string{"--nodes", nodes, "--pods", cpuPods, "-q"}, "no pod asks for a GPU"},
+		{"no GPU pod", runSimOpenB, []string{"--nodes", nodes, "--pods", cpuPods, "-q"}, cpuPods + ": no pod asks for a GPU"},
+		{"no GPU node", runSimOpenB, []string{"--nodes", cpuNodes, "--pods", pods, "-q"}, cpuNodes + ": no node has a GPU"},
 		{"tune NaN", runSimOpenB, []string{"--nodes", nodes, "--pods", pods, "--tune", "NaN"}, "--tune NaN: want a number in (0, 10]"},
 		{"tune Inf", runSimOpenB, []string{"--nodes", nodes, "--pods", pods, "--tune", "Inf"}, "--tune +Inf"},
 		{"tune 1e6", runSimOpenB, []string{"--nodes", nodes, "--pods", pods, "--tune", "1e6"}, "--tune 1e+06"},

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gpud/gpud/pkg/adminapi"
+	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/podresources"
@@ -21,6 +22,12 @@ import (
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/pkg/timeslice"
+)
+
+// The device plugin reads the store and the sharing runtime as they are.
+var (
+	_ deviceplugin.Source        = (*discovery.Store)(nil)
+	_ deviceplugin.SharingSource = (*timeslice.Runtime)(nil)
 )
 
 // task is one long-running part of the agent. All tasks start together;

@@ -60,52 +60,87 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	); err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
-	nodes, err := readJobNodes(*nodesPath, jobsim.NodeOptions{NodesPerRack: *perRack, RacksPerZone: *perZone})
+	in, err := loadSimJobs(*nodesPath, *jobsPath, *queuesPath, jobsim.NodeOptions{NodesPerRack: *perRack, RacksPerZone: *perZone})
 	if err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
-	f, err := os.Open(*jobsPath)
-	if err != nil {
-		return fmt.Errorf("sim jobs: open the job trace: %w", err)
+	progress := stderr
+	if *quiet {
+		progress = nil
 	}
-	tr, err := jobsim.ReadJobs(f, *jobsPath)
+	reports, err := in.replay(ctx, names, jobsim.ReplayOptions{CheckpointSeconds: *ckpt, Buckets: *buckets}, progress)
+	if err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
+	}
+	fmt.Fprintf(stdout, "gpud sim jobs: %d jobs from %s on %d nodes (%d GPUs) from %s\n\n", len(in.trace), *jobsPath, len(in.nodes), capacityMilli(in.nodes)/1000, *nodesPath)
+	return jobsim.WriteReports(stdout, reports)
+}
+
+// simJobsInput is what `gpud sim jobs` replays.
+type simJobsInput struct {
+	nodes        []allocator.Node
+	trace        []jobsim.TraceJob
+	queues       []jobs.Queue
+	reservations []jobs.Reservation
+}
+
+// loadSimJobs reads the node file, the job trace and, if queuesPath is
+// set, the queue file, checking every job's queue is a leaf of it;
+// without one the trace's queues get [jobsim.DefaultQueues].
+func loadSimJobs(nodesPath, jobsPath, queuesPath string, no jobsim.NodeOptions) (simJobsInput, error) {
+	var in simJobsInput
+	var err error
+	if in.nodes, err = readJobNodes(nodesPath, no); err != nil {
+		return in, err
+	}
+	f, err := os.Open(jobsPath)
+	if err != nil {
+		return in, fmt.Errorf("open the job trace: %w", err)
+	}
+	in.trace, err = jobsim.ReadJobs(f, jobsPath)
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("sim jobs: %w", err)
+		return in, err
 	}
-	queues := jobsim.DefaultQueues(tr, capacityMilli(nodes))
-	var reservations []jobs.Reservation
-	if *queuesPath != "" {
-		if queues, reservations, err = jobsim.ReadQueueFile(*queuesPath); err != nil {
-			return fmt.Errorf("sim jobs: %w", err)
-		}
-		if err := jobsim.CheckQueues(*jobsPath, tr, queues); err != nil {
-			return fmt.Errorf("sim jobs: --queues %s: %w", *queuesPath, err)
-		}
+	if queuesPath == "" {
+		in.queues = jobsim.DefaultQueues(in.trace, capacityMilli(in.nodes))
+		return in, nil
 	}
+	if in.queues, in.reservations, err = jobsim.ReadQueueFile(queuesPath); err != nil {
+		return in, err
+	}
+	if err := jobsim.CheckQueues(jobsPath, in.trace, in.queues); err != nil {
+		return in, fmt.Errorf("--queues %s: %w", queuesPath, err)
+	}
+	return in, nil
+}
+
+// replay runs the input once per policy with base's checkpoint interval
+// and buckets, writing progress lines to progress unless it is nil.
+func (in *simJobsInput) replay(ctx context.Context, policies []string, base jobsim.ReplayOptions, progress io.Writer) ([]*jobsim.Report, error) {
 	var reports []*jobsim.Report
-	for _, name := range names {
-		o := jobsim.ReplayOptions{Policy: name, Options: jobsim.Policies[name], Queues: queues, Reservations: reservations, CheckpointSeconds: *ckpt, Buckets: *buckets}
+	for _, name := range policies {
+		o := base
+		o.Policy, o.Options, o.Queues, o.Reservations = name, jobsim.Policies[name], in.queues, in.reservations
 		start := time.Now()
-		if !*quiet {
-			fmt.Fprintf(stderr, "sim jobs: %s: replaying %d jobs on %d nodes\n", name, len(tr), len(nodes))
+		if progress != nil {
+			fmt.Fprintf(progress, "sim jobs: %s: replaying %d jobs on %d nodes\n", name, len(in.trace), len(in.nodes))
 			o.Progress = func(done, total int) {
 				if done%5000 == 0 {
-					fmt.Fprintf(stderr, "sim jobs: %s: %d/%d jobs done\n", name, done, total)
+					fmt.Fprintf(progress, "sim jobs: %s: %d/%d jobs done\n", name, done, total)
 				}
 			}
 		}
-		r, err := jobsim.Replay(ctx, nodes, tr, o)
+		r, err := jobsim.Replay(ctx, in.nodes, in.trace, o)
 		if err != nil {
-			return fmt.Errorf("sim jobs: %w", err)
+			return nil, err
 		}
-		if !*quiet {
-			fmt.Fprintf(stderr, "sim jobs: %s: done in %s\n", name, time.Since(start).Round(time.Millisecond))
+		if progress != nil {
+			fmt.Fprintf(progress, "sim jobs: %s: done in %s\n", name, time.Since(start).Round(time.Millisecond))
 		}
 		reports = append(reports, r)
 	}
-	fmt.Fprintf(stdout, "gpud sim jobs: %d jobs from %s on %d nodes (%d GPUs) from %s\n\n", len(tr), *jobsPath, len(nodes), capacityMilli(nodes)/1000, *nodesPath)
-	return jobsim.WriteReports(stdout, reports)
+	return reports, nil
 }
 
 // runSimJobsGen implements `gpud sim jobs-gen`: a seeded synthetic job

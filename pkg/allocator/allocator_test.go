@@ -35,15 +35,8 @@ func TestDecide(t *testing.T) {
 	for _, tc := range tests {
 		for _, pol := range PolicyNames {
 			t.Run(tc.name+"/"+pol, func(t *testing.T) {
-				c, err := NewCluster(tc.nodes)
-				if err != nil {
-					t.Fatal(err)
-				}
-				p, err := NewPolicy(pol, c.Workload([]Request{tc.req}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				d, err := New(c, p, rand.New(rand.NewPCG(1, 2))).Place(tc.req)
+				_, a := newTestAllocator(t, tc.nodes, pol, []Request{tc.req})
+				d, err := a.Place(tc.req)
 				if tc.wantWhy != "" {
 					var nf *NoFitError
 					if !errors.As(err, &nf) || !errors.Is(err, ErrNoFit) || nf.Reason != tc.wantWhy {
@@ -130,4 +123,19 @@ func TestFGDPrefersLessFragmentation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newTestAllocator is a cluster of nodes with an allocator running policy
+// pol, tuned to the workload reqs, with a fixed seed.
+func newTestAllocator(t *testing.T, nodes []Node, pol string, reqs []Request) (*Cluster, *Allocator) {
+	t.Helper()
+	c, err := NewCluster(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPolicy(pol, c.Workload(reqs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, New(c, p, rand.New(rand.NewPCG(1, 2)))
 }

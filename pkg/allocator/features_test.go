@@ -70,15 +70,7 @@ func TestRequestFeatures(t *testing.T) {
 	for _, tc := range tests {
 		for _, pol := range PolicyNames {
 			t.Run(tc.name+"/"+pol, func(t *testing.T) {
-				c, err := NewCluster(tc.nodes)
-				if err != nil {
-					t.Fatal(err)
-				}
-				p, err := NewPolicy(pol, c.Workload(append(slices.Clone(tc.bound), tc.req)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				a := New(c, p, rand.New(rand.NewPCG(1, 2)))
+				c, a := newTestAllocator(t, tc.nodes, pol, append(slices.Clone(tc.bound), tc.req))
 				for _, b := range tc.bound {
 					if _, err := a.Place(b); err != nil {
 						t.Fatalf("placing %+v: %v", b, err)

@@ -47,6 +47,15 @@ func gpuProcesses(lib nvml.Interface, i int) ([]Process, error) {
 	if err := nvmlErr(ret); err != nil {
 		return nil, err
 	}
+	return GPUProcesses(dev, i)
+}
+
+// GPUProcesses lists the compute processes on one GPU (index i) and, in
+// MIG mode, on each of its MIG devices. It is the one way the agent reads
+// processes: [ReadProcesses] calls it for every GPU, and telemetry calls
+// it per GPU inside its timed sweep. What could be read comes back with
+// the first error.
+func GPUProcesses(dev nvml.Device, i int) ([]Process, error) {
 	uuid, ret := dev.GetUUID()
 	if err := nvmlErr(ret); err != nil {
 		return nil, err

@@ -45,16 +45,16 @@ func (s *Sampler) attributeProcsLocked() {
 	needNames := false
 	for _, d := range s.devs {
 		for _, p := range d.procs {
-			e, ok := s.pids[p.Pid]
+			e, ok := s.pids[p.PID]
 			if !ok {
-				c, err := s.attr.Procs.Lookup(p.Pid)
+				c, err := s.attr.Procs.Lookup(p.PID)
 				e = pidEntry{c: c, err: err}
 				if err != nil && !errors.Is(err, procattr.ErrNotContainer) && !errors.Is(err, fs.ErrNotExist) {
 					s.attrErrs["proc"]++
-					s.log.Debug("process attribution failed", "pid", p.Pid, "err", err)
+					s.log.Debug("process attribution failed", "pid", p.PID, "err", err)
 				}
 			}
-			seen[p.Pid] = e
+			seen[p.PID] = e
 			if e.err == nil && s.attr.Names != nil {
 				if _, ok := s.podNames[e.c.PodUID]; !ok {
 					needNames = true
@@ -87,18 +87,12 @@ func (s *Sampler) buildLocked(taken time.Time) *Snapshot {
 	for k, v := range s.attrErrs {
 		snap.AttributionErrors[k] = v
 	}
-	migByGI := map[string]map[int]*devState{}
 	for _, d := range s.devs {
 		ds := d.snap
 		ds.Holders = holders[ds.UUID]
 		ds.Replicas = replicas[ds.UUID]
 		if !ds.MIG {
 			ds.LastXid = s.lastXid[ds.UUID]
-		} else {
-			if migByGI[ds.GPUUUID] == nil {
-				migByGI[ds.GPUUUID] = map[int]*devState{}
-			}
-			migByGI[ds.GPUUUID][ds.GIID] = d
 		}
 		ds.labelsFor(s.cfg.Hostname)
 		snap.Devices = append(snap.Devices, ds)
@@ -106,11 +100,11 @@ func (s *Sampler) buildLocked(taken time.Time) *Snapshot {
 	for _, d := range s.devs {
 		for _, p := range d.procs {
 			ps := ProcessSnapshot{
-				GPUIndex: d.snap.GPUIndex, GPUUUID: d.snap.UUID, DeviceUUID: d.snap.UUID,
-				GIID: -1, PID: p.Pid, UsedBytes: p.UsedGpuMemory, At: d.procsAt,
+				GPUIndex: d.snap.GPUIndex, GPUUUID: d.snap.UUID, DeviceUUID: p.DeviceUUID,
+				GIID: -1, PID: p.PID, UsedBytes: p.UsedBytes, At: d.procsAt,
 			}
-			if m := migByGI[d.snap.UUID][int(p.GpuInstanceId)]; m != nil && p.GpuInstanceId != ^uint32(0) {
-				ps.DeviceUUID, ps.GIID = m.snap.UUID, m.snap.GIID
+			if m := s.byUUID[p.DeviceUUID]; m != nil && m.snap.MIG {
+				ps.GIID = m.snap.GIID
 			}
 			s.nameProcess(&ps, holders[ps.DeviceUUID])
 			ps.prepare(s.cfg.Hostname)

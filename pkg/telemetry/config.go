@@ -10,8 +10,11 @@
 // leaves that field stale (dropped from the output, counted in
 // gpud_sampler_errors_total), never the scrape.
 //
-// Pod attribution uses the kubelet PodResources API (pkg/podresources) and
-// /proc/<pid>/cgroup (pkg/procattr). The package creates no hardware handle
+// The sampler opens no NVML stream of its own beyond its timed reads:
+// processes are read with pkg/discovery's reader (per GPU, inside the
+// sweep's timeouts) and Xids arrive from discovery's event pump through
+// [Sampler.RecordXid]. Pod attribution uses the kubelet PodResources API
+// (pkg/podresources) and /proc/<pid>/cgroup (pkg/procattr). The package creates no hardware handle
 // and opens no root of its own: cmd/gpud passes them in.
 package telemetry
 

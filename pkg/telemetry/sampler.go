@@ -12,6 +12,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
@@ -94,7 +95,7 @@ type devState struct {
 	snap     DeviceSnapshot
 	handle   nvml.Device
 	inflight [numCalls + 1]bool // the last slot is the process list
-	procs    []nvml.ProcessInfo
+	procs    []discovery.Process
 	procsAt  time.Time
 }
 
@@ -247,12 +248,14 @@ func callName(i int) string {
 // run makes call i on d without the lock, then stores what it returned.
 func (s *Sampler) run(d *devState, i int) {
 	if i == len(calls) {
-		procs, ret := d.handle.GetComputeRunningProcesses()
+		procs, err := discovery.GPUProcesses(d.handle, d.snap.GPUIndex)
 		at := s.cfg.Clock()
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		d.inflight[i] = false
-		if ret != nvml.SUCCESS {
+		if err != nil {
+			ret := nvml.ERROR_UNKNOWN
+			errors.As(err, &ret)
 			s.errs[errKey{d.snap.UUID, callProcesses, reason(ret)}]++
 			return
 		}

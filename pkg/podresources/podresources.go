@@ -1,7 +1,9 @@
 // Package podresources is a small client of the kubelet PodResources API v1
 // (k8s.io/kubelet/pkg/apis/podresources/v1): it lists which containers hold
 // which devices, so telemetry and the memory watchdog can put namespace, pod
-// and container names on a GPU, a MIG slice or a time-sliced replica.
+// and container names on a GPU, a MIG slice or a time-sliced replica, and
+// so the MIG service and the sharing runtime never take a device from a pod
+// ([Client.Allocations]). The agent opens one Client and shares it.
 //
 // It owns no hardware and reads no files but the kubelet socket it is given.
 package podresources

@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean
+.PHONY: all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list
 
 all: build
 
@@ -20,9 +20,41 @@ run: build
 		--admin-socket $(CURDIR)/.run/admin.sock --mig-journal $(CURDIR)/.run/mig-journal.json \
 		--sim-state-file $(CURDIR)/.run/simnode-state.json
 
-## test: lint, then every test with the race detector.
+# HOST_PATHS are what the agent owns on a node. Tests keep to their temp
+# dirs: `make test` fails if one of these appears while it runs (checked
+# for the ones absent before, so a node running gpud can still run it).
+HOST_PATHS := /run/gpud /var/lib/gpud /var/run/cdi /var/lib/kubelet
+
+## test: lint, every test with the race detector, then each fuzz test for
+## FUZZTIME_SHORT; fails if the run left anything at HOST_PATHS.
+FUZZTIME_SHORT ?= 3s
 test: lint
-	$(GO) test -race -timeout 20m $(PKGS)
+	@absent=""; for p in $(HOST_PATHS); do [ -e "$$p" ] || absent="$$absent $$p"; done; \
+	rc=0; { $(GO) test -race -timeout 20m $(PKGS) && \
+		$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT); } || rc=$$?; \
+	for p in $$absent; do \
+		if [ -e "$$p" ]; then echo "make test: $$p appeared during the run: a test reached outside its temp dir"; rc=1; fi; \
+	done; \
+	exit $$rc
+
+# fuzz-list prints "<package dir> <FuzzName>" for every fuzz test in the
+# module, tracked or not.
+FUZZ_LIST = grep -rE -o --include='*_test.go' --exclude-dir=.git --exclude-dir=testdata --exclude-dir=vendor \
+	'^func Fuzz[A-Za-z0-9_]+\(' . | sed -E 's|^(.*)/[^/]+:func (Fuzz[A-Za-z0-9_]+)\($$|\1 \2|' | sort -u
+fuzz-list:
+	@$(FUZZ_LIST)
+
+## fuzz: run every fuzz test in the module for FUZZTIME each (go test
+## -fuzz takes one package and one target at a time). A failing input is
+## saved under the package's testdata/fuzz/ for go test to replay.
+FUZZTIME ?= 60s
+fuzz:
+	@list="$$($(FUZZ_LIST))"; \
+	if [ -z "$$list" ]; then echo "fuzz: no fuzz tests in the module"; exit 0; fi; \
+	echo "$$list" | while read -r dir name; do \
+		echo "fuzz: $$name in $$dir for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$dir" || { echo "fuzz: $$name in $$dir failed"; exit 1; }; \
+	done
 
 ## test-gpu: the real-NVML tests, on a machine with NVIDIA GPUs and a driver.
 test-gpu:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/gpu"
 )
 
@@ -128,25 +130,17 @@ func TestAgentServesInventoryAndStops(t *testing.T) {
 		done <- run(ctx, append([]string{"agent"}, agentArgs(filepath.Dir(cfg), "--config", cfg, "--log-level", "warn", "--simulate", "dgx-h100")...), io.Discard, io.Discard)
 	}()
 	var inv gpu.Inventory
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.ForErr(t, 30*time.Second, "the agent to serve /inventory", func() error {
 		resp, err := http.Get("http://" + addr + "/inventory")
-		if err == nil && resp.StatusCode == http.StatusOK {
-			err = json.NewDecoder(resp.Body).Decode(&inv)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			break
+		if err != nil {
+			return err
 		}
-		if resp != nil {
-			resp.Body.Close()
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %s", resp.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent did not serve /inventory: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return json.NewDecoder(resp.Body).Decode(&inv)
+	})
 	if len(inv.GPUs) != 8 || !strings.Contains(inv.GPUs[0].Name, "H100") {
 		t.Fatalf("inventory from the agent: %d GPUs, %q (the --simulate flag must win over the config file)", len(inv.GPUs), inv.GPUs[0].Name)
 	}

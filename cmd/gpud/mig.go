@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -142,7 +141,7 @@ func (c *migCLI) viaAgent(ctx context.Context, layouts []byte) (mig.Result, erro
 	switch {
 	case err == nil, errors.Is(err, adminapi.ErrNoAgent):
 		return res, err
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+	case errors.Is(err, adminapi.ErrAgentClosed):
 		return res, fmt.Errorf("mig %s: the agent on %s closed the connection mid-request (it stopped or crashed; check its log). "+
 			"The layout may or may not be applied: run `gpud mig show` to see the GPUs and `gpud mig plan -f %s -c %s` to see what is left", c.sub, c.socket, c.file, c.name)
 	}

@@ -42,12 +42,34 @@ func TestWatcherCallsOncePerBurst(t *testing.T) {
 			t.Fatal("no change reported for writes to a watched file")
 		}
 	}
-	// Drain what the retries may have queued, then check an unrelated file
-	// is ignored.
-	time.Sleep(100 * time.Millisecond)
-	for len(changes) > 0 {
-		<-changes
+	// Let the retries' events settle, then one burst of writes is one
+	// change.
+	settle := func() {
+		for {
+			select {
+			case <-changes:
+			case <-time.After(300 * time.Millisecond):
+				return
+			}
+		}
 	}
+	settle()
+	for i := range 5 {
+		if err := os.WriteFile(path, []byte{'b', ':', ' ', byte('0' + i), '\n'}, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-changes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a burst of writes was not reported")
+	}
+	select {
+	case <-changes:
+		t.Fatal("one burst of writes was reported twice")
+	case <-time.After(300 * time.Millisecond):
+	}
+	// An unrelated file in the same dir is ignored.
 	if err := os.WriteFile(other, []byte("b: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
-	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/kubeletstub"
 )
@@ -23,79 +21,11 @@ import (
 // waitTimeout bounds every wait: generous, for a loaded 2-core machine.
 const waitTimeout = 60 * time.Second
 
-// nodeSource is the agent's side in these tests: a discovered inventory
-// with health overrides, and a change channel, like cmd/gpud's agent.
-type nodeSource struct {
-	disc *discovery.Discoverer
-
-	mu      sync.Mutex
-	inv     gpu.Inventory
-	health  map[string][2]string // uuid -> health, reason
-	changed chan struct{}
-}
-
-func (s *nodeSource) Inventory() (gpu.Inventory, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.inv, true
-}
-
-func (s *nodeSource) InventoryChanged() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.changed
-}
-
-// rediscover rereads the node, as the agent does after a MIG change.
-func (s *nodeSource) rediscover(t *testing.T) {
-	t.Helper()
-	inv, err := s.disc.Inventory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.publishLocked(inv)
-}
-
-// SetHealth is the agent's SetHealth.
-func (s *nodeSource) SetHealth(uuid string, h gpu.Health, reason string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if h == gpu.Healthy {
-		delete(s.health, uuid)
-	} else {
-		s.health[uuid] = [2]string{string(h), reason}
-	}
-	inv := s.inv
-	inv.GPUs = append([]gpu.GPU(nil), s.inv.GPUs...)
-	for i := range inv.GPUs {
-		if inv.GPUs[i].UUID == uuid && inv.GPUs[i].Health != gpu.Lost {
-			inv.GPUs[i].Health, inv.GPUs[i].HealthReason = gpu.Healthy, ""
-		}
-	}
-	s.publishLocked(inv)
-}
-
-func (s *nodeSource) publishLocked(inv gpu.Inventory) {
-	for i := range inv.GPUs {
-		if o, ok := s.health[inv.GPUs[i].UUID]; ok && inv.GPUs[i].Health != gpu.Lost {
-			inv.GPUs[i].Health, inv.GPUs[i].HealthReason = gpu.Health(o[0]), o[1]
-		}
-	}
-	if reflect.DeepEqual(inv, s.inv) {
-		return
-	}
-	s.inv = inv
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 // rig is a simulated node served by a device plugin manager, with a fake
 // kubelet in a short temp dir.
 type rig struct {
 	node    *simnode.Node
-	src     *nodeSource
+	src     *discovery.Store // the agent's inventory store, health overrides included
 	dir     string
 	cdiDir  string
 	kubelet *kubeletstub.Kubelet
@@ -121,8 +51,8 @@ func startRig(t *testing.T, profile string, withKubelet bool, opts ...rigOption)
 	t.Helper()
 	r := &rig{node: simnode.NewBuiltin(profile), dir: shortDir(t)}
 	r.cdiDir = r.dir + "/cdi"
-	r.src = &nodeSource{disc: discovery.New(r.node, profile, nil), health: map[string][2]string{}, changed: make(chan struct{})}
-	r.src.rediscover(t)
+	r.src = discovery.NewStore(discovery.New(r.node, profile, nil), nil)
+	r.rediscover(t)
 	if withKubelet {
 		r.startKubelet(t)
 	}
@@ -144,6 +74,14 @@ func startRig(t *testing.T, profile string, withKubelet bool, opts ...rigOption)
 	})
 	testwait.Run(t, "device plugin manager", m.Run)
 	return r
+}
+
+// rediscover rereads the node, as the agent does after a MIG change.
+func (r *rig) rediscover(t *testing.T) {
+	t.Helper()
+	if _, err := r.src.Rediscover(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (r *rig) startKubelet(t *testing.T) {

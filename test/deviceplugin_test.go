@@ -359,7 +359,7 @@ func TestMIGMixedReadvertisesAndCDI(t *testing.T) {
 		t.Fatal(err)
 	}
 	enableMIG(t, r.node, 0, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 7)
-	r.src.rediscover(t)
+	r.rediscover(t)
 	inv, _ := r.src.Inventory()
 	if len(inv.GPUs[0].MIGDevices) != 7 {
 		t.Fatalf("GPU 0 has %d MIG devices, want 7", len(inv.GPUs[0].MIGDevices))
@@ -436,7 +436,7 @@ func TestMIGMixedReadvertisesAndCDI(t *testing.T) {
 
 	t.Run("MIG removed: resource emptied, GPU back", func(t *testing.T) {
 		disableMIG(t, r, 0)
-		r.src.rediscover(t)
+		r.rediscover(t)
 		if _, err := migW.WaitFor(ctxT(t), kubeletstub.Count(0, pluginapi.Healthy)); err != nil {
 			t.Fatal(err)
 		}

@@ -55,7 +55,7 @@ func applyLayout(t *testing.T, r *rig, name string) mig.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.src.rediscover(t)
+	r.rediscover(t)
 	return res
 }
 

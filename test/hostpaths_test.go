@@ -1,6 +1,9 @@
 package test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"slices"
@@ -153,6 +156,37 @@ func TestGpudHostPathFlags(t *testing.T) {
 					t.Errorf("host-path flag --%s (default %s) not sandboxed: %q", name, f.def, args)
 				}
 			}
+		})
+	}
+}
+
+// TestProcessesOnlyThroughSandbox keeps the guard above from being walked
+// around: outside gpud_test.go no test in this package starts a process
+// itself, so every gpud run goes through gpud() or startAgent().
+func TestProcessesOnlyThroughSandbox(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test files: %v", err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if f == "gpud_test.go" {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == "exec" && strings.HasPrefix(sel.Sel.Name, "Command") {
+				t.Errorf("%s: exec.%s outside gpud_test.go: run gpud through gpud() or startAgent(), which keep its host paths in the test's dir",
+					fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
 		})
 	}
 }

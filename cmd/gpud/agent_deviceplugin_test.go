@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goccy/go-yaml"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-	"sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpud/gpud/pkg/deviceplugin"
@@ -137,7 +138,7 @@ func TestDeployManifestsUseAgentFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := yaml.UnmarshalStrict(data, obj); err != nil {
+		if err := decodeManifest(data, obj); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 	}
@@ -159,4 +160,17 @@ func TestDeployManifestsUseAgentFlags(t *testing.T) {
 	if _, err := sharingfile.LoadConfigFile(sharingPath); err != nil {
 		t.Fatalf("ConfigMap sharing.yaml: %v", err)
 	}
+}
+
+// decodeManifest decodes a Kubernetes manifest strictly: goccy/go-yaml to
+// JSON (the agent's one YAML library), then encoding/json refusing unknown
+// fields, as the API server's strict decoding does.
+func decodeManifest(data []byte, v any) error {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }

@@ -26,6 +26,7 @@ func TestReadJobsValues(t *testing.T) {
 		{"huge submit", "a,9223372036854775807,q,0,1,1,1,1,0,0,,,none,false,10,0,false,false\n", "x.csv:2: column submit_s"},
 		{"huge runtime", "a,0,q,0,1,1,1,1,0,0,,,none,false,9223372036854775807,0,false,false\n", "x.csv:2: column runtime_s"},
 		{"too many pods", "a,0,q,0,5000,1,1,1,0,0,,,none,false,10,0,false,false\n", "x.csv:2: column pods: 5000 outside 0..4096"},
+		{"share without a GPU", "a,0,q,0,1,1,1,0,0,4096,,,none,false,10,0,false,false\n", "x.csv:2: column num_gpu: 0, but gpu_milli or gpu_mem_mib asks for a GPU"},
 		{"duplicate id", ok + ok, `x.csv:3: column id: "a" already on line 2`},
 		{"header only", "", "x.csv:1: no rows after the header"},
 	}
@@ -118,6 +119,7 @@ func FuzzReadJobs(f *testing.F) {
 		"a,5,q,0,1,1,1,1,0,0,,,none,false,10,0,false,false\nb,4,q,0,1,1,1,1,0,0,,,none,false,10,0,false,false\n",
 		"a,0,q,0,1,1,1,1000000000,0,0,,,none,false,10,0,false,false\n",
 		"a,0,q,0,1,1,1,2,0,4096,,,none,false,10,0,false,false\n",
+		"a,0,q,0,1,1,1,1,0,20480,,,none,false,10,0,false,false\nb,0,q,0,1,1,1,1,0,20480,,,none,false,10,0,false,false\n",
 		"",
 	} {
 		f.Add(jobHeader + s)
@@ -137,9 +139,11 @@ func FuzzReadJobs(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := ReplayOptions{Policy: "gpud", Options: Policies["gpud"], Queues: DefaultQueues(js, 8000)}
-		if _, err := Replay(t.Context(), nodes, js, o); err != nil {
-			t.Fatalf("a trace that reads must replay: %v", err)
+		for _, p := range PolicyNames {
+			o := ReplayOptions{Policy: p, Options: Policies[p], Queues: DefaultQueues(js, 8000)}
+			if _, err := Replay(t.Context(), nodes, js, o); err != nil {
+				t.Fatalf("%s: a trace that reads must replay: %v", p, err)
+			}
 		}
 	})
 }

@@ -134,6 +134,8 @@ func readJob(row *trace.Row) TraceJob {
 		row.Fail("gpu_milli", fmt.Errorf("%d GPUs of %d milli: only single-GPU pods may share", p.NumGPU, p.GPUMilli))
 	case p.NumGPU > 1 && p.GPUMilli == 0 && p.GPUMemoryMiB > 0:
 		row.Fail("gpu_mem_mib", fmt.Errorf("%d GPUs of %d MiB: only single-GPU pods may share", p.NumGPU, p.GPUMemoryMiB))
+	case p.NumGPU == 0 && p.MIG == "" && (p.GPUMilli > 0 || p.GPUMemoryMiB > 0):
+		row.Fail("num_gpu", errors.New("0, but gpu_milli or gpu_mem_mib asks for a GPU: a fraction has num_gpu 1"))
 	case p.MIG != "":
 		if _, err := jobs.LookupMIG(p.MIG); err != nil {
 			row.Fail("mig", err)

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -129,4 +130,21 @@ func onlyNode(s *Scheduler, n int) []bool {
 		m[i] = i != n
 	}
 	return m
+}
+
+// TestMemorySizedFraction: a fraction sized by GPU memory alone (no milli)
+// is counted by memory, not divided by its zero milli (a panic the job-trace
+// fuzzer found). Four 20 GiB pods fit on one 80 GiB GPU; the fifth waits.
+func TestMemorySizedFraction(t *testing.T) {
+	s := mustNew(t, mkNodes(1, 1, "A100", 0, false), oneQueue(), nil, Gpud)
+	for i := range 5 {
+		p := Pod{CPUMilli: 1000, MemoryMiB: 1024, NumGPU: 1, GPUMemoryMiB: 20480}
+		if err := s.Submit(Job{ID: fmt.Sprintf("m%d", i), Queue: "q", Pod: p, Submit: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := s.Schedule(0)
+	if len(r.Started) != 4 || len(r.Pending) != 1 {
+		t.Fatalf("started %d, pending %d; want 4, 1", len(r.Started), len(r.Pending))
+	}
 }

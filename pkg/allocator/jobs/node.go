@@ -39,7 +39,10 @@ func (c *cluster) podsFit(i int, d *demand, limit int) int {
 				continue
 			}
 			gf := f.gpus[g]
-			per := gf.milli / d.milli
+			per := int64(n) // a memory-sized fraction takes no milli
+			if d.milli > 0 {
+				per = gf.milli / d.milli
+			}
 			if need := d.fracMem(s.memMiB); need > 0 {
 				per = min(per, gf.mem/need)
 			} else if d.gmem > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/gpud/gpud/internal/strictyaml"
 )
 
 // TestAgentValidatesBeforeStarting feeds one bad value per flag: the agent
@@ -177,6 +180,48 @@ var badAgentConfigs = []string{
 	"mig-config: [a, b]\n",
 	"log-level: &a info\nlog-format: *a\n",
 	"? [a]\n: b\n",
+	"shares: !0000000000 00000", // makes go-yaml v1.19.2's decoder dereference nil
+	wideConfig(strictyaml.MaxKeysPerLevel + 1),
+}
+
+// wideConfig is a config file with n keys in its top mapping: the YAML
+// library's parser is quadratic in them.
+func wideConfig(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "k%d: v\n", i)
+	}
+	return b.String()
+}
+
+// TestConfigYAMLGuards checks the agent config goes through strictyaml's
+// guards with its errors naming file and line: a mapping too wide for the
+// parser is refused before parsing, and a file of unknown keys gives a
+// bounded error, not one line per key.
+func TestConfigYAMLGuards(t *testing.T) {
+	fs, _ := agentFlagSet(io.Discard)
+	_, err := applyConfig(fs, "agent.yaml", []byte(wideConfig(5000)))
+	want := fmt.Sprintf("agent.yaml:%d: ", strictyaml.MaxKeysPerLevel+1)
+	if !errors.Is(err, strictyaml.ErrTooWide) || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("5000 keys: %v, want ErrTooWide starting %q", err, want)
+	}
+	fs, _ = agentFlagSet(io.Discard)
+	_, err = applyConfig(fs, "agent.yaml", []byte(wideConfig(strictyaml.MaxKeysPerLevel)))
+	if err == nil {
+		t.Fatal("unknown keys accepted")
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n > maxConfigErrors+1 {
+		t.Errorf("%d unknown keys: %d error lines, want at most %d", strictyaml.MaxKeysPerLevel, n, maxConfigErrors+1)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("agent.yaml:%d: too many errors", maxConfigErrors+1)) {
+		t.Errorf("error does not say where it stopped:\n%s", err)
+	}
+	fs, _ = agentFlagSet(io.Discard)
+	_, err = applyConfig(fs, "agent.yaml", []byte("log-level: info\nhttp-addr: [a\n"))
+	var fe *fileError
+	if !errors.As(err, &fe) || fe.line == 0 || !strings.HasPrefix(err.Error(), fmt.Sprintf("agent.yaml:%d: ", fe.line)) {
+		t.Errorf("syntax error = %v, want agent.yaml:LINE", err)
+	}
 }
 
 // FuzzAgentConfig feeds config files to the loader: it never panics, an

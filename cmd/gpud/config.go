@@ -7,17 +7,15 @@ import (
 	"io"
 	"net"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 
 	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/internal/strictyaml"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
@@ -180,41 +178,63 @@ func applyConfigFile(fs *flag.FlagSet, path string) (map[string]int, error) {
 	return applyConfig(fs, path, data)
 }
 
-// applyConfig is applyConfigFile on data read from path.
-func applyConfig(fs *flag.FlagSet, path string, data []byte) (map[string]int, error) {
-	file, err := parser.ParseBytes(data, 0)
+// applyConfig is applyConfigFile on data read from path. The file goes
+// through strictyaml.Parse (the guards of every YAML the agent reads: no
+// library panic, no mapping wide enough to make the parser quadratic), and
+// a panic while walking the library's tree is an error at the key being
+// applied.
+func applyConfig(fs *flag.FlagSet, path string, data []byte) (lines map[string]int, err error) {
+	file, err := strictyaml.Parse(data)
 	if err != nil {
-		msg := yaml.FormatError(err, false, false)
-		if m := yamlPos.FindStringSubmatch(msg); m != nil {
-			return nil, fmt.Errorf("%s:%s: %s (column %s)", path, m[1], quoteIfBinary(m[3]), m[2])
+		var ye *strictyaml.Error
+		if errors.As(err, &ye) && ye.Line > 0 {
+			return nil, &fileError{path: path, line: ye.Line, msg: fmt.Sprintf("%s (column %d)", quoteIfBinary(ye.Msg), ye.Column), err: err}
 		}
-		return nil, fmt.Errorf("%s: %s", path, quoteIfBinary(msg))
+		return nil, &fileError{path: path, msg: quoteIfBinary(err.Error()), err: err}
 	}
+	at := 1 // the line being applied, for a panic in the library's tree
+	defer func() {
+		if r := recover(); r != nil {
+			lines, err = nil, &fileError{path: path, line: at, err: strictyaml.ErrMalformed,
+				msg: quoteIfBinary(fmt.Sprintf("%v (the YAML library failed: %v)", strictyaml.ErrMalformed, r))}
+		}
+	}()
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	lines := map[string]int{}
+	lines = map[string]int{}
 	var errs []error
+	unknown := false // the first unknown key's error lists the keys
 	for _, doc := range file.Docs {
 		if doc == nil || doc.Body == nil {
 			continue
 		}
+		at = max(lineOf(doc.Body), 1)
 		mapping, ok := mappingOf(doc.Body)
 		if !ok {
-			return nil, fmt.Errorf("%s:%d: want a mapping of flag names to values", path, doc.Body.GetToken().Position.Line)
+			return nil, fmt.Errorf("%s:%d: want a mapping of flag names to values", path, at)
 		}
 		for _, kv := range mapping.Values {
+			at = max(lineOf(kv.Key), at)
+			if len(errs) == maxConfigErrors {
+				errs = append(errs, fmt.Errorf("%s:%d: too many errors, stopped here", path, at))
+				return lines, errors.Join(errs...)
+			}
 			key := kv.Key.String()
-			line := kv.Key.GetToken().Position.Line
 			f := fs.Lookup(key)
 			if f == nil || key == "config" {
-				errs = append(errs, fmt.Errorf("%s:%d: unknown key %s (keys are the agent's flag names: %s)", path, line, quoteTrunc(key), flagNames(fs)))
+				err := fmt.Errorf("%s:%d: unknown key %s", path, at, quoteTrunc(key))
+				if !unknown {
+					err = fmt.Errorf("%w (keys are the agent's flag names: %s)", err, flagNames(fs))
+					unknown = true
+				}
+				errs = append(errs, err)
 				continue
 			}
 			if _, dup := lines[key]; dup {
-				errs = append(errs, fmt.Errorf("%s:%d: %s set twice (first on line %d)", path, line, key, lines[key]))
+				errs = append(errs, fmt.Errorf("%s:%d: %s set twice (first on line %d)", path, at, key, lines[key]))
 				continue
 			}
-			lines[key] = line
+			lines[key] = at
 			if set[key] {
 				continue
 			}
@@ -223,15 +243,43 @@ func applyConfig(fs *flag.FlagSet, path string, data []byte) (map[string]int, er
 				err = fs.Set(key, v)
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s:%d: %s: %w", path, line, key, err))
+				errs = append(errs, fmt.Errorf("%s:%d: %s: %w", path, at, key, err))
 			}
 		}
 	}
 	return lines, errors.Join(errs...)
 }
 
-// yamlPos matches the "[line:column] message" of a YAML syntax error.
-var yamlPos = regexp.MustCompile(`(?s)^\[(\d+):(\d+)\] (.*)$`)
+// maxConfigErrors bounds the errors one config file reports: the agent has
+// about 30 keys, so a file with more errors is not a config file, and its
+// error should not be megabytes long.
+const maxConfigErrors = 20
+
+// fileError is an error in a config file: "FILE:LINE: msg", or "FILE: msg"
+// when line is 0. msg is printable (quoteIfBinary); err is the cause.
+type fileError struct {
+	path string
+	line int
+	msg  string
+	err  error
+}
+
+func (e *fileError) Error() string {
+	if e.line == 0 {
+		return fmt.Sprintf("%s: %s", e.path, e.msg)
+	}
+	return fmt.Sprintf("%s:%d: %s", e.path, e.line, e.msg)
+}
+
+func (e *fileError) Unwrap() error { return e.err }
+
+// lineOf is the line of a node's token, or 0.
+func lineOf(n ast.Node) int {
+	if tk := n.GetToken(); tk != nil && tk.Position != nil {
+		return tk.Position.Line
+	}
+	return 0
+}
 
 // mappingOf returns a document body as a mapping; a one-key mapping parses
 // as a MappingValueNode.

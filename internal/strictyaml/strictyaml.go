@@ -16,23 +16,17 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
 )
 
 // Unmarshal decodes data into v strictly (see the package comment). A
 // panic inside the YAML library (it has some on malformed input, such as a
 // tag on a sequence value) is returned as an error, not a crash.
 func Unmarshal(data []byte, v any) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w (the YAML decoder failed: %v)", ErrMalformed, r)
-		}
-	}()
-	if err := checkWidth(data); err != nil {
-		return err
-	}
-	f, err := parser.ParseBytes(data, 0)
+	defer recoverMalformed(&err)
+	f, err := Parse(data)
 	if err != nil {
-		return errors.New(yaml.FormatError(err, false, false))
+		return err
 	}
 	if len(f.Docs) > 0 {
 		if err := checkWholeNumbers(f.Docs[0].Body, reflect.TypeOf(v), 0); err != nil {
@@ -40,9 +34,67 @@ func Unmarshal(data []byte, v any) (err error) {
 		}
 	}
 	if err := yaml.UnmarshalWithOptions(data, v, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
-		return errors.New(yaml.FormatError(err, false, false))
+		return libraryError(err)
 	}
 	return nil
+}
+
+// Parse returns the YAML library's syntax tree of data, for callers that
+// need more than a typed decode (the line of each key, say), with
+// Unmarshal's guards: a file wider than [MaxKeysPerLevel] is refused before
+// parsing ([ErrTooWide]) and a panic inside the library comes back as
+// [ErrMalformed]. Errors with a place in the file are [*Error].
+//
+// The tree is the library's: a caller walking it should recover from a
+// panic in its methods too (see [recoverMalformed] for the message).
+func Parse(data []byte) (f *ast.File, err error) {
+	defer recoverMalformed(&err)
+	if err := checkWidth(data); err != nil {
+		return nil, err
+	}
+	f, err = parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, libraryError(err)
+	}
+	return f, nil
+}
+
+// recoverMalformed turns a panic inside the YAML library into an error
+// wrapping ErrMalformed. Use it deferred: defer recoverMalformed(&err).
+func recoverMalformed(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w (the YAML decoder failed: %v)", ErrMalformed, r)
+	}
+}
+
+// Error is a YAML error at a place in the file. Its text is
+// "[line:column] message", as the YAML library prints its own errors.
+type Error struct {
+	Line, Column int
+	Msg          string
+	Err          error // a sentinel such as ErrTooWide, or nil
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("[%d:%d] %s", e.Line, e.Column, e.Msg) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// errorAt is an *Error at tk (line and column 0 when tk is nil).
+func errorAt(tk *token.Token, err error, format string, args ...any) *Error {
+	e := &Error{Msg: fmt.Sprintf(format, args...), Err: err}
+	if tk != nil && tk.Position != nil {
+		e.Line, e.Column = tk.Position.Line, tk.Position.Column
+	}
+	return e
+}
+
+// libraryError is an error of the YAML library as an *Error when it has a
+// place in the file, else as its text.
+func libraryError(err error) error {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil && ye.GetToken().Position != nil {
+		return errorAt(ye.GetToken(), nil, "%s", ye.GetMessage())
+	}
+	return errors.New(yaml.FormatError(err, false, false))
 }
 
 // checkWholeNumbers walks the document along the Go type it decodes into
@@ -71,10 +123,10 @@ func checkWholeNumbers(n ast.Node, t reflect.Type, depth int) error {
 			return nil
 		}
 		tk := n.GetToken()
-		if tk == nil {
+		if tk == nil || tk.Position == nil {
 			return nil
 		}
-		return fmt.Errorf("[%d:%d] %s is not a whole number", tk.Position.Line, tk.Position.Column, tk.Value)
+		return errorAt(tk, nil, "%s is not a whole number", tk.Value)
 	case reflect.Struct, reflect.Map:
 		for _, mv := range mappingValues(n) {
 			var ft reflect.Type
@@ -170,7 +222,8 @@ func checkWidth(data []byte) error {
 			continue
 		}
 		if counts[indent]++; counts[indent] > MaxKeysPerLevel {
-			return fmt.Errorf("[%d:%d] %w: more than %d at one level", line, indent+1, ErrTooWide, MaxKeysPerLevel)
+			return &Error{Line: line, Column: indent + 1, Err: ErrTooWide,
+				Msg: fmt.Sprintf("%v: more than %d at one level", ErrTooWide, MaxKeysPerLevel)}
 		}
 	}
 	return nil

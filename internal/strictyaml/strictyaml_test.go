@@ -99,3 +99,24 @@ func TestUnmarshalRefusesWideMappings(t *testing.T) {
 		t.Fatalf("Unmarshal(list of maps) = %d items, %v", len(w["items"]), err)
 	}
 }
+
+// TestParse checks Parse has Unmarshal's guards and its errors carry their
+// place: a syntax error and a too-wide mapping are *Error with a line.
+func TestParse(t *testing.T) {
+	if f, err := Parse([]byte("a: 1\nb: [x, y]\n")); err != nil || len(f.Docs) != 1 {
+		t.Fatalf("Parse = %v, %v", f, err)
+	}
+	var e *Error
+	_, err := Parse([]byte("a: 1\nb: [x\n"))
+	if !errors.As(err, &e) || e.Line == 0 || !strings.HasPrefix(err.Error(), fmt.Sprintf("[%d:%d] ", e.Line, e.Column)) {
+		t.Errorf("Parse(syntax error) = %v, want an *Error with its line", err)
+	}
+	var b strings.Builder
+	for i := range MaxKeysPerLevel + 1 {
+		fmt.Fprintf(&b, "k%d: v\n", i)
+	}
+	_, err = Parse([]byte(b.String()))
+	if !errors.As(err, &e) || !errors.Is(err, ErrTooWide) || e.Line != MaxKeysPerLevel+1 {
+		t.Errorf("Parse(%d keys) = %v, want ErrTooWide at line %d", MaxKeysPerLevel+1, err, MaxKeysPerLevel+1)
+	}
+}

@@ -176,7 +176,7 @@ func lineOf(data []byte, field string) string {
 	if err != nil {
 		return ""
 	}
-	file, err := parseFile(data)
+	file, err := strictyaml.Parse(data)
 	if err != nil {
 		return ""
 	}

@@ -192,6 +192,14 @@ func (c *migCLI) viaNVML(ctx context.Context, layouts mig.LayoutFile, stderr io.
 		return mig.Result{}, err
 	}
 	defer closeLib()
+	return c.onNVML(ctx, lib, sim, layouts, stderr)
+}
+
+// onNVML is viaNVML on an open NVML; sim is the simulated node or nil. On
+// a simulated node, an apply (or reset) whose state file could not be
+// written is an error: the simulated GPUs changed, but the layout is lost
+// when the command exits, so it must not report "Applied".
+func (c *migCLI) onNVML(ctx context.Context, lib nvml.Interface, sim *simnode.Node, layouts mig.LayoutFile, stderr io.Writer) (mig.Result, error) {
 	var allocs mig.AllocationLister
 	if c.podSocket == "" {
 		fmt.Fprintln(stderr, "gpud: --pod-resources-socket is empty: the kubelet's allocations are not checked")
@@ -213,7 +221,12 @@ func (c *migCLI) viaNVML(ctx context.Context, layouts mig.LayoutFile, stderr io.
 	}
 	res, err := run(ctx, layouts, c.name, c.force)
 	if errors.Is(err, mig.ErrBadLayout) || errors.Is(err, mig.ErrUnknownProfile) {
-		return res, fmt.Errorf("%s: %w", c.file, err)
+		err = fmt.Errorf("%s: %w", c.file, err)
+	}
+	if sim != nil && c.sub == "apply" {
+		if serr := sim.StateErr(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("mig apply: the simulated GPUs changed, but --sim-state-file %s was not written, so the change is lost when gpud exits: %w", c.nvml.stateFile, serr))
+		}
 	}
 	return res, err
 }

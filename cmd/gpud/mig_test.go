@@ -222,6 +222,58 @@ func TestMigCLINoAgentFallsBackToNVML(t *testing.T) {
 	}
 }
 
+// TestMigCLIStateFileNotWritten: `gpud mig apply --simulate` whose
+// --sim-state-file cannot be written fails instead of printing "Applied"
+// for a layout that is gone when it exits: both when the path cannot be
+// written at all (its parent is a regular file: tests may run as root,
+// who writes into read-only directories) and when writes start failing
+// after the node was opened.
+func TestMigCLIStateFileNotWritten(t *testing.T) {
+	dir := t.TempDir()
+	layouts := writeLayouts(t)
+	parent := filepath.Join(dir, "file")
+	if err := os.WriteFile(parent, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"mig", "apply", "--simulate", "dgx-a100", "--sim-state-file", filepath.Join(parent, "node.json"),
+		"-f", layouts, "-c", "two-3g", "--pod-resources-socket", ""}, &out, io.Discard)
+	if err == nil || out.Len() > 0 {
+		t.Fatalf("apply with an unwritable state file = %v, printed %q; want an error and nothing printed", err, out.String())
+	}
+
+	// Writable at start, not after: the state file's directory is
+	// replaced by a regular file between opening the node and applying.
+	stateDir := filepath.Join(dir, "state")
+	if err := os.Mkdir(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseMigArgs([]string{"apply", "--simulate", "dgx-a100", "--sim-state-file", filepath.Join(stateDir, "node.json"),
+		"-f", layouts, "-c", "two-3g", "--reset-gpus", "--pod-resources-socket", ""}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, sim, closeLib, err := openNVML(c.nvml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLib()
+	if err := os.RemoveAll(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stateDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := mig.ParseLayoutFile([]byte(cliLayouts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.onNVML(t.Context(), lib, sim, f, io.Discard)
+	if !errors.Is(err, simnode.ErrStateFile) || !strings.Contains(err.Error(), "--sim-state-file "+filepath.Join(stateDir, "node.json")) {
+		t.Fatalf("apply after the state file became unwritable = %v, want simnode.ErrStateFile naming the file", err)
+	}
+}
+
 // TestMigCLIBinaryLayout: a binary file given as a layout is refused
 // without echoing its bytes raw.
 func TestMigCLIBinaryLayout(t *testing.T) {

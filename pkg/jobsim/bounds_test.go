@@ -158,6 +158,8 @@ func FuzzParseQueueFile(f *testing.F) {
 		"a: &x [1]\nqueues: *x\n",
 		"queues:\n  - name: a\n    guaranteed: {gpuMilli: 2.5}\n",
 		"queues: []\n",
+		"queues: " + strings.Repeat("[", 40),
+		"queues:\n" + strings.Repeat("- ", 40),
 		"",
 	} {
 		f.Add(s)

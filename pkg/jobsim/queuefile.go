@@ -1,6 +1,7 @@
 package jobsim
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -60,8 +61,15 @@ func (r ResourceSpec) negative() bool {
 	return r.CPUMilli < 0 || r.MemoryMiB < 0 || r.GPUMilli < 0 || r.GPUMemoryMiB < 0 || r.MIGSlices < 0
 }
 
-// MaxQueueWeight bounds a queue's weight.
-const MaxQueueWeight = 1_000_000
+// Bounds on a queue file.
+const (
+	// MaxQueueWeight bounds a queue's weight.
+	MaxQueueWeight = 1_000_000
+	// MaxQueues bounds the queues, and the reservations, of a file.
+	MaxQueues = 10_000
+	// maxReported bounds the errors one parse reports.
+	maxReported = 10
+)
 
 // ErrBadQueueFile is matched by every error of [ParseQueueFile].
 var ErrBadQueueFile = errors.New("bad queue file")
@@ -95,7 +103,9 @@ func ReadQueueFile(path string) ([]jobs.Queue, []jobs.Reservation, error) {
 // unknown key, a YAML alias, a queue without a name, a duplicate, an
 // undefined parent or reservation queue, a parent cycle, a negative or
 // non-finite weight, a negative resource or an empty reservation window
-// is a [*QueueFileError] naming the line; all of them are reported.
+// is a [*QueueFileError] naming the line; the first ten are reported. A
+// file nested more than 32 levels or with more than [MaxQueues] queues is
+// refused before its values are checked.
 func ParseQueueFile(data []byte, name string) ([]jobs.Queue, []jobs.Reservation, error) {
 	f, doc, err := decodeQueueFile(data, name)
 	if err != nil {
@@ -104,8 +114,13 @@ func ParseQueueFile(data []byte, name string) ([]jobs.Queue, []jobs.Reservation,
 	at := func(path string, err error) error {
 		return &QueueFileError{File: name, Line: lineOf(doc, path), Err: err}
 	}
-	if len(f.Queues) == 0 {
+	switch {
+	case len(f.Queues) == 0:
 		return nil, nil, at("$.queues", errors.New("no queues"))
+	case len(f.Queues) > MaxQueues:
+		return nil, nil, at("$.queues", fmt.Errorf("%d queues, more than %d", len(f.Queues), MaxQueues))
+	case len(f.Reservations) > MaxQueues:
+		return nil, nil, at("$.reservations", fmt.Errorf("%d reservations, more than %d", len(f.Reservations), MaxQueues))
 	}
 	errs := checkQueues(f.Queues, at)
 	defined := make(map[string]bool, len(f.Queues))
@@ -127,6 +142,9 @@ func ParseQueueFile(data []byte, name string) ([]jobs.Queue, []jobs.Reservation,
 		}
 		rs = append(rs, jobs.Reservation{Name: r.Name, Queue: r.Queue, Nodes: r.Nodes, Start: r.StartS, End: r.EndS})
 	}
+	if len(errs) > maxReported {
+		errs = append(errs[:maxReported], fmt.Errorf("%s: and %d more errors", name, len(errs)-maxReported))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
 	}
@@ -137,6 +155,9 @@ func ParseQueueFile(data []byte, name string) ([]jobs.Queue, []jobs.Reservation,
 // line lookups.
 func decodeQueueFile(data []byte, name string) (QueueFile, ast.Node, error) {
 	var f QueueFile
+	if line := tooDeep(data, maxYAMLDepth); line > 0 {
+		return f, nil, &QueueFileError{File: name, Line: line, Err: fmt.Errorf("nested more than %d levels deep", maxYAMLDepth)}
+	}
 	file, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		return f, nil, yamlError(name, err)
@@ -160,6 +181,42 @@ func decodeQueueFile(data []byte, name string) (QueueFile, ast.Node, error) {
 		return f, nil, yamlError(name, err)
 	}
 	return f, doc, nil
+}
+
+// maxYAMLDepth bounds the nesting of a queue file, which needs 4 levels:
+// the YAML parser takes time quadratic in it.
+const maxYAMLDepth = 32
+
+// tooDeep returns the first line where data nests flow collections ([ {)
+// or block sequences (- - -) more than limit deep, or 0. It over-counts
+// brackets inside quoted text, which only makes it stricter.
+func tooDeep(data []byte, limit int) int {
+	flow := 0
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		rest := bytes.TrimLeft(line, " ")
+		dashes := 0
+		for bytes.HasPrefix(rest, []byte("- ")) || bytes.HasPrefix(rest, []byte("? ")) {
+			dashes++
+			rest = bytes.TrimLeft(rest[2:], " ")
+		}
+		if dashes > limit {
+			return i + 1
+		}
+		for _, b := range rest {
+			if b == '#' {
+				break
+			}
+			switch b {
+			case '[', '{':
+				if flow++; flow > limit {
+					return i + 1
+				}
+			case ']', '}':
+				flow = max(flow-1, 0)
+			}
+		}
+	}
+	return 0
 }
 
 // checkQueues reports the queue errors besides undefined reservation

@@ -54,6 +54,10 @@ reservations:
 		{name: "negative weight", body: "queues:\n  - name: a\n    weight: -1\n", want: `queues.yaml:3: queue "a": weight -1 outside`},
 		{name: "negative limit", body: "queues:\n  - name: a\n    limit: {cpuMilli: -1}\n", want: `queues.yaml:2: queue "a": negative resource`},
 		{name: "wrong type", body: "queues:\n  - name: a\n    weight: [1]\n", want: "queues.yaml:3: "},
+		{name: "deep flow nesting", body: "queues: " + strings.Repeat("[", 1<<20), want: "queues.yaml:1: nested more than 32 levels deep"},
+		{name: "deep block nesting", body: "queues:\n" + strings.Repeat("- ", 1<<20), want: "queues.yaml:2: nested more than 32 levels deep"},
+		{name: "too many queues", body: "queues:\n" + strings.Repeat("  - {name: a}\n", MaxQueues+1), want: "queues.yaml:2: 10001 queues, more than 10000"},
+		{name: "errors are capped", body: "queues:\n" + strings.Repeat("  - {name: a}\n", 100), want: "and 89 more errors"},
 		{name: "alias", body: "x: &a [1]\nqueues: *a\n", want: "queues.yaml:2: YAML aliases are not supported"},
 	}
 	for _, tc := range bad {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 
 	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/internal/strictyaml"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 )
 
@@ -152,35 +152,42 @@ func ParseQueueFile(data []byte, name string) ([]jobs.Queue, []jobs.Reservation,
 }
 
 // decodeQueueFile parses data into a QueueFile and its syntax tree, for
-// line lookups.
-func decodeQueueFile(data []byte, name string) (QueueFile, ast.Node, error) {
-	var f QueueFile
+// line lookups, through internal/strictyaml (unknown fields, duplicate keys
+// and fractions in integer fields are errors; a panic in the YAML library
+// is an error too).
+func decodeQueueFile(data []byte, name string) (f QueueFile, doc ast.Node, err error) {
 	if line := tooDeep(data, maxYAMLDepth); line > 0 {
 		return f, nil, &QueueFileError{File: name, Line: line, Err: fmt.Errorf("nested more than %d levels deep", maxYAMLDepth)}
 	}
-	file, err := parser.ParseBytes(data, 0)
+	file, err := strictyaml.Parse(data)
 	if err != nil {
 		return f, nil, yamlError(name, err)
 	}
 	if len(file.Docs) == 0 || file.Docs[0].Body == nil {
 		return f, nil, &QueueFileError{File: name, Line: 1, Err: errors.New("no queues")}
 	}
-	doc := file.Docs[0].Body
-	if aliases := ast.Filter(ast.AliasType, doc); len(aliases) > 0 {
-		return f, nil, &QueueFileError{File: name, Line: aliases[0].GetToken().Position.Line, Err: errors.New("YAML aliases are not supported")}
+	doc = file.Docs[0].Body
+	if line := firstAlias(doc); line > 0 {
+		return f, nil, &QueueFileError{File: name, Line: line, Err: errors.New("YAML aliases are not supported")}
 	}
-	// The decoder would truncate 2.5 into an integer field; only weights
-	// are fractional.
-	for _, n := range ast.Filter(ast.MappingValueType, doc) {
-		mv := n.(*ast.MappingValueNode)
-		if _, frac := mv.Value.(*ast.FloatNode); frac && mv.Key.String() != "weight" {
-			return f, nil, &QueueFileError{File: name, Line: mv.Value.GetToken().Position.Line, Err: fmt.Errorf("%s: %s is not an integer", mv.Key, mv.Value)}
-		}
-	}
-	if err := yaml.NodeToValue(doc, &f, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+	if err := strictyaml.Unmarshal(data, &f); err != nil {
 		return f, nil, yamlError(name, err)
 	}
 	return f, doc, nil
+}
+
+// firstAlias returns the line of the first alias in doc, or 0; a tree the
+// library cannot walk counts as line 1.
+func firstAlias(doc ast.Node) (line int) {
+	defer func() {
+		if recover() != nil {
+			line = 1
+		}
+	}()
+	if aliases := ast.Filter(ast.AliasType, doc); len(aliases) > 0 {
+		return max(aliases[0].GetToken().Position.Line, 1)
+	}
+	return 0
 }
 
 // maxYAMLDepth bounds the nesting of a queue file, which needs 4 levels:
@@ -253,17 +260,23 @@ func checkQueues(qs []QueueSpec, at func(path string, err error) error) []error 
 	return errs
 }
 
-// yamlError is a goccy/go-yaml error as a [*QueueFileError] at its line.
+// yamlError is a strictyaml error as a [*QueueFileError] at its line
+// (line 1 when it has none).
 func yamlError(name string, err error) error {
-	var ye yaml.Error
-	if errors.As(err, &ye) && ye.GetToken() != nil {
-		return &QueueFileError{File: name, Line: ye.GetToken().Position.Line, Err: errors.New(ye.GetMessage())}
+	var se *strictyaml.Error
+	if errors.As(err, &se) {
+		return &QueueFileError{File: name, Line: max(se.Line, 1), Err: errors.New(se.Msg)}
 	}
 	return &QueueFileError{File: name, Line: 1, Err: err}
 }
 
 // lineOf is the line of the node at a YAML path in doc, or 1.
-func lineOf(doc ast.Node, path string) int {
+func lineOf(doc ast.Node, path string) (line int) {
+	defer func() {
+		if recover() != nil {
+			line = 1
+		}
+	}()
 	p, err := yaml.PathString(path)
 	if err != nil {
 		return 1

@@ -50,7 +50,7 @@ reservations:
 		{name: "empty file", body: "", want: "queues.yaml:1: no queues"},
 		{name: "reservation queue", body: "queues:\n  - name: a\nreservations:\n  - {name: r, queue: z, nodes: [n], startS: 0, endS: 1}\n", want: `queues.yaml:4: reservation "r": queue "z" is not defined`},
 		{name: "empty window", body: "queues:\n  - name: a\nreservations:\n  - name: r\n    queue: a\n    startS: 5\n    endS: 5\n", want: `queues.yaml:7: reservation "r": window [5, 5)`},
-		{name: "fraction", body: "queues:\n  - name: a\n    guaranteed: {gpuMilli: 2.5}\n", want: "queues.yaml:3: gpuMilli: 2.5 is not an integer"},
+		{name: "fraction", body: "queues:\n  - name: a\n    guaranteed: {gpuMilli: 2.5}\n", want: "queues.yaml:3: 2.5 is not a whole number"},
 		{name: "negative weight", body: "queues:\n  - name: a\n    weight: -1\n", want: `queues.yaml:3: queue "a": weight -1 outside`},
 		{name: "negative limit", body: "queues:\n  - name: a\n    limit: {cpuMilli: -1}\n", want: `queues.yaml:2: queue "a": negative resource`},
 		{name: "wrong type", body: "queues:\n  - name: a\n    weight: [1]\n", want: "queues.yaml:3: "},

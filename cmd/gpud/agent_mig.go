@@ -112,7 +112,11 @@ func (c *migComponent) applyConfigured(ctx context.Context) {
 		return
 	}
 	res, err := c.svc.Apply(ctx, f, o.layoutName, o.force)
-	if err != nil {
+	switch {
+	case errors.Is(err, mig.ErrJournalKept) && !errors.Is(err, mig.ErrRolledBack):
+		c.log.Error("mig layout in place, but its journal was not removed", "config", o.layoutName, "err", err)
+		return
+	case err != nil:
 		c.log.Error("mig layout not applied", "config", o.layoutName, "err", err)
 		return
 	}
@@ -181,6 +185,8 @@ func migErrorStatus(err error) (int, string) {
 		return http.StatusBadRequest, "bad_layout"
 	case errors.Is(err, mig.ErrRolledBack):
 		return http.StatusInternalServerError, "rolled_back"
+	case errors.Is(err, mig.ErrJournalKept):
+		return http.StatusInternalServerError, "journal_kept"
 	}
 	return http.StatusInternalServerError, "failed"
 }

@@ -64,6 +64,8 @@ type Result struct {
 // between steps, it puts every GPU it touched back to its layout in start
 // and returns an error wrapping ErrRolledBack and the cause; if the
 // rollback fails too, both errors are returned and the journal is kept.
+// When the apply ended (done or rolled back) but its journal cannot be
+// removed, the error wraps ErrJournalKept: res still says what was done.
 func (a *Applier) Apply(ctx context.Context, start State, want Desired, plan Plan) (Result, error) {
 	res := Result{Plan: plan, Pending: map[int]string{}}
 	if plan.Empty() && (a.reset == nil || !plan.hasPending()) {
@@ -106,15 +108,14 @@ func (a *Applier) Apply(ctx context.Context, start State, want Desired, plan Pla
 			if rbErr != nil {
 				return res, fmt.Errorf("mig: apply %q failed on gpu %d: %w; rollback failed too: %w", want.Config, gp.GPU, err, rbErr)
 			}
-			a.removeJournal()
-			return res, fmt.Errorf("%w: %q on gpu %d: %w", ErrRolledBack, want.Config, gp.GPU, err)
+			return res, errors.Join(fmt.Errorf("%w: %q on gpu %d: %w", ErrRolledBack, want.Config, gp.GPU, err), a.removeJournal())
 		}
 		a.log.Info("mig layout applied", "gpu", gp.GPU, "gpu_uuid", gp.UUID, "config", want.Config, "steps", len(gp.Steps))
 	}
-	a.removeJournal()
+	jerr := a.removeJournal()
 	st, err := ReadState(a.lib)
 	res.State = st
-	return res, err
+	return res, errors.Join(jerr, err)
 }
 
 // afterReset resets a GPU whose mode change is pending (with a resetter)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -212,37 +213,6 @@ func hasGIWithoutCI(t *testing.T, statePath string) bool {
 	return false
 }
 
-func TestReadProcessesAndBusy(t *testing.T) {
-	n := simnode.NewBuiltin("dgx-h100")
-	f, _ := ParseLayoutFile([]byte("version: v1\nmig-configs:\n  a:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 2}\n"))
-	if _, err := planAndApply(t.Context(), n, f, "a", nil, Options{}); err != nil {
-		t.Fatal(err)
-	}
-	st := mustState(t, n)
-	mig := st.GPUs[0].Instances[1].CIs[0].UUID
-	if err := n.AddMIGProcess(mig, 101, 1<<30); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.AddProcess(3, 202, 2<<30); err != nil {
-		t.Fatal(err)
-	}
-	ps, err := ReadProcesses(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []Process{
-		{PID: 101, GPU: 0, GPUUUID: st.GPUs[0].UUID, DeviceUUID: mig, UsedBytes: 1 << 30},
-		{PID: 202, GPU: 3, GPUUUID: st.GPUs[3].UUID, DeviceUUID: st.GPUs[3].UUID, UsedBytes: 2 << 30},
-	}
-	if !slices.Equal(ps, want) {
-		t.Fatalf("ReadProcesses = %+v, want %+v", ps, want)
-	}
-	b := BusyFromProcesses(ps)
-	if !slices.Equal(b[mig], []string{"pid 101"}) {
-		t.Errorf("busy[%s] = %v", mig, b[mig])
-	}
-}
-
 func TestJournalErrors(t *testing.T) {
 	dir := t.TempDir()
 	f, err := ParseLayoutFile([]byte("version: v1\nmig-configs:\n  a:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 2}\n"))
@@ -282,6 +252,63 @@ func TestJournalErrors(t *testing.T) {
 		}
 		if ents, _ := os.ReadDir(jdir); len(ents) != 0 {
 			t.Fatalf("journal dir holds %d entries after a clean apply, want none", len(ents))
+		}
+	})
+
+	t.Run("journal that cannot be removed after the apply is an error", func(t *testing.T) {
+		// The resetter, called mid-apply, puts a non-empty directory where
+		// the journal is (root removes files from read-only directories).
+		journal := filepath.Join(dir, "kept", "journal.json")
+		n := simnode.NewBuiltin("dgx-a100")
+		reset := func(gpu int) error {
+			if fi, err := os.Stat(journal); err == nil && !fi.IsDir() {
+				if err := os.Remove(journal); err != nil {
+					return err
+				}
+				if err := os.MkdirAll(filepath.Join(journal, "x"), 0o700); err != nil {
+					return err
+				}
+			}
+			return n.ResetGPU(gpu)
+		}
+		st := mustState(t, n)
+		w, err := mustLayouts(t).Resolve("two-3g", st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewPlan(st, w, nil, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := NewApplier(n, nil, WithJournal(journal), WithResetter(reset)).Apply(t.Context(), st, w, p)
+		if !errors.Is(err, ErrJournalKept) || errors.Is(err, ErrRolledBack) || !strings.Contains(err.Error(), journal) {
+			t.Fatalf("Apply whose journal cannot be removed = %v, want ErrJournalKept naming %s", err, journal)
+		}
+		if got := strings.Join(layoutString(res.State.GPUs[0]), ","); got != "3g.20gb@0,3g.20gb@4" {
+			t.Errorf("gpu 0 = %s: the apply itself should be done", got)
+		}
+	})
+
+	t.Run("recovery of a layout already in place removes the journal", func(t *testing.T) {
+		jpath := filepath.Join(dir, "done.json")
+		n := simnode.NewBuiltin("dgx-h100")
+		start := mustState(t, n)
+		if _, err := planAndApplyJournal(t, n, f, jpath); err != nil {
+			t.Fatal(err)
+		}
+		w, err := f.Resolve("a", start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := NewApplier(n, nil, WithJournal(jpath))
+		if err := a.writeJournal(journal{Config: "a", Start: start, Want: w}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, _, err := a.Recover(t.Context(), nil); !ok || err != nil {
+			t.Fatalf("Recover = %v, %v; want a clean recovery", ok, err)
+		}
+		if _, err := os.Stat(jpath); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("journal after the recovery: %v, want it removed (else every start recovers again)", err)
 		}
 	})
 

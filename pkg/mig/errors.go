@@ -24,6 +24,9 @@ var (
 	// ErrRolledBack is wrapped when an apply failed and its changes were
 	// undone.
 	ErrRolledBack = errors.New("mig: apply failed and was rolled back")
+	// ErrJournalKept is wrapped when an apply ended (done, or rolled
+	// back: see ErrRolledBack) but its journal could not be removed.
+	ErrJournalKept = errors.New("mig: apply ended but its journal was not removed")
 )
 
 // BusyError says which slices a plan would destroy while they are in use,

@@ -4,20 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
-	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/simnode"
-	"github.com/gpud/gpud/pkg/usage"
 )
-
-// The node's one process reader is pkg/discovery's; these let the older
-// tests of this package read through it.
-type Process = usage.Process
-
-func ReadProcesses(lib nvml.Interface) ([]Process, error) { return discovery.ReadProcesses(lib) }
-
-func BusyFromProcesses(ps []Process) Busy { return BusyFrom(ps, nil) }
 
 const testLayouts = `version: v1
 mig-configs:

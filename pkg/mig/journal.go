@@ -38,13 +38,18 @@ func (a *Applier) writeJournal(j journal) error {
 	return nil
 }
 
-func (a *Applier) removeJournal() {
+// removeJournal removes the journal of an apply that ended (done, or
+// rolled back). A journal that stays would make the next start take the
+// ended apply for an interrupted one and redo it, so the error (wrapping
+// ErrJournalKept) goes back to the caller.
+func (a *Applier) removeJournal() error {
 	if a.journal == "" {
-		return
+		return nil
 	}
 	if err := os.Remove(a.journal); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		a.log.Warn("mig journal not removed", "path", a.journal, "err", err)
+		return fmt.Errorf("%w: %s (the next start would redo this apply; remove it): %w", ErrJournalKept, a.journal, err)
 	}
+	return nil
 }
 
 // Recover finishes an apply that a crash cut short: when the journal
@@ -78,6 +83,11 @@ func (a *Applier) Recover(ctx context.Context, busy Busy) (bool, Result, error) 
 	if err == nil {
 		// The journal's starting layout is the rollback target, not cur.
 		res, aerr := a.Apply(ctx, j.Start, j.Want, plan)
+		if aerr == nil {
+			// An empty plan (the layout was already in place) makes
+			// Apply return before it touches the journal.
+			aerr = a.removeJournal()
+		}
 		return true, res, aerr
 	}
 	a.log.Warn("mig recovery cannot finish the layout, restoring the start", "err", err)
@@ -88,7 +98,7 @@ func (a *Applier) Recover(ctx context.Context, busy Busy) (bool, Result, error) 
 	if rbErr := a.rollback(j.Start, gpus); rbErr != nil {
 		return true, Result{}, fmt.Errorf("mig: recover %q: %w; restoring the start failed: %w", j.Config, err, rbErr)
 	}
-	a.removeJournal()
+	jerr := a.removeJournal()
 	st, serr := ReadState(a.lib)
-	return true, Result{State: st}, errors.Join(fmt.Errorf("%w: recover %q: %w", ErrRolledBack, j.Config, err), serr)
+	return true, Result{State: st}, errors.Join(fmt.Errorf("%w: recover %q: %w", ErrRolledBack, j.Config, err), jerr, serr)
 }

@@ -61,6 +61,30 @@ func TestServiceKeepsAllocatedSlice(t *testing.T) {
 	}
 }
 
+// TestServiceKeepsSliceWithProcess: a slice a process runs on, read by
+// discovery's process reader, is busy (named by its PID); a process on a
+// whole GPU holds nothing the layout destroys.
+func TestServiceKeepsSliceWithProcess(t *testing.T) {
+	n, svc, slice, changed := serviceRig(t, nil)
+	if err := n.AddMIGProcess(slice, 101, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AddProcess(3, 202, 2<<30); err != nil {
+		t.Fatal(err)
+	}
+	_, err := svc.Apply(t.Context(), mustLayouts(t), "big-small", false)
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "pid 101") || strings.Contains(err.Error(), "pid 202") {
+		t.Fatalf("Apply over a slice running pid 101 = %v, want ErrBusy naming pid 101 only", err)
+	}
+	if *changed != 0 {
+		t.Error("a refused apply reported a change")
+	}
+	b, err := svc.Busy(t.Context())
+	if err != nil || strings.Join(b[slice], ",") != "pid 101" {
+		t.Fatalf("Busy = %v, %v; want %s held by pid 101", b, err, slice)
+	}
+}
+
 // TestServiceBusyUnknown: when the kubelet does not answer, a plan that
 // destroys slices is refused unless forced; one that destroys nothing
 // goes ahead.

@@ -13,13 +13,6 @@ import (
 	"github.com/gpud/gpud/pkg/gpu"
 )
 
-// The MPS environment variables [Share.MPSEnv] sets, for the device plugin
-// and anything else that reads or merges them.
-const (
-	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSPinnedDeviceMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-)
-
 // ErrRefused is wrapped when a sharing change would take away an allocated
 // replica or change its limits under a running pod.
 var ErrRefused = errors.New("timeslice: sharing change refused")

@@ -1,7 +1,11 @@
 // Package timeslice models GPU sharing: a GPU (or MIG device) split into
 // replicas or fractional shares, each advertised to the kubelet as its own
-// device `<uuid>::<n>`, with the MPS limits that make a share real. It is
-// pure: it imports only pkg/gpu and the standard library.
+// device `<uuid>::<n>`, with the MPS limits that make a share real; the
+// sharing runtime and the memory watchdog act on those models through
+// interfaces and functions their callers pass in. It does no I/O of its
+// own and imports only the standard library, pkg/gpu and pkg/usage (the
+// plain types of who uses a device, themselves standard-library only):
+// `make purity` checks it.
 package timeslice
 
 import (
@@ -184,16 +188,23 @@ func (s Sharing) ShareOf(n int, memoryMiB uint64) (Share, error) {
 	return sh, nil
 }
 
+// The MPS environment variables [Share.MPSEnv] sets, for the device plugin
+// and anything else that reads or merges them.
+const (
+	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSPinnedDeviceMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+)
+
 // MPSEnv is the container environment that enforces a share through MPS.
 // deviceIndex is the device's index in the container (its
 // NVIDIA_VISIBLE_DEVICES order), used by the per-device memory limit.
 func (sh Share) MPSEnv(deviceIndex int) map[string]string {
 	env := map[string]string{}
 	if sh.ComputePercent > 0 {
-		env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.Itoa(sh.ComputePercent)
+		env[EnvMPSActiveThreadPercentage] = strconv.Itoa(sh.ComputePercent)
 	}
 	if sh.MemoryMiB > 0 {
-		env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt.Sprintf("%d=%dM", deviceIndex, sh.MemoryMiB)
+		env[EnvMPSPinnedDeviceMemLimit] = fmt.Sprintf("%d=%dM", deviceIndex, sh.MemoryMiB)
 	}
 	return env
 }

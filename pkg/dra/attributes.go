@@ -36,7 +36,9 @@ func integer(i int) resourceapi.DeviceAttribute {
 
 func boolean(b bool) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{BoolValue: &b} }
 
-func version(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{VersionValue: &v} }
+func version(v string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{VersionValue: &v}
+}
 
 func cloneAttrs(m map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(m)+8)

@@ -125,8 +125,10 @@ const (
 // Build turns the node's state into ResourceSlices for pool nodeName:
 //
 //   - gpu-<index> per GPU without MIG mode on: attributes named as NVIDIA's
-//     DRA driver names them, consumable capacity memory and cores whose
-//     default is the whole GPU (multi-allocatable unless exclusive-only);
+//     DRA driver names them, consumable capacity memory (default: all of
+//     it, so a claim without requests is exclusive) and cores (percent of
+//     the SMs, default none: an MPS limit only when asked for);
+//     multi-allocatable unless exclusive-only;
 //   - per MIG-capable GPU that can create MIG devices now, a counter set
 //     (memory slices, compute slices) in a slice of its own, and one
 //     device per free placement, gpu-<index>-mig-<profile>-<start>, each
@@ -287,10 +289,14 @@ func wholeDevice(g *gpu.GPU, common map[resourceapi.QualifiedName]resourceapi.De
 		t := true
 		d.AllowMultipleAllocations = &t
 		d.Capacity[CapacityMemory] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: memoryPolicy(g.MemoryBytes)}
-		one := *resource.NewQuantity(1, resource.DecimalSI)
+		// Cores default to none: a claim asking only for memory leaves
+		// compute to be shared, so two 20Gi claims fit on one GPU; memory,
+		// whose default is all of it, keeps a claim without requests
+		// exclusive.
+		zero, one := *resource.NewQuantity(0, resource.DecimalSI), *resource.NewQuantity(1, resource.DecimalSI)
 		d.Capacity[CapacityCores] = resourceapi.DeviceCapacity{Value: cores, RequestPolicy: &resourceapi.CapacityRequestPolicy{
-			Default:    &cores,
-			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &one, Step: &one},
+			Default:    &zero,
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &zero, Step: &one},
 		}}
 	}
 	if set != nil {

@@ -63,8 +63,8 @@ func TestBuildWholeGPUAttributes(t *testing.T) {
 				if p := mem.RequestPolicy; p == nil || p.Default.Value() != int64(g.MemoryBytes) || p.ValidRange == nil || p.ValidRange.Min.Value() < 256<<20 {
 					t.Errorf("%s memory policy = %+v, want default all of it and a range from 256Mi", d.Name, p)
 				}
-				if p := d.Capacity[CapacityCores].RequestPolicy; p == nil || p.Default.Value() != 100 {
-					t.Errorf("%s cores policy = %+v, want default 100", d.Name, p)
+				if c := d.Capacity[CapacityCores]; c.Value.Value() != 100 || c.RequestPolicy == nil || !c.RequestPolicy.Default.IsZero() {
+					t.Errorf("%s cores = %+v, want 100 with default 0", d.Name, c)
 				}
 			}
 			if tc.sameDomain && len(domains) != 1 {

@@ -1,0 +1,111 @@
+package dra
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/types"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/pkg/timeslice"
+)
+
+// CDIKind is the CDI kind of the devices prepared claims get; the device
+// IDs are CDIKind=<claim UID>-<device>[-<share ID>].
+const CDIKind = "k8s.gpu.gpud.io/claim"
+
+// Device nodes every container with a GPU needs.
+var commonNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+
+// cdiSpecPath is the one CDI spec file of a claim.
+func cdiSpecPath(dir string, claimUID types.UID) string {
+	return filepath.Join(dir, "gpud-dra-"+string(claimUID)+".json")
+}
+
+// cdiDeviceName is a prepared device's name in the claim's spec.
+func cdiDeviceName(claimUID types.UID, d PreparedDevice) string {
+	n := string(claimUID) + "-" + d.Device.Name
+	if d.ShareID != "" {
+		n += "-" + d.ShareID
+	}
+	return n
+}
+
+// migCapMinor returns the minors of /dev/nvidia-caps/nvidia-cap<N> that
+// grant access to a GPU instance and its compute instance, as the driver
+// numbers them in /proc/driver/nvidia-caps/mig-minors (the same numbering
+// pkg/deviceplugin uses).
+func migCapMinor(gpuMinor, gi, ci int) (giMinor, ciMinor int) {
+	const perGI, perGPU = 9, 15 * 9
+	giMinor = 3 + gpuMinor*perGPU + gi*perGI
+	return giMinor, giMinor + 1 + ci
+}
+
+// buildCDISpec is a claim's spec: one CDI device per prepared device with
+// its device nodes, and for a fraction its MPS limits as environment.
+func buildCDISpec(claimUID types.UID, devs []PreparedDevice) (*cdispec.Spec, error) {
+	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
+	for _, p := range commonNodes {
+		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: p})
+	}
+	for _, d := range devs {
+		name := cdiDeviceName(claimUID, d)
+		if err := parser.ValidateDeviceName(name); err != nil {
+			return nil, fmt.Errorf("cdi device name %q: %w", name, err)
+		}
+		edits := cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", d.Device.GPUMinor)}}}
+		if d.Device.Type == TypeMIG {
+			gi, ci := migCapMinor(d.Device.GPUMinor, d.Device.GIID, d.Device.CIID)
+			edits.DeviceNodes = append(edits.DeviceNodes,
+				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", gi)},
+				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", ci)})
+		}
+		if d.Fraction() {
+			env := timeslice.Share{MemoryMiB: d.MemoryBytes >> 20, ComputePercent: d.CoresPercent}.MPSEnv(0)
+			names := make([]string, 0, len(env))
+			for k := range env {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			for _, k := range names {
+				edits.Env = append(edits.Env, k+"="+env[k])
+			}
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: edits})
+	}
+	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {
+		spec.Version = v
+	}
+	return spec, nil
+}
+
+// writeCDISpec writes a claim's spec atomically (fileio.WriteFile), readable
+// by runtimes running as another user.
+func writeCDISpec(dir string, claimUID types.UID, spec *cdispec.Spec) error {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("cdi: encode spec: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cdi: create dir %s: %w", dir, err)
+	}
+	if err := fileio.WriteFile(cdiSpecPath(dir, claimUID), data, 0o644); err != nil {
+		return fmt.Errorf("cdi: %w", err)
+	}
+	return nil
+}
+
+// removeCDISpec removes a claim's spec; a missing one is fine.
+func removeCDISpec(dir string, claimUID types.UID) error {
+	if err := os.Remove(cdiSpecPath(dir, claimUID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("cdi: remove spec: %w", err)
+	}
+	return nil
+}

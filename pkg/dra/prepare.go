@@ -1,0 +1,402 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+)
+
+// MaxClaimsPerCall bounds the claims one prepare or unprepare call may
+// carry; the kubelet sends one pod's claims.
+const MaxClaimsPerCall = 128
+
+// CreatedMIG is a MIG device [MIGManager.Create] made.
+type CreatedMIG struct {
+	UUID string
+	// GIID and CIID are its GPU and compute instance IDs (for the
+	// /dev/nvidia-caps nodes).
+	GIID, CIID int
+}
+
+// MIGManager creates and destroys MIG devices for claims. The wiring
+// implements it with pkg/mig's applier, journal and rollback. Create makes
+// a GPU instance of profile at placementStart on the GPU and its one full
+// compute instance, turning MIG mode on first if needed; it leaves nothing
+// behind when it fails. Destroy removes one such device; a device that no
+// longer exists is not an error.
+type MIGManager interface {
+	Create(ctx context.Context, parentUUID, profile string, placementStart int) (CreatedMIG, error)
+	Destroy(ctx context.Context, migUUID string) error
+}
+
+// PreparerConfig configures a [Preparer].
+type PreparerConfig struct {
+	// NodeName is this node and its pool. Required.
+	NodeName string
+	// StateDir holds the checkpoint (the plugin data directory). Required.
+	StateDir string
+	// CDIDir receives one CDI spec per prepared claim. Required.
+	CDIDir string
+	// Devices returns the devices published now (from [Build]). Required.
+	Devices func() map[string]DeviceRef
+	// MIG creates dynamic MIG devices; nil makes their prepare fail.
+	MIG MIGManager
+	// Log may be nil.
+	Log *slog.Logger
+}
+
+// Preparer prepares and unprepares claims allocated from this node's pool,
+// recording each in a checkpoint so prepare is idempotent and unprepare
+// works after a restart. It is safe for concurrent use; calls are
+// serialized.
+type Preparer struct {
+	cfg PreparerConfig
+	mu  sync.Mutex
+	cp  checkpoint
+}
+
+// NewPreparer checks cfg and loads the checkpoint.
+func NewPreparer(cfg PreparerConfig) (*Preparer, error) {
+	if cfg.NodeName == "" || cfg.StateDir == "" || cfg.CDIDir == "" || cfg.Devices == nil {
+		return nil, errors.New("dra: preparer needs NodeName, StateDir, CDIDir and Devices")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	cp, err := readCheckpoint(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Preparer{cfg: cfg, cp: cp}, nil
+}
+
+// Prepared returns a copy of the prepared (and half-prepared) claims.
+func (p *Preparer) Prepared() map[types.UID]PreparedClaim {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[types.UID]PreparedClaim, len(p.cp.Claims))
+	for uid, c := range p.cp.Claims {
+		c.Devices = slices.Clone(c.Devices)
+		out[uid] = c
+	}
+	return out
+}
+
+// Prepare prepares each claim: the result has one entry per claim, with
+// the CDI device IDs of its devices of this driver or the error that
+// stopped it. A claim prepared before gets the same result again.
+func (p *Preparer) Prepare(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	if len(claims) > MaxClaimsPerCall {
+		return nil, fmt.Errorf("dra: %d claims in one call, at most %d", len(claims), MaxClaimsPerCall)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		if c == nil {
+			continue
+		}
+		devs, err := p.prepareClaim(ctx, c)
+		if err != nil {
+			p.cfg.Log.Warn("claim prepare failed", "claim", c.Namespace+"/"+c.Name, "claim_uid", c.UID, "err", err)
+			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs}
+	}
+	return out, nil
+}
+
+func (p *Preparer) prepareClaim(ctx context.Context, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	id := c.Namespace + "/" + c.Name
+	if c.UID == "" {
+		return nil, fmt.Errorf("dra: claim %s has no UID", id)
+	}
+	prev, had := p.cp.Claims[c.UID]
+	if had && prev.State == statePrepared {
+		return p.result(prev), nil
+	}
+	planned, err := p.plan(c, prev)
+	if err != nil {
+		return nil, fmt.Errorf("dra: claim %s: %w", id, err)
+	}
+	entry := PreparedClaim{Namespace: c.Namespace, Name: c.Name, State: statePreparing, Devices: planned}
+	if err := p.save(c.UID, entry); err != nil {
+		return nil, fmt.Errorf("dra: claim %s: %w", id, err)
+	}
+	if err := p.deliver(ctx, c.UID, &entry); err != nil {
+		if rbErr := p.undo(ctx, c.UID, entry); rbErr != nil {
+			return nil, fmt.Errorf("dra: claim %s: %w; cleanup failed too (unprepare retries it): %w", id, err, rbErr)
+		}
+		return nil, fmt.Errorf("dra: claim %s: %w", id, err)
+	}
+	p.cfg.Log.Info("claim prepared", "claim", id, "claim_uid", c.UID, "devices", len(entry.Devices))
+	return p.result(entry), nil
+}
+
+// plan resolves the claim's allocation into devices of this node, checks
+// them, and carries over what an interrupted earlier prepare created.
+func (p *Preparer) plan(c *resourceapi.ResourceClaim, prev PreparedClaim) ([]PreparedDevice, error) {
+	if c.Status.Allocation == nil {
+		return nil, errors.New("not allocated")
+	}
+	results := c.Status.Allocation.Devices.Results
+	if len(results) > resourceapi.AllocationResultsMaxSize {
+		return nil, fmt.Errorf("%d allocation results, at most %d", len(results), resourceapi.AllocationResultsMaxSize)
+	}
+	table := p.cfg.Devices()
+	var out []PreparedDevice
+	for _, r := range results {
+		if r.Driver != DriverName {
+			continue
+		}
+		if r.Pool != p.cfg.NodeName {
+			return nil, fmt.Errorf("%w: device %q of pool %q (this node is %q)", ErrUnknownDevice, r.Device, r.Pool, p.cfg.NodeName)
+		}
+		d := PreparedDevice{Requests: []string{r.Request}}
+		if r.ShareID != nil {
+			d.ShareID = string(*r.ShareID)
+			if err := parser.ValidateDeviceName(d.ShareID); err != nil || len(d.ShareID) > 64 {
+				return nil, fmt.Errorf("device %q: bad share ID %q", r.Device, d.ShareID)
+			}
+		}
+		ref, ok := table[r.Device]
+		var before *PreparedDevice
+		for i := range prev.Devices {
+			if prev.Devices[i].Device.Name == r.Device && prev.Devices[i].ShareID == d.ShareID {
+				before = &prev.Devices[i]
+			}
+		}
+		switch {
+		case before != nil && before.Created:
+			// An earlier attempt created (or began creating) it.
+			d.Device, d.Created = before.Device, true
+			if ok && d.Device.MIGUUID == "" {
+				d.Device.MIGUUID, d.Device.GIID, d.Device.CIID = ref.MIGUUID, ref.GIID, ref.CIID
+			}
+		case !ok:
+			return nil, fmt.Errorf("%w: device %q of pool %q", ErrUnknownDevice, r.Device, r.Pool)
+		default:
+			d.Device, d.Created = ref, ref.Dynamic()
+		}
+		if d.Device.Type == TypeGPU {
+			mem, cores, err := consumed(r.ConsumedCapacity, d.Device)
+			if err != nil {
+				return nil, fmt.Errorf("device %q: %w", r.Device, err)
+			}
+			d.MemoryBytes, d.CoresPercent = mem, cores
+		}
+		if j := slices.IndexFunc(out, func(o PreparedDevice) bool { return o.Device.Name == d.Device.Name && o.ShareID == d.ShareID }); j >= 0 {
+			out[j].Requests = append(out[j].Requests, r.Request)
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, p.checkConflicts(c.UID, out)
+}
+
+// consumed reads and bounds the capacity an allocation of a whole GPU
+// takes: memory defaults to all of it, cores (percent) to 0, no limit.
+func consumed(cc map[resourceapi.QualifiedName]resource.Quantity, ref DeviceRef) (memBytes uint64, cores int, err error) {
+	memBytes = ref.MemoryBytes
+	for name, q := range cc {
+		switch name {
+		case CapacityMemory, DriverName + "/" + CapacityMemory:
+			v, ok := q.AsInt64()
+			if !ok || v <= 0 || uint64(v) > ref.MemoryBytes {
+				return 0, 0, fmt.Errorf("consumed memory %s outside 1..%d bytes", q.String(), ref.MemoryBytes)
+			}
+			memBytes = uint64(v)
+		case CapacityCores, DriverName + "/" + CapacityCores:
+			v, ok := q.AsInt64()
+			if !ok || v < 0 || v > 100 {
+				return 0, 0, fmt.Errorf("consumed cores %s outside 0..100", q.String())
+			}
+			cores = int(v)
+		default:
+			return 0, 0, fmt.Errorf("unknown consumed capacity %q", name)
+		}
+	}
+	if !ref.Shareable && (memBytes != ref.MemoryBytes || (cores != 0 && cores != 100)) {
+		return 0, 0, errors.New("a fraction of a GPU that is exclusive-only")
+	}
+	return memBytes, cores, nil
+}
+
+// checkConflicts is the last line of defense against two claims on one
+// device: an exclusive device (or whole GPU) serves one claim; fractions of
+// a GPU together fit in it.
+func (p *Preparer) checkConflicts(uid types.UID, devs []PreparedDevice) error {
+	for _, d := range devs {
+		mem, cores := d.MemoryBytes, d.CoresPercent
+		exclusive := !d.Fraction()
+		for other, c := range p.cp.Claims {
+			if other == uid {
+				continue
+			}
+			for _, o := range c.Devices {
+				if o.Device.Name != d.Device.Name {
+					continue
+				}
+				if exclusive || !o.Fraction() {
+					return fmt.Errorf("%w: device %q is prepared for claim %s/%s", ErrInUse, d.Device.Name, c.Namespace, c.Name)
+				}
+				mem += o.MemoryBytes
+				cores += o.CoresPercent
+			}
+		}
+		if d.Fraction() && (mem > d.Device.MemoryBytes || cores > 100) {
+			return fmt.Errorf("%w: fractions of device %q would take %d of %d bytes and %d%% of its cores", ErrInUse, d.Device.Name, mem, d.Device.MemoryBytes, cores)
+		}
+	}
+	return nil
+}
+
+// deliver creates the claim's dynamic MIG devices and writes its CDI spec,
+// recording progress in the checkpoint after each device.
+func (p *Preparer) deliver(ctx context.Context, uid types.UID, entry *PreparedClaim) error {
+	for i := range entry.Devices {
+		d := &entry.Devices[i]
+		if !d.Created || d.Device.MIGUUID != "" {
+			continue
+		}
+		if p.cfg.MIG == nil {
+			return fmt.Errorf("device %q: no MIG manager to create %s", d.Device.Name, d.Device.Profile)
+		}
+		m, err := p.cfg.MIG.Create(ctx, d.Device.GPUUUID, d.Device.Profile, d.Device.Placement.Start)
+		if err != nil {
+			return fmt.Errorf("create MIG device %q: %w", d.Device.Name, err)
+		}
+		d.Device.MIGUUID, d.Device.GIID, d.Device.CIID = m.UUID, m.GIID, m.CIID
+		if err := p.save(uid, *entry); err != nil {
+			return err
+		}
+	}
+	spec, err := buildCDISpec(uid, entry.Devices)
+	if err != nil {
+		return err
+	}
+	if err := writeCDISpec(p.cfg.CDIDir, uid, spec); err != nil {
+		return err
+	}
+	for i := range entry.Devices {
+		entry.Devices[i].CDIDeviceIDs = []string{CDIKind + "=" + cdiDeviceName(uid, entry.Devices[i])}
+	}
+	entry.State = statePrepared
+	return p.save(uid, *entry)
+}
+
+// undo destroys what the claim's prepare created, removes its CDI spec and
+// forgets it; what cannot be destroyed stays in the checkpoint.
+func (p *Preparer) undo(ctx context.Context, uid types.UID, entry PreparedClaim) error {
+	var errs []error
+	kept := entry.Devices[:0:0]
+	table := p.cfg.Devices()
+	for _, d := range entry.Devices {
+		if !d.Created {
+			continue
+		}
+		migUUID := d.Device.MIGUUID
+		if migUUID == "" {
+			migUUID = table[d.Device.Name].MIGUUID // created before a crash recorded it
+		}
+		if migUUID == "" {
+			continue
+		}
+		if p.cfg.MIG == nil {
+			errs = append(errs, fmt.Errorf("device %q: no MIG manager to destroy %s", d.Device.Name, migUUID))
+			kept = append(kept, d)
+			continue
+		}
+		if err := p.cfg.MIG.Destroy(ctx, migUUID); err != nil {
+			errs = append(errs, fmt.Errorf("destroy MIG device %q (%s): %w", d.Device.Name, migUUID, err))
+			kept = append(kept, d)
+		}
+	}
+	if len(errs) > 0 {
+		entry.Devices, entry.State = kept, statePreparing
+		if err := p.save(uid, entry); err != nil {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+	if err := removeCDISpec(p.cfg.CDIDir, uid); err != nil {
+		return err
+	}
+	return p.forget(uid)
+}
+
+// Unprepare undoes each claim's prepare; a claim not prepared here is
+// fine. The result has one entry per claim.
+func (p *Preparer) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	if len(claims) > MaxClaimsPerCall {
+		return nil, fmt.Errorf("dra: %d claims in one call, at most %d", len(claims), MaxClaimsPerCall)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		entry, ok := p.cp.Claims[c.UID]
+		if !ok {
+			out[c.UID] = nil
+			continue
+		}
+		if err := p.undo(ctx, c.UID, entry); err != nil {
+			out[c.UID] = fmt.Errorf("dra: unprepare claim %s/%s: %w", c.Namespace, c.Name, err)
+			p.cfg.Log.Warn("claim unprepare failed", "claim", c.Namespace+"/"+c.Name, "claim_uid", c.UID, "err", err)
+			continue
+		}
+		out[c.UID] = nil
+		p.cfg.Log.Info("claim unprepared", "claim", c.Namespace+"/"+c.Name, "claim_uid", c.UID)
+	}
+	return out, nil
+}
+
+// save records a claim's entry in the checkpoint on disk.
+func (p *Preparer) save(uid types.UID, entry PreparedClaim) error {
+	old, had := p.cp.Claims[uid]
+	p.cp.Claims[uid] = entry
+	if err := writeCheckpoint(p.cfg.StateDir, p.cp); err != nil {
+		if had {
+			p.cp.Claims[uid] = old
+		} else {
+			delete(p.cp.Claims, uid)
+		}
+		return err
+	}
+	return nil
+}
+
+// forget removes a claim from the checkpoint on disk.
+func (p *Preparer) forget(uid types.UID) error {
+	old := p.cp.Claims[uid]
+	delete(p.cp.Claims, uid)
+	if err := writeCheckpoint(p.cfg.StateDir, p.cp); err != nil {
+		p.cp.Claims[uid] = old
+		return err
+	}
+	return nil
+}
+
+func (p *Preparer) result(c PreparedClaim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(c.Devices))
+	for _, d := range c.Devices {
+		kd := kubeletplugin.Device{Requests: slices.Clone(d.Requests), PoolName: p.cfg.NodeName,
+			DeviceName: d.Device.Name, CDIDeviceIDs: slices.Clone(d.CDIDeviceIDs)}
+		if d.ShareID != "" {
+			s := types.UID(d.ShareID)
+			kd.ShareID = &s
+		}
+		out = append(out, kd)
+	}
+	return out
+}

@@ -248,19 +248,13 @@ func createFullCI(gi nvml.GpuInstance, slices int) error {
 
 // destroyGI destroys a GPU instance's compute instances, then the instance.
 func destroyGI(gi nvml.GpuInstance) error {
-	for idx := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
-		info, ret := gi.GetComputeInstanceProfileInfo(idx, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		cis, ret := gi.GetComputeInstances(&info)
-		if err := nvmlErr(ret); err != nil {
-			return fmt.Errorf("list compute instances: %w", err)
-		}
-		for _, ci := range cis {
-			if err := nvmlErr(ci.Destroy()); err != nil {
-				return fmt.Errorf("destroy compute instance: %w", err)
-			}
+	cis, err := computeInstances(gi)
+	if err != nil {
+		return err
+	}
+	for _, c := range cis {
+		if err := nvmlErr(c.ci.Destroy()); err != nil {
+			return fmt.Errorf("destroy compute instance: %w", err)
 		}
 	}
 	if err := nvmlErr(gi.Destroy()); err != nil {

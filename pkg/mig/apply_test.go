@@ -54,14 +54,7 @@ func TestApplyMixedKeepsSharedSlices(t *testing.T) {
 func TestApplyPendingWithoutReset(t *testing.T) {
 	n := simnode.NewBuiltin("dgx-a100") // enabling MIG needs a reset on A100
 	st := mustState(t, n)
-	w, err := mustLayouts(t).Resolve("all-1g.5gb", st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPlan(st, w, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, p := mustPlan(t, mustLayouts(t), "all-1g.5gb", st)
 	res, err := NewApplier(n, nil).Apply(t.Context(), st, w, p)
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -139,14 +132,7 @@ mig-configs:
 	stalled := make(chan struct{}, 1)
 	first.InjectFault("CreateComputeInstance", simnode.FaultSpec{After: 1, Delay: time.Hour, Hit: stalled})
 	st := mustState(t, first)
-	w, err := f.Resolve("mixed", st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPlan(st, w, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, p := mustPlan(t, f, "mixed", st)
 	applied := make(chan struct{})
 	go func() {
 		defer close(applied)
@@ -227,14 +213,7 @@ func TestJournalErrors(t *testing.T) {
 		}
 		n := simnode.NewBuiltin("dgx-h100")
 		st := mustState(t, n)
-		w, err := f.Resolve("a", st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewPlan(st, w, nil, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		w, p := mustPlan(t, f, "a", st)
 		_, err = NewApplier(n, nil, WithJournal(filepath.Join(notDir, "sub", "journal.json"))).Apply(t.Context(), st, w, p)
 		if err == nil || !strings.Contains(err.Error(), "journal") {
 			t.Fatalf("Apply with an unwritable journal = %v, want a journal error", err)
@@ -272,14 +251,7 @@ func TestJournalErrors(t *testing.T) {
 			return n.ResetGPU(gpu)
 		}
 		st := mustState(t, n)
-		w, err := mustLayouts(t).Resolve("two-3g", st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewPlan(st, w, nil, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		w, p := mustPlan(t, mustLayouts(t), "two-3g", st)
 		res, err := NewApplier(n, nil, WithJournal(journal), WithResetter(reset)).Apply(t.Context(), st, w, p)
 		if !errors.Is(err, ErrJournalKept) || errors.Is(err, ErrRolledBack) || !strings.Contains(err.Error(), journal) {
 			t.Fatalf("Apply whose journal cannot be removed = %v, want ErrJournalKept naming %s", err, journal)
@@ -331,14 +303,5 @@ func TestJournalErrors(t *testing.T) {
 
 func planAndApplyJournal(t *testing.T, n *simnode.Node, f LayoutFile, journal string) (Result, error) {
 	t.Helper()
-	st := mustState(t, n)
-	w, err := f.Resolve("a", st)
-	if err != nil {
-		return Result{}, err
-	}
-	p, err := NewPlan(st, w, nil, Options{})
-	if err != nil {
-		return Result{}, err
-	}
-	return NewApplier(n, nil, WithJournal(journal)).Apply(t.Context(), st, w, p)
+	return planAndApply(t.Context(), n, f, "a", nil, Options{}, WithJournal(journal))
 }

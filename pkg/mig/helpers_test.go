@@ -77,7 +77,9 @@ func applyConfig(t testing.TB, n *simnode.Node, name string) Result {
 	return res
 }
 
-func planAndApply(ctx context.Context, n *simnode.Node, f LayoutFile, name string, busy Busy, opts Options) (Result, error) {
+// planAndApply plans layout name of f on n's current state and applies it
+// with a resetter (n.ResetGPU) and aopts.
+func planAndApply(ctx context.Context, n *simnode.Node, f LayoutFile, name string, busy Busy, opts Options, aopts ...ApplierOption) (Result, error) {
 	st, err := ReadState(n)
 	if err != nil {
 		return Result{}, err
@@ -90,7 +92,22 @@ func planAndApply(ctx context.Context, n *simnode.Node, f LayoutFile, name strin
 	if err != nil {
 		return Result{}, err
 	}
-	return NewApplier(n, nil, WithResetter(n.ResetGPU)).Apply(ctx, st, want, p)
+	return NewApplier(n, nil, append([]ApplierOption{WithResetter(n.ResetGPU)}, aopts...)...).Apply(ctx, st, want, p)
+}
+
+// mustPlan resolves layout name of f against st and plans it (nothing
+// busy, default options), failing the test on error.
+func mustPlan(t testing.TB, f LayoutFile, name string, st State) (Desired, Plan) {
+	t.Helper()
+	want, err := f.Resolve(name, st)
+	if err != nil {
+		t.Fatalf("resolve %s: %v", name, err)
+	}
+	p, err := NewPlan(st, want, nil, Options{})
+	if err != nil {
+		t.Fatalf("plan %s: %v", name, err)
+	}
+	return want, p
 }
 
 // layoutString is a GPU's instances as "profile@start" in start order.

@@ -261,14 +261,7 @@ func TestPlan(t *testing.T) {
 func TestPlanIsIncrementalAcrossGPUs(t *testing.T) {
 	st := all1g(a100(t))
 	f := mustLayouts(t)
-	want, err := f.Resolve("mixed", st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPlan(st, want, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, p := mustPlan(t, f, "mixed", st)
 	var changed []int
 	for _, g := range p.GPUs {
 		changed = append(changed, g.GPU)

@@ -168,26 +168,46 @@ func readInstance(gi nvml.GpuInstance, p Profile, uuids map[[2]int]string) (Inst
 		return Instance{}, fmt.Errorf("gpu instance info: %w", err)
 	}
 	in := Instance{GIID: int(info.Id), Profile: p.Name, Placement: Placement{Start: int(info.Placement.Start), Size: int(info.Placement.Size)}}
-	for ciIdx := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
-		ciInfo, ret := gi.GetComputeInstanceProfileInfo(ciIdx, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		cis, ret := gi.GetComputeInstances(&ciInfo)
+	cis, err := computeInstances(gi)
+	if err != nil {
+		return in, fmt.Errorf("gpu instance %d: %w", in.GIID, err)
+	}
+	for _, c := range cis {
+		cinfo, ret := c.ci.GetInfo()
 		if err := nvmlErr(ret); err != nil {
-			return in, fmt.Errorf("gpu instance %d compute instances: %w", in.GIID, err)
+			return in, fmt.Errorf("gpu instance %d compute instance info: %w", in.GIID, err)
 		}
-		for _, ci := range cis {
-			cinfo, ret := ci.GetInfo()
-			if err := nvmlErr(ret); err != nil {
-				return in, fmt.Errorf("gpu instance %d compute instance info: %w", in.GIID, err)
-			}
-			in.CIs = append(in.CIs, ComputeInstance{ID: int(cinfo.Id), Full: int(ciInfo.SliceCount) == p.Slices,
-				UUID: uuids[[2]int{in.GIID, int(cinfo.Id)}]})
-		}
+		in.CIs = append(in.CIs, ComputeInstance{ID: int(cinfo.Id), Full: int(c.profile.SliceCount) == p.Slices,
+			UUID: uuids[[2]int{in.GIID, int(cinfo.Id)}]})
 	}
 	sort.Slice(in.CIs, func(a, b int) bool { return in.CIs[a].ID < in.CIs[b].ID })
 	return in, nil
+}
+
+// profiledCI is a compute instance with the profile it was created from.
+type profiledCI struct {
+	ci      nvml.ComputeInstance
+	profile nvml.ComputeInstanceProfileInfo
+}
+
+// computeInstances lists every compute instance of gi (NVML lists them per
+// compute profile): the state reader and the destroyer both walk them.
+func computeInstances(gi nvml.GpuInstance) ([]profiledCI, error) {
+	var out []profiledCI
+	for idx := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+		info, ret := gi.GetComputeInstanceProfileInfo(idx, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		cis, ret := gi.GetComputeInstances(&info)
+		if err := nvmlErr(ret); err != nil {
+			return out, fmt.Errorf("list compute instances: %w", err)
+		}
+		for _, ci := range cis {
+			out = append(out, profiledCI{ci: ci, profile: info})
+		}
+	}
+	return out, nil
 }
 
 func firstErr(rets ...nvml.Return) nvml.Return {

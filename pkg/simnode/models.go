@@ -1,7 +1,8 @@
 package simnode
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
@@ -97,12 +98,7 @@ var models = map[string]model{
 
 // ModelNames lists the GPU models a node profile may name, sorted.
 func ModelNames() []string {
-	names := make([]string, 0, len(models))
-	for n := range models {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(models))
 }
 
 // nvmlProfileID maps go-nvml's profile index constants (what

@@ -3,7 +3,8 @@ package simnode
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -55,12 +56,7 @@ var builtins = map[string]Profile{
 
 // BuiltinNames lists the built-in node profiles, sorted.
 func BuiltinNames() []string {
-	names := make([]string, 0, len(builtins))
-	for n := range builtins {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(builtins))
 }
 
 // LoadProfile resolves `--simulate NAME|FILE.yaml`: a built-in name, or a

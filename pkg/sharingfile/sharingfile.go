@@ -9,7 +9,6 @@ import (
 	"fmt"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 
 	"github.com/gpud/gpud/internal/fileio"
 	"github.com/gpud/gpud/internal/strictyaml"
@@ -75,7 +74,7 @@ func withLines(data []byte, err error) error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = j.Unwrap()
 	}
-	f, perr := parser.ParseBytes(data, 0)
+	f, perr := strictyaml.Parse(data)
 	if perr != nil || len(f.Docs) == 0 {
 		return err
 	}

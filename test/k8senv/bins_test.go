@@ -41,3 +41,12 @@ func TestBinDir(t *testing.T) {
 	}
 	check(root)
 }
+
+func TestMergeFlags(t *testing.T) {
+	got := mergeFlags([]string{"--a=1", "--authorization-mode=RBAC", "--b"},
+		[]string{"--authorization-mode=Node,RBAC", "--c=3", "--b"})
+	want := []string{"--a=1", "--authorization-mode=Node,RBAC", "--b", "--c=3"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("mergeFlags = %q, want %q", got, want)
+	}
+}

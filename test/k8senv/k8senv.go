@@ -115,13 +115,16 @@ func WithFeatureGates(gates map[string]bool) Option {
 	}
 }
 
-// WithAPIServerFlags appends flags to kube-apiserver's command line (a later
-// flag wins over an earlier one of the same name).
+// WithAPIServerFlags adds flags ("--name=value") to kube-apiserver's command
+// line; one that Start sets too replaces Start's (for instance
+// "--authorization-mode=Node,RBAC" or "--disable-admission-plugins=...").
+// Feature gates go through WithFeatureGates.
 func WithAPIServerFlags(flags ...string) Option {
 	return func(o *options) { o.apiServerFlags = append(o.apiServerFlags, flags...) }
 }
 
-// WithSchedulerFlags appends flags to kube-scheduler's command line.
+// WithSchedulerFlags adds flags to kube-scheduler's command line, as
+// WithAPIServerFlags does to kube-apiserver's.
 func WithSchedulerFlags(flags ...string) Option {
 	return func(o *options) { o.schedulerFlags = append(o.schedulerFlags, flags...) }
 }
@@ -374,7 +377,7 @@ func (e *Env) startAPIServer(o *options) error {
 			"--profiling=false",
 			"--v=1",
 		}
-		p, err := startProc(e.Dir, "kube-apiserver", e.Binaries.APIServer, append(args, o.apiServerFlags...))
+		p, err := startProc(e.Dir, "kube-apiserver", e.Binaries.APIServer, mergeFlags(args, o.apiServerFlags))
 		if err != nil {
 			return nil, err
 		}
@@ -435,7 +438,7 @@ podMaxBackoffSeconds: 2
 			"--feature-gates=" + gateFlag(o.gates),
 			"--v=2",
 		}
-		p, err := startProc(e.Dir, "kube-scheduler", e.Binaries.Scheduler, append(args, o.schedulerFlags...))
+		p, err := startProc(e.Dir, "kube-scheduler", e.Binaries.Scheduler, mergeFlags(args, o.schedulerFlags))
 		if err != nil {
 			return nil, err
 		}
@@ -470,6 +473,23 @@ func getOK(hc *http.Client, url string) error {
 		failing = []string{strings.TrimSpace(string(body))}
 	}
 	return fmt.Errorf("%s: %s", resp.Status, strings.Join(failing, "; "))
+}
+
+// mergeFlags returns base with each of extra ("--name=value" or "--name")
+// replacing the flag of the same name, or appended when base has none:
+// list-valued flags such as --authorization-mode would otherwise add up.
+func mergeFlags(base, extra []string) []string {
+	out := slices.Clone(base)
+	name := func(f string) string { n, _, _ := strings.Cut(f, "="); return n }
+	for _, f := range extra {
+		i := slices.IndexFunc(out, func(b string) bool { return name(b) == name(f) })
+		if i >= 0 {
+			out[i] = f
+		} else {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func gateFlag(gates map[string]bool) string {

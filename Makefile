@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list
+.PHONY: k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list
 
 all: build
 
@@ -23,7 +23,7 @@ run: build
 # HOST_PATHS are what the agent owns on a node. Tests keep to their temp
 # dirs: `make test` fails if one of these appears while it runs (checked
 # for the ones absent before, so a node running gpud can still run it).
-HOST_PATHS := /run/gpud /var/lib/gpud /var/run/cdi /var/lib/kubelet
+HOST_PATHS := /run/gpud /var/lib/gpud /var/run/cdi /var/lib/kubelet /var/run/kubernetes
 
 ## test: lint, every test with the race detector, then each fuzz test for
 ## FUZZTIME_SHORT; fails if the run left anything at HOST_PATHS.
@@ -55,6 +55,11 @@ fuzz:
 		echo "fuzz: $$name in $$dir for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$dir" || { echo "fuzz: $$name in $$dir failed"; exit 1; }; \
 	done
+
+## k8s-bins: kube-apiserver and kube-scheduler for the real-Kubernetes tests,
+## built once per version into ~/.cache/gpud/k8s-bins (GPUD_K8S_BINS).
+k8s-bins:
+	./hack/k8s-bins.sh
 
 ## test-gpu: the real-NVML tests, on a machine with NVIDIA GPUs and a driver.
 test-gpu:

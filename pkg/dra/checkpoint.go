@@ -36,6 +36,9 @@ type PreparedDevice struct {
 	// Created is true for a MIG device this claim's prepare creates (or
 	// created): unprepare destroys it.
 	Created bool `json:"created,omitempty"`
+	// Creating is set while [MIGManager.Create] runs for it: after a crash
+	// there, the device may exist without its UUID recorded.
+	Creating bool `json:"creating,omitempty"`
 	// ShareID identifies one allocation of a multi-allocatable GPU.
 	ShareID string `json:"shareID,omitempty"`
 	// MemoryBytes and CoresPercent are the consumed capacity of a whole

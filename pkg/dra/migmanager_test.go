@@ -20,6 +20,8 @@ type fakeMIG struct {
 	live       map[string]bool
 	failCreate int
 	calls      int
+	// failDestroys fails that many Destroy calls first.
+	failDestroys int
 }
 
 var _ MIGManager = (*fakeMIG)(nil)
@@ -43,6 +45,10 @@ func (f *fakeMIG) Create(_ context.Context, parent, profile string, start int) (
 func (f *fakeMIG) Destroy(_ context.Context, uuid string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failDestroys > 0 {
+		f.failDestroys--
+		return errors.New("injected destroy failure")
+	}
 	delete(f.live, uuid)
 	f.destroyed = append(f.destroyed, uuid)
 	return nil

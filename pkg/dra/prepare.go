@@ -177,8 +177,9 @@ func (p *Preparer) plan(c *resourceapi.ResourceClaim, prev PreparedClaim) ([]Pre
 			}
 		}
 		switch {
-		case before != nil && before.Created:
-			// An earlier attempt created (or began creating) it.
+		case before != nil && before.Created && (before.Device.MIGUUID != "" || before.Creating):
+			// An earlier attempt created it, or crashed creating it: then
+			// it exists if the inventory shows it.
 			d.Device, d.Created = before.Device, true
 			if ok && d.Device.MIGUUID == "" {
 				d.Device.MIGUUID, d.Device.GIID, d.Device.CIID = ref.MIGUUID, ref.GIID, ref.CIID
@@ -272,7 +273,13 @@ func (p *Preparer) deliver(ctx context.Context, uid types.UID, entry *PreparedCl
 		if p.cfg.MIG == nil {
 			return fmt.Errorf("device %q: no MIG manager to create %s", d.Device.Name, d.Device.Profile)
 		}
+		d.Creating = true
+		if err := p.save(uid, *entry); err != nil {
+			d.Creating = false
+			return err
+		}
 		m, err := p.cfg.MIG.Create(ctx, d.Device.GPUUUID, d.Device.Profile, d.Device.Placement.Start)
+		d.Creating = false // a failed Create leaves nothing
 		if err != nil {
 			return fmt.Errorf("create MIG device %q: %w", d.Device.Name, err)
 		}
@@ -306,7 +313,7 @@ func (p *Preparer) undo(ctx context.Context, uid types.UID, entry PreparedClaim)
 			continue
 		}
 		migUUID := d.Device.MIGUUID
-		if migUUID == "" {
+		if migUUID == "" && d.Creating {
 			migUUID = table[d.Device.Name].MIGUUID // created before a crash recorded it
 		}
 		if migUUID == "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/simnode"
 )
 
@@ -429,5 +430,62 @@ func TestPrepareRealMIG(t *testing.T) {
 	}
 	if n := len(e.preparer().Prepared()); n != 0 {
 		t.Errorf("%d claims in the checkpoint", n)
+	}
+}
+
+func TestUnprepareAfterCrashDuringCreate(t *testing.T) {
+	// The agent died inside Create: the checkpoint says Creating and has no
+	// UUID; the slice exists (the inventory shows it). Unprepare destroys
+	// it; a retry of a destroy that failed finishes the job.
+	f := &fakeMIG{}
+	e := newPrepEnv(t, "dgx-h100", f)
+	ref := e.tab.pub.Devices["gpu-1-mig-3g40gb-0"]
+	made, err := f.Create(context.Background(), ref.GPUUUID, ref.Profile, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := checkpoint{Version: checkpointVersion, Claims: map[types.UID]PreparedClaim{"m4": {Namespace: "ns", Name: "m4", State: statePreparing,
+		Devices: []PreparedDevice{{Requests: []string{"gpu"}, Device: ref, Created: true, Creating: true}}}}}
+	if err := writeCheckpoint(e.stateDir, cp); err != nil {
+		t.Fatal(err)
+	}
+	e.st.Inventory = withMIG(e.st.Inventory, 1, gpu.MIGDevice{UUID: made.UUID, Profile: "3g.40gb", MemoryBytes: 40 << 30,
+		GPUInstanceID: made.GIID, PlacementStart: 0, PlacementSize: 4})
+	pub, err := Build(e.name, e.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tab.pub = pub
+	f.failDestroys = 1
+	p := e.preparer()
+	if err := unprepareOne(t, p, "m4"); err == nil || !strings.Contains(err.Error(), made.UUID) {
+		t.Fatalf("unprepare with a failing destroy = %v, want an error naming %s", err, made.UUID)
+	}
+	if _, ok := e.preparer().Prepared()["m4"]; !ok {
+		t.Fatal("claim forgotten although its slice was not destroyed")
+	}
+	if err := unprepareOne(t, e.preparer(), "m4"); err != nil {
+		t.Fatalf("second unprepare: %v", err)
+	}
+	if f.liveCount() != 0 || !slices.Equal(f.destroyed, []string{made.UUID}) {
+		t.Errorf("live %d, destroyed %v; want %s destroyed", f.liveCount(), f.destroyed, made.UUID)
+	}
+}
+
+func TestCheckpointErrors(t *testing.T) {
+	for name, data := range map[string]string{
+		"garbage":       "{not json",
+		"other version": `{"version":99,"claims":{}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(checkpointPath(dir), []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := NewPreparer(PreparerConfig{NodeName: "n", StateDir: dir, CDIDir: dir, Devices: func() map[string]DeviceRef { return nil }})
+			if err == nil || !strings.Contains(err.Error(), checkpointPath(dir)) {
+				t.Errorf("NewPreparer = %v, want an error naming %s", err, checkpointPath(dir))
+			}
+		})
 	}
 }

@@ -135,8 +135,7 @@ func pciBusID(id string) (string, bool) {
 // may be.
 func nvlinkDomains(node string, inv gpu.Inventory) map[string]string {
 	parent := map[string]string{}
-	var find func(string) string
-	find = func(u string) string {
+	find := func(u string) string {
 		for parent[u] != u {
 			parent[u] = parent[parent[u]]
 			u = parent[u]

@@ -80,8 +80,7 @@ type driverEnv struct {
 
 func startDriver(t *testing.T, m MIGManager, objects ...any) *driverEnv {
 	t.Helper()
-	n, st, _ := buildSim(t, "dgx-h100")
-	_ = n
+	_, st, _ := buildSim(t, "dgx-h100")
 	base := t.TempDir()
 	e := &driverEnv{src: newFakeSource(), st: st, pluginDir: filepath.Join(base, "p"), registryDir: filepath.Join(base, "r"), cdiDir: filepath.Join(base, "cdi"), done: make(chan error, 1)}
 	if err := os.MkdirAll(e.registryDir, 0o755); err != nil {

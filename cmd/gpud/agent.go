@@ -157,6 +157,14 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, task{"admin", srv.Run})
 	}
+	if cfg.dra.enabled() {
+		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State,
+			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, log: log.With("component", "dra")})
+		if err != nil {
+			return nil, err
+		}
+		return append(tasks, task{"dra", drv.Run}), nil
+	}
 	dp, err := cfg.dp.newDevicePlugin(struct {
 		*discovery.Store
 		*timeslice.Runtime

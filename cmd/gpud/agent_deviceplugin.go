@@ -27,7 +27,7 @@ type devicePluginOptions struct {
 
 func (o *devicePluginOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.pluginDir, "device-plugin-dir", kubeletPluginDir, "kubelet device-plugin dir holding kubelet.sock; the plugin sockets go there (created unless it is the kubelet's default); empty disables the device plugin")
-	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "dir the CDI spec of the advertised GPUs is written to; empty writes none (then --device-list-strategy envvar)")
+	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "dir the CDI specs are written to (device plugin: the advertised GPUs; --kubelet-api dra: one per prepared claim); empty writes none (then --device-list-strategy envvar)")
 	fs.StringVar(&o.prefix, "resource-prefix", "nvidia.com", "domain of the advertised resources (<prefix>/gpu, <prefix>/gpu.shared, <prefix>/mig-<profile>)")
 	fs.StringVar(&o.migStrategy, "mig-strategy", deviceplugin.MIGNone, "how MIG slices are advertised: none, single or mixed")
 	fs.StringVar(&o.listStrategy, "device-list-strategy", deviceplugin.ListBoth, "how Allocate names devices: cdi (CDI names), envvar (NVIDIA_VISIBLE_DEVICES) or both")

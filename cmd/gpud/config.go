@@ -40,6 +40,7 @@ type agentConfig struct {
 	http      httpOptions
 	admin     adminOptions
 	dp        devicePluginOptions
+	dra       draOptions
 	health    healthOptions
 	telemetry telemetryOptions
 	mig       migOptions
@@ -63,6 +64,7 @@ func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
 	c.http.register(fs)
 	c.admin.register(fs)
 	c.dp.register(fs)
+	c.dra.register(fs)
 	c.health.register(fs)
 	c.telemetry.register(fs)
 	c.mig.register(fs)
@@ -134,6 +136,7 @@ func (c *agentConfig) validate() []error {
 	errs = append(errs, c.http.validate()...)
 	errs = append(errs, c.admin.validate()...)
 	errs = append(errs, c.dp.validate()...)
+	errs = append(errs, c.dra.validate(c.nvml.nodeName, c.dp.cdiDir)...)
 	errs = append(errs, c.health.validate()...)
 	errs = append(errs, c.telemetry.validate()...)
 	errs = append(errs, c.mig.validate()...)

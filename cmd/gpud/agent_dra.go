@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpud/gpud/pkg/dra"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/mig"
+)
+
+// The kubelet APIs the agent can serve; a node uses one.
+const (
+	kubeletAPIDevicePlugin = "device-plugin"
+	kubeletAPIDRA          = "dra"
+)
+
+// The kubelet's directories for DRA plugins. gpud creates its own
+// directory under the plugins dir; the registry dir is the kubelet's.
+const (
+	kubeletPluginsDir  = "/var/lib/kubelet/plugins"
+	kubeletRegistryDir = "/var/lib/kubelet/plugins_registry"
+)
+
+// draOptions are the flags of the kubelet API choice and the DRA driver.
+// The node name (--node-name) and the CDI dir (--cdi-dir) are shared with
+// the rest of the agent.
+type draOptions struct {
+	kubeletAPI  string
+	kubeconfig  string
+	pluginsDir  string
+	registryDir string
+}
+
+func (o *draOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.kubeletAPI, "kubelet-api", kubeletAPIDevicePlugin, "how GPUs reach pods: device-plugin (the kubelet's device plugin API) or dra (the DRA driver "+dra.DriverName+": ResourceSlices and claims); a node uses one")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "with --kubelet-api dra: kubeconfig of the identity that publishes ResourceSlices and reads ResourceClaims; empty uses the in-cluster config (the pod's service account)")
+	fs.StringVar(&o.pluginsDir, "kubelet-plugins-dir", kubeletPluginsDir, "with --kubelet-api dra: the kubelet's plugins dir; the driver's socket and claim checkpoint go to <dir>/"+dra.DriverName+" (created)")
+	fs.StringVar(&o.registryDir, "kubelet-registry-dir", kubeletRegistryDir, "with --kubelet-api dra: the kubelet's plugin registration dir (must exist: the kubelet creates it)")
+}
+
+func (o *draOptions) enabled() bool { return o.kubeletAPI == kubeletAPIDRA }
+
+// validate checks the DRA flags; nodeName is --node-name as given (empty:
+// resolved later) and cdiDir is --cdi-dir. In device-plugin mode only
+// --kubelet-api itself is checked.
+func (o *draOptions) validate(nodeName, cdiDir string) []error {
+	switch o.kubeletAPI {
+	case kubeletAPIDevicePlugin:
+		return nil
+	case kubeletAPIDRA:
+	default:
+		return []error{flagErr("kubelet-api", "%s: want device-plugin or dra", quoteTrunc(o.kubeletAPI))}
+	}
+	var errs []error
+	if nodeName != "" {
+		if msgs := validation.IsDNS1123Subdomain(nodeName); len(msgs) > 0 {
+			errs = append(errs, flagErr("node-name", "%s: not a Kubernetes node name: %s", quoteTrunc(nodeName), strings.Join(msgs, "; ")))
+		}
+	}
+	if cdiDir == "" {
+		errs = append(errs, flagErr("cdi-dir", "empty: --kubelet-api dra delivers devices through CDI specs; set a dir (the container runtime's, usually /var/run/cdi)"))
+	}
+	if o.pluginsDir == "" {
+		errs = append(errs, flagErr("kubelet-plugins-dir", "empty: want the kubelet's plugins dir (%s)", kubeletPluginsDir))
+	}
+	switch fi, err := os.Stat(o.registryDir); {
+	case o.registryDir == "":
+		errs = append(errs, flagErr("kubelet-registry-dir", "empty: want the kubelet's plugin registration dir (%s)", kubeletRegistryDir))
+	case err != nil:
+		errs = append(errs, flagErr("kubelet-registry-dir", "%w (the kubelet creates it: does a kubelet run on this node?)", err))
+	case !fi.IsDir():
+		errs = append(errs, flagErr("kubelet-registry-dir", "%s is not a directory", o.registryDir))
+	}
+	if o.kubeconfig != "" {
+		if _, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
+			errs = append(errs, flagErr("kubeconfig", "%w", err))
+		}
+	}
+	return errs
+}
+
+// restConfig is the API client configuration: the kubeconfig, or the
+// in-cluster config when none is given.
+func (o *draOptions) restConfig() (*rest.Config, error) {
+	if o.kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return nil, flagErr("kubeconfig", "%w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, flagErr("kubeconfig", "empty, and no in-cluster config (%w): outside a pod, pass a kubeconfig", err)
+	}
+	return cfg, nil
+}
+
+// draDeps are the node sources the DRA driver reads.
+type draDeps struct {
+	node      string
+	inventory dra.InventorySource // the discovery store
+	migState  func() (mig.State, error)
+	slices    *mig.Slices
+	cdiDir    string
+	log       *slog.Logger
+}
+
+// newDRADriver builds the DRA driver on its sources and an API client.
+func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
+	if msgs := validation.IsDNS1123Subdomain(deps.node); len(msgs) > 0 {
+		return nil, flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
+			quoteTrunc(deps.node), strings.Join(msgs, "; "))
+	}
+	cfg, err := o.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "gpud/" + version + " (dra)"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dra: api client: %w", err)
+	}
+	pluginsDir, err := filepath.Abs(o.pluginsDir)
+	if err != nil {
+		return nil, flagErr("kubelet-plugins-dir", "%s: %w", o.pluginsDir, err)
+	}
+	registryDir, err := filepath.Abs(o.registryDir)
+	if err != nil {
+		return nil, flagErr("kubelet-registry-dir", "%s: %w", o.registryDir, err)
+	}
+	cdiDir, err := filepath.Abs(deps.cdiDir)
+	if err != nil {
+		return nil, flagErr("cdi-dir", "%s: %w", deps.cdiDir, err)
+	}
+	cats := &migCatalogs{read: deps.migState, log: deps.log, byUUID: map[string]mig.Catalog{}}
+	drv, err := dra.New(dra.Options{
+		NodeName:    deps.node,
+		KubeClient:  client,
+		PluginDir:   filepath.Join(pluginsDir, dra.DriverName),
+		RegistryDir: registryDir,
+		CDIDir:      cdiDir,
+		Inventory:   deps.inventory,
+		NodeState:   cats.nodeState,
+		MIG:         draMIG{deps.slices},
+		Logger:      deps.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dra: %w", err)
+	}
+	return drv, nil
+}
+
+// draMIG is the driver's MIG manager: pkg/mig's slice manager, whose
+// changes go through the MIG service (its lock, the applier's journal and
+// rollback) and make the inventory rediscover.
+type draMIG struct{ s *mig.Slices }
+
+var _ dra.MIGManager = draMIG{}
+
+func (m draMIG) Create(ctx context.Context, parentUUID, profile string, placementStart int) (dra.CreatedMIG, error) {
+	s, err := m.s.Create(ctx, parentUUID, profile, placementStart)
+	if err != nil {
+		return dra.CreatedMIG{}, err
+	}
+	return dra.CreatedMIG{UUID: s.UUID, GIID: s.GIID, CIID: s.CIID}, nil
+}
+
+func (m draMIG) Destroy(ctx context.Context, migUUID string) error { return m.s.Destroy(ctx, migUUID) }
+
+// migCatalogs completes an inventory into the slice builder's input with
+// each MIG-capable GPU's catalog, read from NVML once per GPU.
+type migCatalogs struct {
+	read func() (mig.State, error)
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	byUUID map[string]mig.Catalog
+}
+
+func (c *migCatalogs) nodeState(inv gpu.Inventory) dra.NodeState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	missing := false
+	for _, g := range inv.GPUs {
+		if _, ok := c.byUUID[g.UUID]; g.MIGCapable && !ok {
+			missing = true
+		}
+	}
+	if missing {
+		st, err := c.read()
+		if err != nil {
+			c.log.Warn("mig catalogs not read, no dynamic mig devices", "err", err)
+		}
+		for _, g := range st.GPUs {
+			if g.MIGCapable && len(g.Catalog.Profiles) > 0 {
+				c.byUUID[g.UUID] = g.Catalog
+			}
+		}
+	}
+	out := dra.NodeState{MIG: map[string]dra.MIGCatalog{}}
+	for _, g := range inv.GPUs {
+		if cat, ok := c.byUUID[g.UUID]; ok && g.MIGCapable {
+			out.MIG[g.UUID] = draCatalog(cat, dra.LiveMIGModeChange(g.Architecture))
+		}
+	}
+	return out
+}
+
+// draCatalog is a mig.Catalog as the slice builder's plain data.
+func draCatalog(c mig.Catalog, live bool) dra.MIGCatalog {
+	out := dra.MIGCatalog{MemorySlices: c.MemorySlices, ComputeSlices: c.ComputeSlices, LiveModeChange: live}
+	for _, p := range c.Profiles {
+		mp := dra.MIGProfile{Name: p.Name, ComputeSlices: p.Slices, MemoryBytes: p.MemoryMiB << 20}
+		for _, pl := range p.Placements {
+			mp.Placements = append(mp.Placements, dra.Placement{Start: pl.Start, Size: pl.Size})
+		}
+		out.Profiles = append(out.Profiles, mp)
+	}
+	return out
+}

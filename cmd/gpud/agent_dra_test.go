@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/dra"
+	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/simnode"
+)
+
+// draArgs are agentArgs in DRA mode with the kubelet's DRA dirs in dir
+// (the registry dir created, as the kubelet does).
+func draArgs(t *testing.T, dir string, extra ...string) []string {
+	t.Helper()
+	reg := filepath.Join(dir, "plugins_registry")
+	if err := os.MkdirAll(reg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return agentArgs(dir, append([]string{"--kubelet-api", "dra", "--kubeconfig", writeTestKubeconfig(t, dir),
+		"--kubelet-plugins-dir", filepath.Join(dir, "plugins"), "--kubelet-registry-dir", reg}, extra...)...)
+}
+
+// writeTestKubeconfig writes a kubeconfig for a server that is never
+// contacted.
+func writeTestKubeconfig(t *testing.T, dir string) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "t"}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	p := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDRAFlagsValidatedBeforeStarting: each bad DRA flag is refused, named
+// once, before anything starts or logs.
+func TestDRAFlagsValidatedBeforeStarting(t *testing.T) {
+	tests := []struct {
+		name string
+		args func(dir string) []string
+		flag string
+		want string
+	}{
+		{"kubelet-api", func(dir string) []string { return agentArgs(dir, "--kubelet-api", "both") },
+			"kubelet-api", `"both": want device-plugin or dra`},
+		{"registry-dir-missing", func(dir string) []string {
+			return draArgs(t, dir, "--kubelet-registry-dir", filepath.Join(dir, "nope"))
+		}, "kubelet-registry-dir", "does a kubelet run on this node?"},
+		{"registry-dir-file", func(dir string) []string {
+			f := filepath.Join(dir, "file")
+			_ = os.WriteFile(f, nil, 0o600)
+			return draArgs(t, dir, "--kubelet-registry-dir", f)
+		}, "kubelet-registry-dir", "is not a directory"},
+		{"plugins-dir-empty", func(dir string) []string { return draArgs(t, dir, "--kubelet-plugins-dir", "") },
+			"kubelet-plugins-dir", "empty"},
+		{"cdi-dir-empty", func(dir string) []string { return draArgs(t, dir, "--cdi-dir", "") },
+			"cdi-dir", "delivers devices through CDI specs"},
+		{"kubeconfig-missing", func(dir string) []string {
+			return draArgs(t, dir, "--kubeconfig", filepath.Join(dir, "missing.kubeconfig"))
+		}, "kubeconfig", "missing.kubeconfig"},
+		{"node-name", func(dir string) []string { return draArgs(t, dir, "--node-name", "GPU_Node") },
+			"node-name", "not a Kubernetes node name"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var logs bytes.Buffer
+			args := append(tc.args(dir), "--simulate", "dgx-h100", "--http-addr", "")
+			err := runAgent(t.Context(), args, io.Discard, &logs)
+			if err == nil {
+				t.Fatalf("%v accepted", args)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q lacks %q", msg, tc.want)
+			}
+			if n := strings.Count(msg, "--"+tc.flag+":"); n != 1 {
+				t.Errorf("error %q names --%s %d times, want once", msg, tc.flag, n)
+			}
+			for _, p := range []string{"plugins", "cdi", "admin.sock"} {
+				if _, err := os.Stat(filepath.Join(dir, p)); err == nil {
+					t.Errorf("%s exists: the agent started something before validating", p)
+				}
+			}
+			if logs.Len() > 0 {
+				t.Errorf("the agent logged before refusing its config:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// TestDRAModeWiring: --kubelet-api dra runs the DRA driver instead of the
+// device plugin; device-plugin mode (the default) runs no driver.
+func TestDRAModeWiring(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name       string
+		dra        bool
+		want, drop string
+	}{{"dra", true, "dra", "deviceplugin"}, {"device-plugin", false, "deviceplugin", "dra"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := agentArgs(dir, "--simulate", "dgx-h100", "--http-addr", "")
+			if tc.dra {
+				args = draArgs(t, dir, "--simulate", "dgx-h100", "--http-addr", "")
+			}
+			cfg, err := loadAgentConfig(args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib, sim, closeLib, err := openNVML(cfg.nvml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeLib()
+			src, err := newNodeSources(cfg, lib, cfg.nvml.resolveNodeName(sim), log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.close(log)
+			tasks, err := wireAgent(cfg, args, lib, sim, src, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tk := range tasks {
+				names = append(names, tk.name)
+			}
+			if !slices.Contains(names, tc.want) || slices.Contains(names, tc.drop) {
+				t.Errorf("tasks %v: want %s and no %s", names, tc.want, tc.drop)
+			}
+		})
+	}
+}
+
+func TestDRANodeNameMustBeANodeName(t *testing.T) {
+	o := draOptions{kubeletAPI: kubeletAPIDRA, kubeconfig: writeTestKubeconfig(t, t.TempDir()), pluginsDir: t.TempDir(), registryDir: t.TempDir()}
+	_, err := o.newDRADriver(draDeps{node: "My_Host", cdiDir: t.TempDir(), log: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "--node-name:") {
+		t.Fatalf("newDRADriver with node My_Host = %v, want a --node-name error", err)
+	}
+}
+
+func TestDRAInClusterConfigMissing(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	_, err := (&draOptions{}).restConfig()
+	if err == nil || !strings.Contains(err.Error(), "--kubeconfig: empty, and no in-cluster config") || !strings.Contains(err.Error(), rest.ErrNotInCluster.Error()) {
+		t.Fatalf("restConfig outside a cluster = %v", err)
+	}
+}
+
+// TestDRANodeStateFromSim: the wiring's NodeState gives each MIG-capable
+// GPU its catalog, so the slice builder publishes dynamic MIG devices on
+// H100 (MIG mode turns on live) and none on an A100 with MIG off.
+func TestDRANodeStateFromSim(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		dynamic bool
+	}{{"dgx-h100", true}, {"dgx-a100", false}} {
+		t.Run(tc.profile, func(t *testing.T) {
+			n := simnode.NewBuiltin(tc.profile)
+			t.Cleanup(n.Close)
+			inv, err := discovery.New(n, tc.profile, nil).Inventory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			reads := 0
+			cats := &migCatalogs{read: func() (mig.State, error) { reads++; return mig.ReadState(n) },
+				log: slog.New(slog.DiscardHandler), byUUID: map[string]mig.Catalog{}}
+			st := cats.nodeState(inv)
+			_ = cats.nodeState(inv)
+			if reads != 1 {
+				t.Errorf("catalogs read %d times, want once", reads)
+			}
+			if len(st.MIG) != len(inv.GPUs) {
+				t.Fatalf("%d catalogs for %d GPUs", len(st.MIG), len(inv.GPUs))
+			}
+			st.Inventory = inv
+			pub, err := dra.Build(tc.profile, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mig1g := 0
+			for name, ref := range pub.Devices {
+				if ref.Type == dra.TypeMIG && ref.Dynamic() && strings.Contains(name, "-mig-1g") {
+					mig1g++
+				}
+			}
+			if got := mig1g > 0; got != tc.dynamic {
+				t.Errorf("%d dynamic 1g MIG devices, want some: %v", mig1g, tc.dynamic)
+			}
+			if _, ok := pub.Devices[dra.GPUDeviceName(0)]; !ok {
+				t.Error("no gpu-0")
+			}
+		})
+	}
+}
+
+// TestDRAMIGManager: the driver's MIG manager creates a slice through the
+// MIG service (which rediscovers: the store shows it) and destroys it.
+func TestDRAMIGManager(t *testing.T) {
+	n := simnode.NewBuiltin("dgx-h100")
+	t.Cleanup(n.Close)
+	log := slog.New(slog.DiscardHandler)
+	store := discovery.NewStore(discovery.New(n, "dgx-h100", nil), nil)
+	if _, err := store.Rediscover(); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := newMIGService(n, n, filepath.Join(t.TempDir(), "journal.json"), false, nil,
+		func(mig.Result) { rediscoverAfterMIG(store, log) }, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := draMIG{mig.NewSlices(svc)}
+	inv, _ := store.Inventory()
+	parent := inv.GPUs[5].UUID
+	c, err := m.Create(t.Context(), parent, "1g.10gb", 6)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if c.UUID == "" || !strings.HasPrefix(c.UUID, "MIG-") {
+		t.Fatalf("created %+v", c)
+	}
+	if got := migUUIDs(store, 5); !slices.Equal(got, []string{c.UUID}) {
+		t.Fatalf("inventory gpu 5 MIG devices after create = %v, want [%s]", got, c.UUID)
+	}
+	if err := m.Destroy(t.Context(), c.UUID); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	inv, _ = store.Inventory()
+	if g := inv.GPUs[5]; g.MIGEnabled || len(g.MIGDevices) > 0 {
+		t.Fatalf("gpu 5 after destroy: mig %v, devices %v", g.MIGEnabled, migUUIDs(store, 5))
+	}
+}
+
+func migUUIDs(store *discovery.Store, index int) []string {
+	inv, _ := store.Inventory()
+	var out []string
+	for _, g := range inv.GPUs {
+		if g.Index != index {
+			continue
+		}
+		for _, d := range g.MIGDevices {
+			out = append(out, d.UUID)
+		}
+	}
+	return out
+}
+
+// TestDRADeployDaemonSetUsesAgentFlags: the DRA DaemonSet's args are agent
+// flags.
+func TestDRADeployDaemonSetUsesAgentFlags(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/dra/daemonset.yaml")
+	if err != nil {
+		t.Skipf("no DRA DaemonSet: %v", err)
+	}
+	var ds appsv1.DaemonSet
+	if err := decodeManifest(data, &ds); err != nil {
+		t.Fatal(err)
+	}
+	fs, c := agentFlagSet(io.Discard)
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	if len(args) == 0 || args[0] != "agent" {
+		t.Fatalf("args %v: want the agent subcommand first", args)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		t.Fatalf("DaemonSet args: %v", err)
+	}
+	if !c.dra.enabled() {
+		t.Errorf("DRA DaemonSet runs --kubelet-api %q", c.dra.kubeletAPI)
+	}
+}

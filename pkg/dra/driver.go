@@ -271,7 +271,11 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 
 // HandleError implements [kubeletplugin.DRAPlugin]: recoverable errors
 // (publishing) are logged; others end [Driver.Run].
-func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		d.log.Debug("kubelet plugin error while stopping", "msg", msg, "err", err)
+		return
+	}
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		d.log.Warn("kubelet plugin error", "msg", msg, "err", err)
 		return

@@ -288,3 +288,75 @@ func waitAPISlices(t *testing.T, c kubernetes.Interface, what string, ok func(ma
 		w.Stop()
 	}
 }
+
+// TestSlicesPassAPIValidation creates (dry run) every slice the builder
+// makes for each simulated profile, healthy and with its variants (taints,
+// existing MIG devices, exclusive-only GPUs), on a real kube-apiserver:
+// its validation accepts them and drops no field.
+func TestSlicesPassAPIValidation(t *testing.T) {
+	env := k8senv.Start(t, k8senv.WithoutScheduler())
+	type variant struct {
+		name   string
+		change func(st *NodeState)
+	}
+	variants := []variant{
+		{name: "healthy", change: func(*NodeState) {}},
+		{name: "tainted", change: func(st *NodeState) {
+			st.Inventory.GPUs[0].Health, st.Inventory.GPUs[0].HealthReason = gpu.Lost, "xid 79: gpu fell off the bus"
+			st.Inventory.GPUs[1].Health, st.Inventory.GPUs[1].HealthReason = gpu.Unhealthy, "xid 31"
+		}},
+		{name: "exclusive", change: func(st *NodeState) {
+			st.ExclusiveOnly = map[string]bool{st.Inventory.GPUs[0].UUID: true}
+		}},
+		{name: "mig-enabled", change: func(st *NodeState) {
+			g := &st.Inventory.GPUs[0]
+			if !g.MIGCapable {
+				return
+			}
+			g.MIGEnabled = true
+			g.MIGDevices = []gpu.MIGDevice{{UUID: "MIG-x", Profile: "3g.40gb", MemoryBytes: 40 << 30, GPUInstanceID: 2, PlacementStart: 4, PlacementSize: 4,
+				Health: gpu.Unhealthy, HealthReason: "xid 43"}}
+		}},
+	}
+	for _, profile := range []string{"dgx-a100", "dgx-h100", "dgx-h200", "pcie-l40s"} {
+		for _, v := range variants {
+			t.Run(profile+"/"+v.name, func(t *testing.T) {
+				_, st, _ := buildSim(t, profile)
+				st.Inventory.GPUs = append([]gpu.GPU(nil), st.Inventory.GPUs...)
+				v.change(&st)
+				pool := profile + "-" + v.name
+				pub, err := Build(pool, st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkResources(t, pool, pub)
+				sl := pub.Resources.Pools[pool].Slices
+				for i, s := range sl {
+					obj := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: pool + "-"}, Spec: resourceapi.ResourceSliceSpec{
+						Driver: DriverName, NodeName: &pool, Devices: s.Devices, SharedCounters: s.SharedCounters,
+						Pool: resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: int64(len(sl))}}}
+					got, err := env.Client.ResourceV1().ResourceSlices().Create(t.Context(), obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+					if err != nil {
+						t.Fatalf("slice %d: %v", i, err)
+					}
+					if len(got.Spec.Devices) != len(s.Devices) || len(got.Spec.SharedCounters) != len(s.SharedCounters) {
+						t.Fatalf("slice %d: the API server kept %d devices and %d counter sets of %d and %d", i,
+							len(got.Spec.Devices), len(got.Spec.SharedCounters), len(s.Devices), len(s.SharedCounters))
+					}
+					for j, d := range got.Spec.Devices {
+						want := s.Devices[j]
+						if len(d.Taints) != len(want.Taints) || len(d.ConsumesCounters) != len(want.ConsumesCounters) ||
+							(d.AllowMultipleAllocations == nil) != (want.AllowMultipleAllocations == nil) || len(d.Attributes) != len(want.Attributes) {
+							t.Errorf("slice %d device %s: the API server dropped fields: %+v", i, d.Name, d)
+						}
+						for name, c := range want.Capacity {
+							if (c.RequestPolicy == nil) != (d.Capacity[name].RequestPolicy == nil) {
+								t.Errorf("device %s capacity %s: request policy dropped", d.Name, name)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}

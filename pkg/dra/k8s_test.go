@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -240,7 +241,7 @@ func TestDriverOnRealKubernetes(t *testing.T) {
 
 // waitAPISlices lists the slices and watches from there until ok accepts
 // them; a watch the server ends is resumed from a fresh list.
-func waitAPISlices(t *testing.T, c kubernetes.Interface, what string, ok func(map[string]*resourceapi.ResourceSlice) bool) {
+func waitAPISlices(t testing.TB, c kubernetes.Interface, what string, ok func(map[string]*resourceapi.ResourceSlice) bool) {
 	t.Helper()
 	deadline := time.After(time.Minute)
 	for {
@@ -358,5 +359,59 @@ func TestSlicesPassAPIValidation(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkXidToTaint measures the time from an Xid on a simulated GPU to
+// the device taint on a real kube-apiserver: NVML event -> health monitor
+// -> inventory store -> driver -> ResourceSlice update (seen through a
+// list and watch). Each op is a new Xid, on the GPUs in turn.
+func BenchmarkXidToTaint(b *testing.B) {
+	env := k8senv.Start(b, k8senv.WithoutScheduler())
+	const node = "dgx-h100"
+	env.CreateNode(b, node, nil)
+	n, st, _ := buildSim(b, node)
+	store := discovery.NewStore(discovery.New(n, node, nil), nil)
+	if _, err := store.Rediscover(); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mon := discovery.NewHealthMonitor(n, discovery.HealthConfig{IgnoredXids: []uint64{}, WaitTimeout: 10 * time.Millisecond}, store.SetHealth, nil)
+	base := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(base, "r"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	drv, err := New(Options{NodeName: node, KubeClient: env.Client, PluginDir: filepath.Join(base, "p"), RegistryDir: filepath.Join(base, "r"),
+		CDIDir: filepath.Join(base, "cdi"), Inventory: store, NodeState: func(inv gpu.Inventory) NodeState { s := st; s.Inventory = inv; return s }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 2)
+	go func() { done <- mon.Run(ctx) }()
+	go func() { done <- drv.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				b.Errorf("run: %v", err)
+			}
+		}
+	})
+	waitAPISlices(b, env.Client, "the first slices", func(m map[string]*resourceapi.ResourceSlice) bool { return len(m) == 5 })
+	xid := uint64(1000)
+	i := 0
+	for b.Loop() {
+		xid++
+		gpuIndex := i % 8
+		i++
+		if err := n.InjectXid(gpuIndex, xid); err != nil {
+			b.Fatal(err)
+		}
+		want := "xid-" + strconv.FormatUint(xid, 10)
+		name := GPUDeviceName(gpuIndex)
+		waitAPISlices(b, env.Client, want+" on "+name, func(m map[string]*resourceapi.ResourceSlice) bool {
+			d := sliceDevice(m, name)
+			return d != nil && len(d.Taints) == 1 && d.Taints[0].Value == want
+		})
 	}
 }

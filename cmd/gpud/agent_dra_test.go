@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/rest"
@@ -286,5 +288,43 @@ func TestDRADeployDaemonSetUsesAgentFlags(t *testing.T) {
 	}
 	if !c.dra.enabled() {
 		t.Errorf("DRA DaemonSet runs --kubelet-api %q", c.dra.kubeletAPI)
+	}
+}
+
+// TestDRAForwardChanges: one wake-up at start, one per change, and a
+// change made while nobody listens is not lost.
+func TestDRAForwardChanges(t *testing.T) {
+	n := simnode.NewBuiltin("dgx-h100")
+	t.Cleanup(n.Close)
+	store := discovery.NewStore(discovery.New(n, "dgx-h100", nil), nil)
+	out := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); forwardChanges(ctx, store, out) }()
+	defer func() { cancel(); <-done }()
+	recv := func(what string) {
+		t.Helper()
+		select {
+		case <-out:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no wake-up for %s", what)
+		}
+	}
+	recv("the start")
+	if _, err := store.Rediscover(); err != nil { // first read: a change
+		t.Fatal(err)
+	}
+	recv("the first inventory")
+	if err := n.FallOffBus(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Rediscover(); err != nil {
+		t.Fatal(err)
+	}
+	recv("a change made while nobody listened")
+	select {
+	case <-out:
+		t.Fatal("a wake-up without a change")
+	default:
 	}
 }

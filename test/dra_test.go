@@ -23,6 +23,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -83,7 +84,8 @@ func runDRACase(t *testing.T, tc draCase) {
 	env.CreateNode(t, node, nil)
 
 	dir := shortDir(t)
-	kubeconfig := env.WriteKubeconfig(t, "gpud-dra", draAgentConfig(t, env, node))
+	agentCfg := draAgentConfig(t, env, node)
+	kubeconfig := env.WriteKubeconfig(t, "gpud-dra", agentCfg)
 	pluginsDir, registryDir, cdiDir := filepath.Join(dir, "plugins"), filepath.Join(dir, "registry"), filepath.Join(dir, "cdi")
 	if err := os.MkdirAll(registryDir, 0o755); err != nil { // the kubelet's
 		t.Fatal(err)
@@ -121,6 +123,17 @@ func runDRACase(t *testing.T, tc draCase) {
 	})
 	published := time.Since(agentStart)
 	t.Logf("%s: %d devices published by gpud, %s after the agent started", node, len(devices), published.Round(time.Millisecond))
+
+	// The agent's identity may not write another node's slices.
+	agentClient, err := kubernetes.NewForConfig(agentCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: draDriver, NodeName: ptr.To("other-node"), Pool: resourceapi.ResourcePool{Name: "other-node", ResourceSliceCount: 1}}}
+	if _, err := agentClient.ResourceV1().ResourceSlices().Create(t.Context(), foreign, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "may not change ResourceSlices of node 'other-node'") {
+		t.Errorf("the agent's identity creating a slice of another node: %v, want the admission policy's refusal", err)
+	}
 
 	// DeviceClasses, as shipped.
 	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {

@@ -23,7 +23,7 @@ func (f *nvmlFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.simulate, "simulate", "", "use a simulated node instead of NVML: "+fmt.Sprint(simnode.BuiltinNames())+" or a node .yaml file")
 	fs.StringVar(&f.stateFile, "sim-state-file", "", "with --simulate, keep the simulated MIG layout in this file across restarts")
 	fs.StringVar(&f.library, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic loader's search path)")
-	fs.StringVar(&f.nodeName, "node-name", "", "node name to report (default: $NODE_NAME, else the hostname, else the simulated node's name)")
+	fs.StringVar(&f.nodeName, "node-name", "", "node name to report, and in --kubelet-api dra the Node and ResourceSlice pool (default: $NODE_NAME, else the simulated profile's name, else the hostname)")
 }
 
 // errNoNVML is returned when the NVML library cannot be loaded.

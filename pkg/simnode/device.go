@@ -135,6 +135,7 @@ func (d *Device) setFuncs() {
 	d.setTelemetryFuncs()
 	d.setMIGFuncs()
 	d.setEventFuncs()
+	d.setGPMFuncs()
 	fillUnsupported(&d.Device)
 }
 

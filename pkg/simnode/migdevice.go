@@ -65,6 +65,7 @@ func newMigDevice(ci *computeInstance) *migDevice {
 		}
 		return d.processes(gi.id), nvml.SUCCESS
 	}
+	h.setGPMFuncs()
 	fillUnsupported(&h.Device)
 	return h
 }

@@ -42,6 +42,8 @@ type Node struct {
 
 	done      chan struct{} // closed by Close: ends stalled faults
 	closeOnce sync.Once
+
+	gpm gpmRegistry // GPM samples and counters (gpm.go), guarded by mu
 }
 
 var _ nvml.Interface = (*Node)(nil)
@@ -167,6 +169,7 @@ func (n *Node) setFuncs() {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
 	n.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return n.newEventSet(), nvml.SUCCESS }
+	n.setGPMFuncs()
 	fillUnsupported(&n.Interface)
 }
 

@@ -24,6 +24,7 @@ type Collector struct {
 	info, health, lastXid, xidTotal, migEnabled, migPending, migInfo, migMemory *prometheus.Desc
 	replicas, containers, holder, procMem                                       *prometheus.Desc
 	up, duration, sweeps, errors, stale, podUp, attrErrs, build                 *prometheus.Desc
+	unsupported                                                                 *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -63,6 +64,7 @@ func NewCollector(s *Sampler, compat Compat, version string) *Collector {
 	c.sweeps = prometheus.NewDesc("gpud_sampler_sweeps_total", "Sweeps over every device since gpud started.", nil, nil)
 	c.errors = prometheus.NewDesc("gpud_sampler_errors_total", "NVML calls that failed (reason: the NVML error), timed out, or were skipped because the previous call was still running (busy); UUID is the device's own (a MIG device's for MIG devices).", []string{"UUID", "call", "reason"}, nil)
 	c.stale = prometheus.NewDesc("gpud_sampler_stale_fields", "Fields of the device whose last good value is older than the stale-after window; they are left out of the output.", id, nil)
+	c.unsupported = prometheus.NewDesc("gpud_sampler_unsupported_fields", "Fields the device does not support (NVML answered not supported; GPM profiling fields on GPUs without GPM count 12); they are left out of the output.", id, nil)
 	c.podUp = prometheus.NewDesc("gpud_podresources_up", "1 when the last kubelet PodResources List worked.", nil, nil)
 	c.attrErrs = prometheus.NewDesc("gpud_attribution_errors_total", "Pod attribution failures by source (podresources, proc, podlogs).", []string{"source"}, nil)
 	c.build = prometheus.NewDesc("gpud_build_info", "gpud's version and Go version, value 1.", []string{"version", "goversion"}, nil)
@@ -124,9 +126,10 @@ func (c *Collector) estimate(snap *Snapshot) int {
 
 // collectDevice exports one GPU or MIG device.
 func (c *Collector) collectDevice(b *slab, d *DeviceSnapshot, now time.Time, cfg Config) {
-	stale := 0
+	stale, unsupported := 0, 0
 	for f := range numFields {
 		if d.Unsupported[f] {
+			unsupported++
 			continue
 		}
 		at := d.At[f]
@@ -150,6 +153,7 @@ func (c *Collector) collectDevice(b *slab, d *DeviceSnapshot, now time.Time, cfg
 		}
 	}
 	b.send(c.stale, prometheus.GaugeValue, float64(stale), d.lp.id)
+	b.send(c.unsupported, prometheus.GaugeValue, float64(unsupported), d.lp.id)
 	b.send(c.replicas, prometheus.GaugeValue, float64(d.Replicas), d.lp.id)
 	b.send(c.containers, prometheus.GaugeValue, float64(len(d.Holders)), d.lp.id)
 	for _, lp := range d.lp.holders {

@@ -7,7 +7,8 @@ import (
 // field is one sampled value of a device.
 type field uint8
 
-// Fields, stored in DCGM's units (%, MiB, W, mJ, C, MHz, counts).
+// Fields, stored in DCGM's units (%, MiB, W, mJ, C, MHz, counts, ratios,
+// bytes per second).
 const (
 	fGPUUtil field = iota
 	fMemCopyUtil
@@ -29,8 +30,25 @@ const (
 	fRemapCorrectable
 	fRemapUncorrectable
 	fRemapFailure
+	// GPM profiling fields (gpm.go), stored as ratios (0-1) and bytes per
+	// second, as dcgm-exporter exports them.
+	fProfGREngine
+	fProfSMActive
+	fProfSMOccupancy
+	fProfTensor
+	fProfDRAM
+	fProfFP64
+	fProfFP32
+	fProfFP16
+	fProfPCIeTX
+	fProfPCIeRX
+	fProfNVLinkTX
+	fProfNVLinkRX
 	numFields
 )
+
+// gpm reports whether f is a GPM profiling field.
+func (f field) gpm() bool { return f >= fProfGREngine && f < numFields }
 
 // fieldSpec names a field in both exports. scale converts the stored DCGM
 // unit into the native metric's base unit.
@@ -87,6 +105,32 @@ var fieldSpecs = [numFields]fieldSpec{
 		"gpud_remapped_rows_uncorrectable_total", "Memory rows remapped for uncorrectable errors.", prometheus.CounterValue, 1},
 	fRemapFailure: {"DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed", prometheus.GaugeValue,
 		"gpud_remapped_rows_failed", "1 when row remapping failed (the GPU needs service), else 0.", prometheus.GaugeValue, 1},
+	// dcgm-exporter's etc/dcp-metrics-included.csv; gpud reads them through
+	// NVML GPM, between two samples one Interval apart.
+	fProfGREngine: {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", prometheus.GaugeValue,
+		"gpud_gpm_graphics_engine_active_ratio", "Fraction of time the graphics or compute engine was active between the last two GPM samples (0-1).", prometheus.GaugeValue, 1},
+	fProfSMActive: {"DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", prometheus.GaugeValue,
+		"gpud_gpm_sm_active_ratio", "Fraction of SM cycles with at least one warp assigned, between the last two GPM samples (0-1).", prometheus.GaugeValue, 1},
+	fProfSMOccupancy: {"DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.", prometheus.GaugeValue,
+		"gpud_gpm_sm_occupancy_ratio", "Resident warps against the SMs' maximum, between the last two GPM samples (0-1).", prometheus.GaugeValue, 1},
+	fProfTensor: {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", prometheus.GaugeValue,
+		"gpud_gpm_tensor_pipe_active_ratio", "Fraction of cycles any tensor pipe was active, between the last two GPM samples (0-1).", prometheus.GaugeValue, 1},
+	fProfDRAM: {"DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.", prometheus.GaugeValue,
+		"gpud_gpm_dram_active_ratio", "DRAM bandwidth used against its maximum, between the last two GPM samples (0-1).", prometheus.GaugeValue, 1},
+	fProfFP64: {"DCGM_FI_PROF_PIPE_FP64_ACTIVE", "Ratio of cycles the fp64 pipes are active.", prometheus.GaugeValue,
+		"gpud_gpm_fp64_pipe_active_ratio", "Fraction of cycles the FP64 (non-tensor) pipes were active, between the last two GPM samples (0-1).", prometheus.GaugeValue, 1},
+	fProfFP32: {"DCGM_FI_PROF_PIPE_FP32_ACTIVE", "Ratio of cycles the fp32 pipes are active.", prometheus.GaugeValue,
+		"gpud_gpm_fp32_pipe_active_ratio", "Fraction of cycles the FP32 (non-tensor) pipes were active, between the last two GPM samples (0-1).", prometheus.GaugeValue, 1},
+	fProfFP16: {"DCGM_FI_PROF_PIPE_FP16_ACTIVE", "Ratio of cycles the fp16 pipes are active.", prometheus.GaugeValue,
+		"gpud_gpm_fp16_pipe_active_ratio", "Fraction of cycles the FP16 (non-tensor) pipes were active, between the last two GPM samples (0-1).", prometheus.GaugeValue, 1},
+	fProfPCIeTX: {"DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", prometheus.GaugeValue,
+		"gpud_gpm_pcie_transmit_bytes_per_second", "PCIe traffic from the GPU, headers included, in bytes per second, between the last two GPM samples.", prometheus.GaugeValue, 1},
+	fProfPCIeRX: {"DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", prometheus.GaugeValue,
+		"gpud_gpm_pcie_receive_bytes_per_second", "PCIe traffic to the GPU, headers included, in bytes per second, between the last two GPM samples.", prometheus.GaugeValue, 1},
+	fProfNVLinkTX: {"DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.", prometheus.GaugeValue,
+		"gpud_gpm_nvlink_transmit_bytes_per_second", "NVLink traffic from the GPU over all links, in bytes per second, between the last two GPM samples.", prometheus.GaugeValue, 1},
+	fProfNVLinkRX: {"DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink, not including protocol headers, in bytes per second.", prometheus.GaugeValue,
+		"gpud_gpm_nvlink_receive_bytes_per_second", "NVLink traffic to the GPU over all links, in bytes per second, between the last two GPM samples.", prometheus.GaugeValue, 1},
 }
 
 // FieldName returns the DCGM name of the i-th value in

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
@@ -28,7 +29,8 @@ func ctrID(c byte) string { return strings.Repeat(string(c), 64) }
 // scene is a dgx-h100 at a fixed time: GPU 0 held whole by one pod, GPU 1
 // time-sliced between two pods, GPU 7 in MIG mode with two 1g.10gb devices
 // (one held by a pod), processes on each, cgroups and pod log dirs in a
-// temp dir, and every field sampled once.
+// temp dir, and every field sampled twice, 5s apart (GPM profiling
+// fields need two samples).
 func scene(t *testing.T) (*rig, *telemetry.Sampler) {
 	t.Helper()
 	r := newRig(t)
@@ -82,6 +84,10 @@ func scene(t *testing.T) (*rig, *telemetry.Sampler) {
 		Names: procattr.PodLogs{Root: logs},
 	}, telemetry.Config{})
 	s.Sweep(t.Context())
+	// A second sweep one Interval later gives GPM its second sample.
+	r.clk.Advance(5 * time.Second)
+	s.Sweep(t.Context())
+	t.Cleanup(s.Close)
 	return r, s
 }
 

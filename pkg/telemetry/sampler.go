@@ -76,6 +76,8 @@ type Sampler struct {
 	assigned []podresources.Assignment
 	podUp    bool
 	attrErrs map[string]uint64
+	closed   bool             // by Close: no more GPM samples
+	toFree   []nvml.GpmSample // GPM samples to free once the lock is released
 }
 
 type errKey struct{ uuid, call, reason string }
@@ -94,10 +96,19 @@ type pidEntry struct {
 type devState struct {
 	snap     DeviceSnapshot
 	handle   nvml.Device
-	inflight [numCalls + 1]bool // the last slot is the process list
+	inflight [numSlots]bool // calls, then the process list and GPM
+	gpm      gpmState
 	procs    []discovery.Process
 	procsAt  time.Time
 }
+
+// Slots of a device's in-flight calls beyond calls: the process list and
+// the GPM sample (gpm.go).
+const (
+	slotProcs = numCalls
+	slotGPM   = numCalls + 1
+	numSlots  = numCalls + 2
+)
 
 // NewSampler returns a sampler of lib's devices as inv lists them. log
 // gets constant messages; attr may be zero.
@@ -123,9 +134,10 @@ func NewSampler(lib nvml.Interface, inv InventoryFunc, attr Attribution, cfg Con
 func (s *Sampler) Config() Config { return s.cfg }
 
 // Run samples every Interval until ctx ends. It returns nil when ctx
-// ends; NVML failures are counted, never returned. Xid events come in
-// through [Sampler.RecordXid].
+// ends, after [Sampler.Close]; NVML failures are counted, never returned.
+// Xid events come in through [Sampler.RecordXid].
 func (s *Sampler) Run(ctx context.Context) error {
+	defer s.Close()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -149,6 +161,7 @@ func (s *Sampler) Sweep(ctx context.Context) {
 		return
 	}
 	s.syncDevices(inv)
+	s.freeQueued()
 
 	var wg sync.WaitGroup
 	type launched struct {
@@ -166,9 +179,19 @@ func (s *Sampler) Sweep(ctx context.Context) {
 			}
 			d.handle = h
 		}
-		for i := range len(calls) + 1 {
+		for i := range numSlots {
 			if !s.applies(d, i) {
 				continue
+			}
+			if i == slotGPM {
+				d.gpm.uuid, d.gpm.mig, d.gpm.giid = d.snap.UUID, d.snap.MIG, d.snap.GIID
+				if d.gpm.parent = d.handle; d.snap.MIG {
+					p := s.byUUID[d.snap.GPUUUID]
+					if p == nil || p.handle == nil {
+						continue // its GPU's handle comes first, in this sweep or the next
+					}
+					d.gpm.parent = p.handle
+				}
 			}
 			if d.inflight[i] {
 				s.errs[errKey{d.snap.UUID, callName(i), "busy"}]++
@@ -212,7 +235,12 @@ func (s *Sampler) Sweep(ctx context.Context) {
 }
 
 // applies reports whether call i is asked of device d.
-func (s *Sampler) applies(d *devState, i int) bool { return s.appliesMeta(&d.snap, i) }
+func (s *Sampler) applies(d *devState, i int) bool {
+	if i == slotGPM {
+		return !s.closed && !d.gpm.unsupported
+	}
+	return s.appliesMeta(&d.snap, i)
+}
 
 func (s *Sampler) appliesMeta(d *DeviceSnapshot, i int) bool {
 	if i == len(calls) {
@@ -230,6 +258,9 @@ func (s *Sampler) appliesMeta(d *DeviceSnapshot, i int) bool {
 
 // fieldApplies reports whether some call asked of d fills field f.
 func (s *Sampler) fieldApplies(d *DeviceSnapshot, f field) bool {
+	if f.gpm() {
+		return d.GPM
+	}
 	for i, c := range calls {
 		if s.appliesMeta(d, i) && slices.Contains(c.fields, f) {
 			return true
@@ -239,14 +270,21 @@ func (s *Sampler) fieldApplies(d *DeviceSnapshot, f field) bool {
 }
 
 func callName(i int) string {
-	if i == len(calls) {
+	switch i {
+	case slotProcs:
 		return callProcesses
+	case slotGPM:
+		return callGPMSample
 	}
 	return calls[i].name
 }
 
 // run makes call i on d without the lock, then stores what it returned.
 func (s *Sampler) run(d *devState, i int) {
+	if i == slotGPM {
+		s.runGPM(d)
+		return
+	}
 	if i == len(calls) {
 		procs, err := discovery.GPUProcesses(d.handle, d.snap.GPUIndex)
 		at := s.cfg.Clock()
@@ -300,9 +338,9 @@ func (s *Sampler) syncDevices(inv gpu.Inventory) {
 		if d == nil || d.snap.MIG != meta.MIG || d.snap.GIID != meta.GIID {
 			d = &devState{}
 		}
-		vals, at, unsup := d.snap.Values, d.snap.At, d.snap.Unsupported
+		vals, at, unsup, gpm := d.snap.Values, d.snap.At, d.snap.Unsupported, d.snap.GPM
 		d.snap = meta
-		d.snap.Values, d.snap.At, d.snap.Unsupported = vals, at, unsup
+		d.snap.Values, d.snap.At, d.snap.Unsupported, d.snap.GPM = vals, at, unsup, gpm
 		devs = append(devs, d)
 		byUUID[meta.UUID] = d
 	}
@@ -326,6 +364,18 @@ func (s *Sampler) syncDevices(inv gpu.Inventory) {
 			md.Health, md.HealthReason = m.EffectiveHealth(&g)
 			keep(md)
 		}
+	}
+	// Devices that left (or changed into another MIG device) free their
+	// GPM samples, or have their in-flight GPM call free them.
+	for _, d := range s.devs {
+		if byUUID[d.snap.UUID] == d {
+			continue
+		}
+		if d.inflight[slotGPM] {
+			d.gpm.dropped = true
+			continue
+		}
+		s.freeLater(d.gpm.release())
 	}
 	s.devs, s.byUUID = devs, byUUID
 }

@@ -61,6 +61,10 @@ type DeviceSnapshot struct {
 	HealthReason string
 	// LastXid is the most recent Xid on the GPU; 0 when none was seen.
 	LastXid uint64
+	// GPM is true once the device's GPM profiling fields are computed
+	// (GPM supported and two samples taken). Until then they are not
+	// counted stale; without GPM support they are Unsupported.
+	GPM bool
 
 	// Values are in DCGM's units; At is when each was read (zero: never);
 	// Unsupported marks fields the device does not have.

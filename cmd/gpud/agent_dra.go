@@ -116,71 +116,29 @@ type draDeps struct {
 	slices    *mig.Slices
 	cdiDir    string
 	log       *slog.Logger
-}
-
-// draComponent is the DRA driver and what wakes its republishing.
-type draComponent struct {
-	drv     *dra.Driver
-	inv     dra.InventorySource
-	changed chan struct{}
-}
-
-// Run runs the driver until ctx ends. Beside it, every inventory change
-// is forwarded to the driver's Changed channel, and once at start: the
-// driver takes its inventory-change channel only after a publish, so a
-// change that lands while it publishes (the MIG layout applied at start,
-// a slice created by prepare) would otherwise wait for the next one. The
-// forwarder takes the next channel before it hands a change over, so no
-// change after the driver's last read is lost.
-func (c *draComponent) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		forwardChanges(ctx, c.inv, c.changed)
-	}()
-	err := c.drv.Run(ctx)
-	cancel()
-	wg.Wait()
-	return err
-}
-
-// forwardChanges sends on out once at start and once after each change
-// of inv, each send waiting for the receiver, until ctx ends. It takes the
-// next change channel before each send, so a change after the receiver's
-// read always makes another send.
-func forwardChanges(ctx context.Context, inv dra.InventorySource, out chan<- struct{}) {
-	next := inv.InventoryChanged()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case out <- struct{}{}:
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-next:
-		}
-		next = inv.InventoryChanged()
-	}
+	// client is the API client; nil builds one from --kubeconfig or the
+	// in-cluster config (tests pass a fake).
+	client kubernetes.Interface
 }
 
 // newDRADriver builds the DRA driver on its sources and an API client.
-func (o *draOptions) newDRADriver(deps draDeps) (*draComponent, error) {
+// The driver follows the inventory store itself: it takes the store's
+// next-change channel before each read, so no change is lost.
+func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 	if msgs := validation.IsDNS1123Subdomain(deps.node); len(msgs) > 0 {
 		return nil, flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
 			quoteTrunc(deps.node), strings.Join(msgs, "; "))
 	}
-	cfg, err := o.restConfig()
-	if err != nil {
-		return nil, err
-	}
-	cfg.UserAgent = "gpud/" + version + " (dra)"
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("dra: api client: %w", err)
+	client := deps.client
+	if client == nil {
+		cfg, err := o.restConfig()
+		if err != nil {
+			return nil, err
+		}
+		cfg.UserAgent = "gpud/" + version + " (dra)"
+		if client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, fmt.Errorf("dra: api client: %w", err)
+		}
 	}
 	pluginsDir, err := filepath.Abs(o.pluginsDir)
 	if err != nil {
@@ -195,7 +153,6 @@ func (o *draOptions) newDRADriver(deps draDeps) (*draComponent, error) {
 		return nil, flagErr("cdi-dir", "%s: %w", deps.cdiDir, err)
 	}
 	cats := &migCatalogs{read: deps.migState, log: deps.log, byUUID: map[string]mig.Catalog{}}
-	changed := make(chan struct{})
 	drv, err := dra.New(dra.Options{
 		NodeName:    deps.node,
 		KubeClient:  client,
@@ -204,14 +161,13 @@ func (o *draOptions) newDRADriver(deps draDeps) (*draComponent, error) {
 		CDIDir:      cdiDir,
 		Inventory:   deps.inventory,
 		NodeState:   cats.nodeState,
-		Changed:     changed,
 		MIG:         draMIG{deps.slices},
 		Logger:      deps.log,
 	})
 	if err != nil {
 		return nil, err // names the dra package
 	}
-	return &draComponent{drv: drv, inv: deps.inventory, changed: changed}, nil
+	return drv, nil
 }
 
 // draMIG is the driver's MIG manager: pkg/mig's slice manager, whose

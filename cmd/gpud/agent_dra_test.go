@@ -2,21 +2,29 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/mig"
@@ -291,40 +299,94 @@ func TestDRADeployDaemonSetUsesAgentFlags(t *testing.T) {
 	}
 }
 
-// TestDRAForwardChanges: one wake-up at start, one per change, and a
-// change made while nobody listens is not lost.
-func TestDRAForwardChanges(t *testing.T) {
+// wiredDriver is the DRA driver as the agent wires it, on a simulated
+// node's inventory store and a fake API server.
+type wiredDriver struct {
+	drv    *dra.Driver
+	client *fake.Clientset
+	node   *simnode.Node
+	store  *discovery.Store
+}
+
+// startWiredDriver runs the driver newDRADriver builds for deps (its node,
+// store, client and dirs filled in) on dgx-h100 until the test ends, and
+// waits for it to be ready.
+func startWiredDriver(t *testing.T, deps draDeps) *wiredDriver {
+	t.Helper()
 	n := simnode.NewBuiltin("dgx-h100")
 	t.Cleanup(n.Close)
 	store := discovery.NewStore(discovery.New(n, "dgx-h100", nil), nil)
-	out := make(chan struct{})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); forwardChanges(ctx, store, out) }()
-	defer func() { cancel(); <-done }()
-	recv := func(what string) {
-		t.Helper()
-		select {
-		case <-out:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no wake-up for %s", what)
-		}
-	}
-	recv("the start")
-	if _, err := store.Rediscover(); err != nil { // first read: a change
-		t.Fatal(err)
-	}
-	recv("the first inventory")
-	if err := n.FallOffBus(3); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := store.Rediscover(); err != nil {
 		t.Fatal(err)
 	}
-	recv("a change made while nobody listened")
-	select {
-	case <-out:
-		t.Fatal("a wake-up without a change")
-	default:
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dgx-h100", UID: "node-uid"}})
+	// The fake does not implement generateName, which the slice
+	// controller uses.
+	var created atomic.Int64
+	client.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if s, ok := a.(k8stesting.CreateAction).GetObject().(*resourceapi.ResourceSlice); ok && s.Name == "" {
+			s.Name = s.GenerateName + strconv.FormatInt(created.Add(1), 10)
+		}
+		return false, nil, nil
+	})
+	dir := t.TempDir()
+	reg := filepath.Join(dir, "reg")
+	if err := os.MkdirAll(reg, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	o := draOptions{kubeletAPI: kubeletAPIDRA, pluginsDir: filepath.Join(dir, "plugins"), registryDir: reg}
+	deps.node, deps.inventory, deps.client, deps.cdiDir = "dgx-h100", store, client, filepath.Join(dir, "cdi")
+	deps.migState = func() (mig.State, error) { return mig.ReadState(n) }
+	if deps.log == nil {
+		deps.log = slog.New(slog.DiscardHandler)
+	}
+	drv, err := o.newDRADriver(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Run(t, "dra driver", drv.Run)
+	select {
+	case <-drv.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("dra driver not ready after 30s")
+	}
+	return &wiredDriver{drv: drv, client: client, node: n, store: store}
+}
+
+// device returns the published device name, nil when it is not published.
+func (w *wiredDriver) device(t *testing.T, name string) *resourceapi.Device {
+	t.Helper()
+	list, err := w.client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Items {
+		for i := range s.Spec.Devices {
+			if s.Spec.Devices[i].Name == name {
+				return &s.Spec.Devices[i]
+			}
+		}
+	}
+	return nil
+}
+
+// TestDRADriverFollowsInventory: the wired driver republishes at every
+// inventory change of the store, with no forwarder between them (a change
+// during a publish is pkg/dra's TestDriverChangeDuringFirstPublishIsPublished).
+func TestDRADriverFollowsInventory(t *testing.T) {
+	w := startWiredDriver(t, draDeps{})
+	testwait.For(t, 30*time.Second, "gpu-3 published untainted", func() bool {
+		d := w.device(t, "gpu-3")
+		return d != nil && len(d.Taints) == 0
+	})
+	if err := w.node.FallOffBus(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.store.Rediscover(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "gpu-3 tainted after it fell off the bus", func() bool {
+		d := w.device(t, "gpu-3")
+		return d != nil && len(d.Taints) == 1 && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoExecute
+	})
 }

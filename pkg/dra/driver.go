@@ -52,9 +52,11 @@ type Options struct {
 	// (MIG catalogs, exclusive-only and busy GPUs, PCIe roots); nil means
 	// the inventory alone (no dynamic MIG devices).
 	NodeState func(gpu.Inventory) NodeState
-	// Changed wakes a republish for changes the inventory does not show
-	// (sharing config, MIG catalog); nil means none.
-	Changed <-chan struct{}
+	// Changed returns a channel closed at the next change the inventory
+	// does not show (the sharing config, a MIG catalog), which NodeState
+	// reads; nil means none. Like InventoryChanged, it is called before
+	// the state it guards is read, so no change is missed.
+	Changed func() <-chan struct{}
 	// MIG creates and destroys dynamic MIG devices; nil: they cannot be
 	// prepared. It should make the inventory source rediscover after a
 	// change so the slices follow.
@@ -154,7 +156,10 @@ func (d *Driver) Preparer() *Preparer { return d.prep }
 // A fatal error of the plugin helper ends it with that error.
 func (d *Driver) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(d.log.Handler()))
-	st, err := d.firstState(ctx)
+	// wake is taken before each read of the state, so a change after the
+	// read (while the slices are built or published, or the plugin
+	// starts) closes it and is republished.
+	wake, st, err := d.firstState(ctx)
 	if err != nil || st == nil {
 		return err
 	}
@@ -180,16 +185,16 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.log.Info("dra driver started", "node", d.opts.NodeName, "devices", len(d.Devices()))
 	close(d.ready)
 	for {
-		invChanged := d.opts.Inventory.InventoryChanged()
 		select {
 		case <-ctx.Done():
 			d.log.Info("dra driver stopping")
 			return nil
 		case err := <-d.fatal:
 			return fmt.Errorf("dra: kubelet plugin: %w", err)
-		case <-invChanged:
-		case <-d.opts.Changed:
+		case <-wake.inventory:
+		case <-wake.other:
 		}
+		wake = d.wakeups()
 		if st, ok := d.state(); ok {
 			if err := d.update(st); err != nil {
 				d.log.Warn("slices not rebuilt", "err", err)
@@ -202,17 +207,34 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 }
 
-// firstState waits for the first inventory; nil when ctx ended first.
-func (d *Driver) firstState(ctx context.Context) (*NodeState, error) {
+// wakeups are the channels closed at the next change of the driver's
+// sources.
+type wakeups struct {
+	inventory, other <-chan struct{}
+}
+
+// wakeups takes the sources' next-change channels; call it before reading
+// the state they guard.
+func (d *Driver) wakeups() wakeups {
+	w := wakeups{inventory: d.opts.Inventory.InventoryChanged()}
+	if d.opts.Changed != nil {
+		w.other = d.opts.Changed()
+	}
+	return w
+}
+
+// firstState waits for the first inventory and returns it with the
+// wake-ups taken before it was read; a nil state when ctx ended first.
+func (d *Driver) firstState(ctx context.Context) (wakeups, *NodeState, error) {
 	for {
-		ch := d.opts.Inventory.InventoryChanged()
+		w := d.wakeups()
 		if st, ok := d.state(); ok {
-			return &st, nil
+			return w, &st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil
-		case <-ch:
+			return w, nil, nil
+		case <-w.inventory:
 		}
 	}
 }

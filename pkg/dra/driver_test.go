@@ -80,6 +80,13 @@ type driverEnv struct {
 
 func startDriver(t *testing.T, m MIGManager, objects ...any) *driverEnv {
 	t.Helper()
+	return startDriverWith(t, m, nil, objects...)
+}
+
+// startDriverWith is startDriver with opt adjusting the driver's options
+// before it starts.
+func startDriverWith(t *testing.T, m MIGManager, opt func(*driverEnv, *Options), objects ...any) *driverEnv {
+	t.Helper()
 	_, st, _ := buildSim(t, "dgx-h100")
 	base := t.TempDir()
 	e := &driverEnv{src: newFakeSource(), st: st, pluginDir: filepath.Join(base, "p"), registryDir: filepath.Join(base, "r"), cdiDir: filepath.Join(base, "cdi"), done: make(chan error, 1)}
@@ -111,8 +118,12 @@ func startDriver(t *testing.T, m MIGManager, objects ...any) *driverEnv {
 			t.Fatal(err)
 		}
 	}
-	drv, err := New(Options{NodeName: "dgx-h100", KubeClient: e.client, PluginDir: e.pluginDir, RegistryDir: e.registryDir, CDIDir: e.cdiDir,
-		Inventory: e.src, NodeState: func(gpu.Inventory) NodeState { return e.st }, MIG: m, Logger: testLogger(t)})
+	opts := Options{NodeName: "dgx-h100", KubeClient: e.client, PluginDir: e.pluginDir, RegistryDir: e.registryDir, CDIDir: e.cdiDir,
+		Inventory: e.src, NodeState: func(gpu.Inventory) NodeState { return e.st }, MIG: m, Logger: testLogger(t)}
+	if opt != nil {
+		opt(e, &opts)
+	}
+	drv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +320,90 @@ func TestDriverAsKubelet(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.registryDir, DriverName+"-reg.sock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("registration socket left after Run: %v", err)
+	}
+}
+
+// notifier is a source of changes the inventory does not show, as the
+// sharing runtime is: Changed returns a channel closed at the next change.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newNotifier() *notifier { return &notifier{ch: make(chan struct{})} }
+
+func (n *notifier) Changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ch
+}
+
+func (n *notifier) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	close(n.ch)
+	n.ch = make(chan struct{})
+}
+
+// TestDriverChangeDuringFirstPublishIsPublished: a change that lands after
+// the driver read its first state (here while it builds it, the widest
+// such window: the slices are then built, the plugin started and the
+// slices published before the driver waits) is republished without
+// another change. Without the fix the driver took its inventory-change
+// channel only after publishing, so the change waited for the next one.
+func TestDriverChangeDuringFirstPublishIsPublished(t *testing.T) {
+	lostGPU3 := func(st NodeState) gpu.Inventory {
+		inv := st.Inventory
+		inv.GPUs = slices.Clone(inv.GPUs)
+		inv.GPUs[3].Health, inv.GPUs[3].HealthReason = gpu.Lost, "xid 79: gpu fell off the bus"
+		return inv
+	}
+	for _, tc := range []struct {
+		name string
+		// hook makes the change from inside the first NodeState call;
+		// want checks the slices show it.
+		opt  func(*driverEnv, *Options)
+		want func(map[string]*resourceapi.ResourceSlice) bool
+	}{
+		{"inventory", func(e *driverEnv, o *Options) {
+			var first sync.Once
+			o.NodeState = func(gpu.Inventory) NodeState {
+				first.Do(func() { e.src.set(lostGPU3(e.st)) })
+				return e.st
+			}
+		}, func(m map[string]*resourceapi.ResourceSlice) bool {
+			d := sliceDevice(m, "gpu-3")
+			return d != nil && len(d.Taints) == 1
+		}},
+		{"changed", func(e *driverEnv, o *Options) {
+			n := newNotifier()
+			var exclusive atomic.Bool
+			o.Changed = n.Changed
+			o.NodeState = func(gpu.Inventory) NodeState {
+				st := e.st
+				if exclusive.Swap(true) {
+					st.ExclusiveOnly = map[string]bool{st.Inventory.GPUs[2].UUID: true}
+				} else {
+					n.notify()
+				}
+				return st
+			}
+		}, func(m map[string]*resourceapi.ResourceSlice) bool {
+			d := sliceDevice(m, "gpu-2")
+			return d != nil && d.AllowMultipleAllocations == nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startDriverWith(t, nil, tc.opt)
+			w, err := e.client.ResourceV1().ResourceSlices().Watch(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			e.src.set(e.st.Inventory)
+			e.waitReady(t)
+			waitSlices(t, w, "republish of the change made during the first publish", tc.want)
+		})
 	}
 }
 

@@ -80,6 +80,27 @@ func benchScrape(b *testing.B, s *telemetry.Sampler) {
 // allocated to 16 pods, each running a process. Targets: p50 under 2 ms,
 // under 500 allocations per device.
 func BenchmarkScrape(b *testing.B) {
+	for _, gpm := range []bool{false, true} {
+		b.Run(fmt.Sprintf("gpm=%v", gpm), func(b *testing.B) { benchScrapes(b, gpm) })
+	}
+}
+
+// sweep samples once, or with gpm twice 5s apart so the 12 GPM profiling
+// fields are exported on every GPU and MIG device.
+func sweep(b *testing.B, r *rig, s *telemetry.Sampler, gpm bool) {
+	b.Helper()
+	s.Sweep(b.Context())
+	if gpm {
+		r.clk.Advance(5 * time.Second)
+		s.Sweep(b.Context())
+		if !s.Snapshot().Devices[0].GPM {
+			b.Fatal("no GPM fields after two sweeps")
+		}
+	}
+	b.Cleanup(s.Close)
+}
+
+func benchScrapes(b *testing.B, gpm bool) {
 	b.Run("mig-56", func(b *testing.B) {
 		r := newRig(b)
 		for i := range 8 {
@@ -94,7 +115,7 @@ func BenchmarkScrape(b *testing.B) {
 			}
 		}
 		s := r.sampler(b, inv, telemetry.Attribution{Pods: &fakeLister{as: as}}, telemetry.Config{})
-		s.Sweep(b.Context())
+		sweep(b, r, s, gpm)
 		if n := len(s.Snapshot().Devices); n != 64 {
 			b.Fatalf("devices = %d, want 8 GPUs + 56 MIG devices", n)
 		}
@@ -118,7 +139,7 @@ func BenchmarkScrape(b *testing.B) {
 			}
 		}
 		s := r.sampler(b, inv, telemetry.Attribution{Pods: &fakeLister{as: as}, Procs: fakeProcs{}, Names: fakeNames{pids}}, telemetry.Config{})
-		s.Sweep(b.Context())
+		sweep(b, r, s, gpm)
 		if n := len(s.Snapshot().Processes); n != 128 {
 			b.Fatalf("processes = %d, want 128", n)
 		}

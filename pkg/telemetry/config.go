@@ -1,6 +1,8 @@
 // Package telemetry samples NVML in the background into a cache and serves
 // it as Prometheus metrics: dcgm-exporter's DCGM_FI_DEV_* names, units and
-// labels (so existing dashboards and alerts work unchanged), and gpud_*
+// labels (so existing dashboards and alerts work unchanged), its
+// DCGM_FI_PROF_* profiling names through NVML GPM on GPUs that have it
+// (Hopper and later; per GPU and per MIG instance, see gpm.go), and gpud_*
 // metrics for what DCGM lacks (health, MIG layout, shares, per-process
 // memory by pod and container, the sampler's own health).
 //

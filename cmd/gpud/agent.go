@@ -134,7 +134,8 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if cfg.configPath != "" {
 		reload = agentReloader(args)
 	}
-	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig}
+	migState := &migConfigState{}
+	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig, state: migState.set}
 	sharingC := &sharingComponent{opts: cfg.sharing, deps: sharingDeps{
 		runtime: src.sharing, inventory: src.store.Current, metrics: metrics, log: log.With("component", "sharing"),
 		watchdog: timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods},
@@ -157,6 +158,11 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, task{"admin", srv.Run})
 	}
+	labelTasks, err := cfg.labels.newTasks(cfg, src, migState, log.With("component", "node-labels"))
+	if err != nil {
+		return nil, err
+	}
+	tasks = append(tasks, labelTasks...)
 	if cfg.dra.enabled() {
 		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State,
 			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, log: log.With("component", "dra")})

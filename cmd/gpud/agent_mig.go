@@ -12,6 +12,7 @@ import (
 	"github.com/gpud/gpud/internal/filewatch"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/nodelabels"
 )
 
 // migOptions are the MIG component's flags.
@@ -60,6 +61,9 @@ type migComponent struct {
 	reload     func() (migOptions, error)
 	configPath string // the agent config, watched with the layout file
 	log        *slog.Logger
+	// state, when set, is told the configured layout's state (pending,
+	// success, failed) for the nvidia.com/mig.config.state node label.
+	state func(string)
 
 	mu   sync.Mutex
 	opts migOptions
@@ -106,12 +110,21 @@ func (c *migComponent) applyConfigured(ctx context.Context) {
 	if o.layoutFile == "" || o.layoutName == "" {
 		return
 	}
+	if c.state != nil {
+		c.state(nodelabels.StatePending)
+	}
 	f, err := mig.LoadLayoutFile(o.layoutFile)
 	if err != nil {
 		c.log.Error("mig layout file invalid", "path", o.layoutFile, "err", err)
+		reportMIGState(c.state, 0, err)
 		return
 	}
 	res, err := c.svc.Apply(ctx, f, o.layoutName, o.force)
+	stateErr := err
+	if errors.Is(err, mig.ErrJournalKept) && !errors.Is(err, mig.ErrRolledBack) {
+		stateErr = nil // the layout is in place
+	}
+	reportMIGState(c.state, len(res.Pending), stateErr)
 	switch {
 	case errors.Is(err, mig.ErrJournalKept) && !errors.Is(err, mig.ErrRolledBack):
 		c.log.Error("mig layout in place, but its journal was not removed", "config", o.layoutName, "err", err)

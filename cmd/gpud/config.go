@@ -45,6 +45,7 @@ type agentConfig struct {
 	telemetry telemetryOptions
 	mig       migOptions
 	sharing   sharingOptions
+	labels    labelsOptions
 }
 
 // agentFlagSet builds the agent's complete flag set. Tests use it to check
@@ -69,6 +70,7 @@ func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
 	c.telemetry.register(fs)
 	c.mig.register(fs)
 	c.sharing.register(fs)
+	c.labels.register(fs)
 	return fs, c
 }
 
@@ -141,6 +143,7 @@ func (c *agentConfig) validate() []error {
 	errs = append(errs, c.telemetry.validate()...)
 	errs = append(errs, c.mig.validate()...)
 	errs = append(errs, c.sharing.validate()...)
+	errs = append(errs, c.labels.validate(&c.dra, c.nvml.nodeName)...)
 	return errs
 }
 

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/nodelabels"
+)
+
+// labelsOptions is --node-labels: keep GPU Feature Discovery's labels on
+// the agent's Node. Unset ("auto") it is on when the agent has API
+// access: in DRA mode (which needs it), with --kubeconfig, or in a pod
+// whose service account token is mounted (the in-cluster config). It uses
+// the DRA driver's config loader (--kubeconfig, else in-cluster) and
+// --node-name.
+type labelsOptions struct {
+	set bool // given on the command line or in the config file
+	on  bool
+}
+
+const labelsAuto = "auto"
+
+func (o *labelsOptions) register(fs *flag.FlagSet) {
+	fs.Var(o, "node-labels", "keep GPU Feature Discovery's node labels (nvidia.com/gpu.product, gpu.count, ...) and gpud.io/ ones on this node's Node: true, false or auto (on when the agent has API access: --kubelet-api dra, --kubeconfig, or a pod's service account token); uses --kubeconfig and --node-name")
+}
+
+// String, Set and IsBoolFlag make --node-labels a bool flag with a third
+// value, auto, its default.
+func (o *labelsOptions) String() string {
+	if o == nil || !o.set {
+		return labelsAuto
+	}
+	return strconv.FormatBool(o.on)
+}
+
+func (o *labelsOptions) Set(s string) error {
+	if s == labelsAuto {
+		o.set, o.on = false, false
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q: want true, false or auto", s)
+	}
+	o.set, o.on = true, b
+	return nil
+}
+
+func (o *labelsOptions) IsBoolFlag() bool { return true }
+
+// inClusterEnv reports whether the agent runs in a pod (the in-cluster
+// config's environment; its token is checked when the client is built).
+func inClusterEnv() bool {
+	return os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBERNETES_SERVICE_PORT") != ""
+}
+
+// validate checks --node-labels against the API access the other flags
+// give. DRA mode checks --kubeconfig and --node-name itself; outside it,
+// labels check them here.
+func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
+	if o.set && !o.on || dra.enabled() {
+		return nil
+	}
+	var errs []error
+	if o.set && dra.kubeconfig == "" && !inClusterEnv() {
+		errs = append(errs, flagErr("node-labels", "true needs API access: set --kubeconfig, or run in a pod with its service account token"))
+	}
+	if dra.kubeconfig != "" {
+		if _, err := clientcmd.BuildConfigFromFlags("", dra.kubeconfig); err != nil {
+			errs = append(errs, flagErr("kubeconfig", "%w", err))
+		}
+	}
+	if o.set && nodeName != "" {
+		if msgs := validation.IsDNS1123Subdomain(nodeName); len(msgs) > 0 {
+			errs = append(errs, flagErr("node-name", "%s: not a Kubernetes node name: %s", quoteTrunc(nodeName), strings.Join(msgs, "; ")))
+		}
+	}
+	return errs
+}
+
+// migConfigState is the configured MIG layout's state as mig-manager
+// names it (nvidia.com/mig.config.state): the MIG component sets it, the
+// node labels read it and are refreshed when it changes. Empty: no layout
+// configured.
+type migConfigState struct {
+	mu       sync.Mutex
+	state    string
+	onChange func()
+}
+
+func (m *migConfigState) set(s string) {
+	m.mu.Lock()
+	changed := m.state != s
+	m.state = s
+	f := m.onChange
+	m.mu.Unlock()
+	if changed && f != nil {
+		f()
+	}
+}
+
+// get is the state, pending while a GPU of inv waits for a reset.
+func (m *migConfigState) get(inv gpu.Inventory) string {
+	m.mu.Lock()
+	s := m.state
+	m.mu.Unlock()
+	if s == nodelabels.StateSuccess {
+		for _, g := range inv.GPUs {
+			if g.MIGPending {
+				return nodelabels.StatePending
+			}
+		}
+	}
+	return s
+}
+
+func (m *migConfigState) notify(f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onChange = f
+}
+
+// newTasks returns the node labels task, or none when labels are off. In
+// auto mode, missing API access turns labels off with one log line;
+// with --node-labels=true it is an error.
+func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *migConfigState, log *slog.Logger) ([]task, error) {
+	if o.set && !o.on {
+		return nil, nil
+	}
+	if !o.set && !cfg.dra.enabled() && cfg.dra.kubeconfig == "" && !inClusterEnv() {
+		log.Info("node labels off: no API access (set --kubeconfig, or --node-labels=false to say so)")
+		return nil, nil
+	}
+	off := func(err error) ([]task, error) {
+		if o.set || cfg.dra.enabled() {
+			return nil, err
+		}
+		log.Info("node labels off", "reason", err)
+		return nil, nil
+	}
+	if msgs := validation.IsDNS1123Subdomain(src.node); len(msgs) > 0 {
+		return off(flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
+			quoteTrunc(src.node), strings.Join(msgs, "; ")))
+	}
+	rc, err := cfg.dra.restConfig()
+	if err != nil {
+		return off(err)
+	}
+	rc.UserAgent = "gpud/" + version + " (node-labels)"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return off(fmt.Errorf("node labels: api client: %w", err))
+	}
+	strategy := "" // DRA: MIG devices are dynamic, GFD's strategies do not apply
+	if !cfg.dra.enabled() {
+		strategy = cfg.dp.migStrategy
+	}
+	u, err := nodelabels.New(nodelabels.Config{
+		Client: client, NodeName: src.node, Inventory: src.store,
+		Options: func() nodelabels.Options {
+			return nodelabels.Options{MIGStrategy: strategy, MIGConfigState: migState.get(src.store.Current())}
+		},
+		Log: log,
+	})
+	if err != nil {
+		return nil, err // names the package
+	}
+	migState.notify(u.Refresh)
+	return []task{{"node-labels", u.Run}}, nil
+}
+
+// reportMIGState tells the node labels the outcome of applying the
+// configured layout, as mig-manager reports it.
+func reportMIGState(set func(string), pending int, err error) {
+	if set == nil {
+		return
+	}
+	switch {
+	case err != nil:
+		set(nodelabels.StateFailed)
+	case pending > 0:
+		set(nodelabels.StatePending)
+	default:
+		set(nodelabels.StateSuccess)
+	}
+}

@@ -283,10 +283,13 @@ func TestDaemonSetDRAMode(t *testing.T) {
 			allowed[res] = append(allowed[res], r.Verbs...)
 		}
 	}
-	if len(allowed) != 3 || !slices.Equal(allowed["resourceclaims"], []string{"get"}) || !slices.Equal(allowed["nodes"], []string{"get"}) {
-		t.Errorf("ClusterRole grants %v, want resourceslices, get resourceclaims, get nodes only", allowed)
+	if len(allowed) != 3 || !slices.Equal(allowed["resourceclaims"], []string{"get"}) || !slices.Equal(allowed["nodes"], []string{"get", "patch"}) {
+		t.Errorf("ClusterRole grants %v, want resourceslices, get resourceclaims, get and patch (node labels) nodes only", allowed)
 	}
 	if _, ok := objs["rbac.yaml#ValidatingAdmissionPolicy/gpud-dra-resourceslices"]; !ok {
 		t.Errorf("no admission policy limiting slices to the agent's node")
+	}
+	if _, ok := objs["rbac.yaml#ValidatingAdmissionPolicy/gpud-dra-node-labels"]; !ok {
+		t.Errorf("no admission policy limiting node patches to the agent's node and GPU labels")
 	}
 }

@@ -161,7 +161,11 @@ func TestComputeSimulatedNodes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			inv := simInventory(t, tc.profile, tc.layout)
 			r := Compute(inv, tc.opts)
-			t.Logf("labels of simulated %s (%s):%s", tc.name, strings.TrimPrefix(tc.opts.MIGStrategy, ""), format(r.Labels))
+			strategy := tc.opts.MIGStrategy
+			if strategy == "" {
+				strategy = "unset, as in DRA mode"
+			}
+			t.Logf("labels of simulated %s (mig-strategy %s):%s", tc.name, strategy, format(r.Labels))
 			checkValid(t, r.Labels)
 			if got, want := format(r.Labels), format(tc.want); got != want {
 				t.Errorf("labels:\ngot:%s\nwant:%s", got, want)

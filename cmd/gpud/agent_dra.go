@@ -18,6 +18,7 @@ import (
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/simnode"
 )
 
 // The kubelet APIs the agent can serve; a node uses one.
@@ -31,6 +32,7 @@ const (
 const (
 	kubeletPluginsDir  = "/var/lib/kubelet/plugins"
 	kubeletRegistryDir = "/var/lib/kubelet/plugins_registry"
+	defaultSysfsRoot   = "/sys"
 )
 
 // draOptions are the flags of the kubelet API choice and the DRA driver.
@@ -41,6 +43,7 @@ type draOptions struct {
 	kubeconfig  string
 	pluginsDir  string
 	registryDir string
+	sysfsRoot   string
 }
 
 func (o *draOptions) register(fs *flag.FlagSet) {
@@ -48,6 +51,7 @@ func (o *draOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "with --kubelet-api dra: kubeconfig of the identity that publishes ResourceSlices and reads ResourceClaims; empty uses the in-cluster config (the pod's service account)")
 	fs.StringVar(&o.pluginsDir, "kubelet-plugins-dir", kubeletPluginsDir, "with --kubelet-api dra: the kubelet's plugins dir; the driver's socket and claim checkpoint go to <dir>/"+dra.DriverName+" (created)")
 	fs.StringVar(&o.registryDir, "kubelet-registry-dir", kubeletRegistryDir, "with --kubelet-api dra: the kubelet's plugin registration dir (must exist: the kubelet creates it)")
+	fs.StringVar(&o.sysfsRoot, "sysfs-root", defaultSysfsRoot, "with --kubelet-api dra: the host's sysfs, where each GPU's PCIe root complex is read for the resource.kubernetes.io/pcieRoot attribute (a simulated node has its own topology)")
 }
 
 func (o *draOptions) enabled() bool { return o.kubeletAPI == kubeletAPIDRA }
@@ -83,6 +87,14 @@ func (o *draOptions) validate(nodeName, cdiDir string) []error {
 	case !fi.IsDir():
 		errs = append(errs, flagErr("kubelet-registry-dir", "%s is not a directory", o.registryDir))
 	}
+	switch fi, err := os.Stat(o.sysfsRoot); {
+	case o.sysfsRoot == "":
+		errs = append(errs, flagErr("sysfs-root", "empty: want the host's sysfs (%s)", defaultSysfsRoot))
+	case err != nil:
+		errs = append(errs, flagErr("sysfs-root", "%w (the host's sysfs: mount it here when gpud runs in a container)", err))
+	case !fi.IsDir():
+		errs = append(errs, flagErr("sysfs-root", "%s is not a directory", o.sysfsRoot))
+	}
 	if o.kubeconfig != "" {
 		if _, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
 			errs = append(errs, flagErr("kubeconfig", "%w", err))
@@ -114,8 +126,11 @@ type draDeps struct {
 	inventory dra.InventorySource // the discovery store
 	migState  func() (mig.State, error)
 	slices    *mig.Slices
-	cdiDir    string
-	log       *slog.Logger
+	// sim is the simulated node (--simulate), whose topology gives the
+	// PCIe roots; nil reads them from --sysfs-root.
+	sim    *simnode.Node
+	cdiDir string
+	log    *slog.Logger
 	// client is the API client; nil builds one from --kubeconfig or the
 	// in-cluster config (tests pass a fake).
 	client kubernetes.Interface
@@ -152,7 +167,20 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 	if err != nil {
 		return nil, flagErr("cdi-dir", "%s: %w", deps.cdiDir, err)
 	}
-	cats := &migCatalogs{read: deps.migState, log: deps.log, byUUID: map[string]mig.Catalog{}}
+	roots := &pcieRoots{log: deps.log, byUUID: map[string]string{}}
+	if sim := deps.sim; sim != nil {
+		roots.read = func(g gpu.GPU) (string, error) { return sim.PCIeRoot(g.Index) }
+	} else {
+		sysfs, err := filepath.Abs(o.sysfsRoot)
+		if err != nil {
+			return nil, flagErr("sysfs-root", "%s: %w", o.sysfsRoot, err)
+		}
+		roots.read = func(g gpu.GPU) (string, error) { return dra.PCIeRoot(sysfs, g.PCIBusID) }
+	}
+	st := &draNodeState{
+		cats:  &migCatalogs{read: deps.migState, log: deps.log, byUUID: map[string]mig.Catalog{}},
+		roots: roots,
+	}
 	drv, err := dra.New(dra.Options{
 		NodeName:    deps.node,
 		KubeClient:  client,
@@ -160,7 +188,7 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		RegistryDir: registryDir,
 		CDIDir:      cdiDir,
 		Inventory:   deps.inventory,
-		NodeState:   cats.nodeState,
+		NodeState:   st.nodeState,
 		MIG:         draMIG{deps.slices},
 		Logger:      deps.log,
 	})
@@ -186,6 +214,52 @@ func (m draMIG) Create(ctx context.Context, parentUUID, profile string, placemen
 }
 
 func (m draMIG) Destroy(ctx context.Context, migUUID string) error { return m.s.Destroy(ctx, migUUID) }
+
+// draNodeState completes an inventory into the slice builder's input:
+// the MIG catalogs and the PCIe roots.
+type draNodeState struct {
+	cats  *migCatalogs
+	roots *pcieRoots
+}
+
+func (s *draNodeState) nodeState(inv gpu.Inventory) dra.NodeState {
+	st := s.cats.nodeState(inv)
+	st.PCIeRoots = s.roots.of(inv)
+	return st
+}
+
+// pcieRoots finds each GPU's PCIe root complex once (it does not change
+// while the GPU is on the bus); one that cannot be read is logged once
+// and the GPU has no pcieRoot attribute.
+type pcieRoots struct {
+	read func(gpu.GPU) (string, error)
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	byUUID map[string]string // "" when it could not be read
+}
+
+// of returns the roots of inv's GPUs by UUID.
+func (r *pcieRoots) of(inv gpu.Inventory) map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(inv.GPUs))
+	for _, g := range inv.GPUs {
+		root, ok := r.byUUID[g.UUID]
+		if !ok {
+			var err error
+			if root, err = r.read(g); err != nil {
+				r.log.Warn("pcie root not read, no pcieRoot attribute", "gpu_uuid", g.UUID, "err", err)
+				root = ""
+			}
+			r.byUUID[g.UUID] = root
+		}
+		if root != "" {
+			out[g.UUID] = root
+		}
+	}
+	return out
+}
 
 // migCatalogs completes an inventory into the slice builder's input with
 // each MIG-capable GPU's catalog, read from NVML once per GPU.

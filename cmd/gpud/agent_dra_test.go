@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -23,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
@@ -87,6 +89,11 @@ func TestDRAFlagsValidatedBeforeStarting(t *testing.T) {
 		}, "kubeconfig", "missing.kubeconfig"},
 		{"node-name", func(dir string) []string { return draArgs(t, dir, "--node-name", "GPU_Node") },
 			"node-name", "not a Kubernetes node name"},
+		{"sysfs-root-missing", func(dir string) []string {
+			return draArgs(t, dir, "--sysfs-root", filepath.Join(dir, "nosys"))
+		}, "sysfs-root", "mount it here"},
+		{"sysfs-root-empty", func(dir string) []string { return draArgs(t, dir, "--sysfs-root", "") },
+			"sysfs-root", "empty"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -308,10 +315,11 @@ type wiredDriver struct {
 	store  *discovery.Store
 }
 
-// startWiredDriver runs the driver newDRADriver builds for deps (its node,
-// store, client and dirs filled in) on dgx-h100 until the test ends, and
-// waits for it to be ready.
-func startWiredDriver(t *testing.T, deps draDeps) *wiredDriver {
+// startWiredDriver runs the driver newDRADriver builds on a simulated
+// dgx-h100 until the test ends, and waits for it to be ready. Node, store,
+// client and dirs are filled in, and the simulated node as with --simulate;
+// setup, when not nil, adjusts the options and deps after that.
+func startWiredDriver(t *testing.T, setup func(t *testing.T, n *simnode.Node, o *draOptions, deps *draDeps)) *wiredDriver {
 	t.Helper()
 	n := simnode.NewBuiltin("dgx-h100")
 	t.Cleanup(n.Close)
@@ -334,11 +342,11 @@ func startWiredDriver(t *testing.T, deps draDeps) *wiredDriver {
 	if err := os.MkdirAll(reg, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	o := draOptions{kubeletAPI: kubeletAPIDRA, pluginsDir: filepath.Join(dir, "plugins"), registryDir: reg}
-	deps.node, deps.inventory, deps.client, deps.cdiDir = "dgx-h100", store, client, filepath.Join(dir, "cdi")
-	deps.migState = func() (mig.State, error) { return mig.ReadState(n) }
-	if deps.log == nil {
-		deps.log = slog.New(slog.DiscardHandler)
+	o := draOptions{kubeletAPI: kubeletAPIDRA, pluginsDir: filepath.Join(dir, "plugins"), registryDir: reg, sysfsRoot: defaultSysfsRoot}
+	deps := draDeps{node: "dgx-h100", inventory: store, client: client, cdiDir: filepath.Join(dir, "cdi"), sim: n,
+		migState: func() (mig.State, error) { return mig.ReadState(n) }, log: slog.New(slog.DiscardHandler)}
+	if setup != nil {
+		setup(t, n, &o, &deps)
 	}
 	drv, err := o.newDRADriver(deps)
 	if err != nil {
@@ -374,7 +382,7 @@ func (w *wiredDriver) device(t *testing.T, name string) *resourceapi.Device {
 // inventory change of the store, with no forwarder between them (a change
 // during a publish is pkg/dra's TestDriverChangeDuringFirstPublishIsPublished).
 func TestDRADriverFollowsInventory(t *testing.T) {
-	w := startWiredDriver(t, draDeps{})
+	w := startWiredDriver(t, nil)
 	testwait.For(t, 30*time.Second, "gpu-3 published untainted", func() bool {
 		d := w.device(t, "gpu-3")
 		return d != nil && len(d.Taints) == 0
@@ -389,4 +397,57 @@ func TestDRADriverFollowsInventory(t *testing.T) {
 		d := w.device(t, "gpu-3")
 		return d != nil && len(d.Taints) == 1 && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoExecute
 	})
+}
+
+// TestDRAPCIeRoots: the wired driver publishes resource.kubernetes.io/pcieRoot
+// on every GPU: from the simulated node's topology with --simulate, from
+// --sysfs-root otherwise (a fake sysfs with the simulated GPUs' bus IDs;
+// GPU 7 is missing from it and has no attribute).
+func TestDRAPCIeRoots(t *testing.T) {
+	fakeRoots := map[string]string{}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, n *simnode.Node, o *draOptions, deps *draDeps)
+		want  func(n *simnode.Node, i int) string
+	}{
+		{"simulated", nil, func(n *simnode.Node, i int) string { r, _ := n.PCIeRoot(i); return r }},
+		{"sysfs", func(t *testing.T, n *simnode.Node, o *draOptions, deps *draDeps) {
+			deps.sim = nil
+			o.sysfsRoot = t.TempDir()
+			for i := range 7 {
+				pci, _ := n.Device(i).GetPciInfo()
+				id := fmt.Sprintf("0000:%02x:00.0", pci.Bus)
+				fakeRoots[strconv.Itoa(i)] = fmt.Sprintf("pci0000:%02x", 0x10*(i/2)) // two GPUs per root
+				dev := filepath.Join("devices", fakeRoots[strconv.Itoa(i)], id)
+				if err := os.MkdirAll(filepath.Join(o.sysfsRoot, dev), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				bus := filepath.Join(o.sysfsRoot, "bus", "pci", "devices")
+				if err := os.MkdirAll(bus, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join("..", "..", "..", dev), filepath.Join(bus, id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, func(_ *simnode.Node, i int) string { return fakeRoots[strconv.Itoa(i)] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startWiredDriver(t, tc.setup)
+			testwait.For(t, 30*time.Second, "gpu-0 published", func() bool { return w.device(t, "gpu-0") != nil })
+			for i := range 8 {
+				d := w.device(t, dra.GPUDeviceName(i))
+				if d == nil {
+					t.Fatalf("gpu-%d not published", i)
+				}
+				got := ""
+				if a, ok := d.Attributes[deviceattribute.StandardDeviceAttributePCIeRoot]; ok && a.StringValue != nil {
+					got = *a.StringValue
+				}
+				if want := tc.want(w.node, i); got != want {
+					t.Errorf("gpu-%d pcieRoot %q, want %q", i, got, want)
+				}
+			}
+		})
+	}
 }

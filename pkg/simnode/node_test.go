@@ -3,6 +3,8 @@ package simnode
 import (
 	"encoding/binary"
 	"errors"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -235,5 +237,59 @@ func TestFieldValues(t *testing.T) {
 	l40s.GetFieldValues(vals)
 	if vals[0].NvmlReturn != uint32(nvml.ERROR_NOT_SUPPORTED) {
 		t.Fatal("L40S reports NVLink bandwidth")
+	}
+}
+
+// TestPCIeRootFollowsTopology: GPUs share a PCIe root exactly when NVML
+// puts them under one switch (SINGLE); each root is a sysfs root complex
+// name whose bus is at most its GPUs' buses.
+func TestPCIeRootFollowsTopology(t *testing.T) {
+	big := builtins["dgx-h100"]
+	big.Name, big.Count = "big", MaxGPUs
+	nodes := map[string]*Node{}
+	for _, name := range BuiltinNames() {
+		nodes[name] = NewBuiltin(name)
+	}
+	n, err := New(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[big.Name] = n
+	rootName := regexp.MustCompile(`^pci0000:[0-9a-f]{2}$`)
+	for name, n := range nodes {
+		t.Run(name, func(t *testing.T) {
+			defer n.Close()
+			count, _ := n.DeviceGetCount()
+			roots := make([]string, count)
+			for i := range count {
+				r, err := n.PCIeRoot(i)
+				if err != nil || !rootName.MatchString(r) {
+					t.Fatalf("PCIeRoot(%d) = %q, %v", i, r, err)
+				}
+				roots[i] = r
+				d, _ := n.DeviceGetHandleByIndex(i)
+				pci, _ := d.GetPciInfo()
+				if rb, _ := strconv.ParseUint(r[len("pci0000:"):], 16, 32); uint32(rb) > pci.Bus {
+					t.Errorf("gpu %d on bus %#x under root %s, a higher bus", i, pci.Bus, r)
+				}
+			}
+			for i := range count {
+				di, _ := n.DeviceGetHandleByIndex(i)
+				for j := range count {
+					dj, _ := n.DeviceGetHandleByIndex(j)
+					l, ret := di.GetTopologyCommonAncestor(dj)
+					if ret != nvml.SUCCESS {
+						t.Fatalf("%d-%d: %v", i, j, ret)
+					}
+					shared := l == nvml.TOPOLOGY_SINGLE || l == nvml.TOPOLOGY_INTERNAL
+					if (roots[i] == roots[j]) != shared {
+						t.Errorf("gpu %d (%s) and %d (%s) at level %v: same root %v, want %v", i, roots[i], j, roots[j], l, roots[i] == roots[j], shared)
+					}
+				}
+			}
+			if _, err := n.PCIeRoot(count); !errors.Is(err, ErrUnknownGPU) {
+				t.Errorf("PCIeRoot(%d) = %v, want ErrUnknownGPU", count, err)
+			}
+		})
 	}
 }

@@ -81,3 +81,20 @@ func (d *Device) commonAncestor(o *Device) nvml.GpuTopologyLevel {
 		return nvml.TOPOLOGY_SYSTEM
 	}
 }
+
+// PCIeRoot returns the PCIe root complex of GPU index as Linux names it
+// under /sys/devices ("pci0000:10"), the value of the DRA attribute
+// resource.kubernetes.io/pcieRoot. It follows the simulated topology: GPUs
+// under one PCIe switch (NVML's SINGLE, nvidia-smi's PIX) share a host
+// bridge and so a root complex; GPUs on different switches are under
+// different host bridges, of one NUMA node (NODE) or not (SYS), as on a
+// DGX, where each switch hangs off a root complex of its own. The root's
+// bus is that of the switch's first GPU rounded down to a multiple of 16.
+func (n *Node) PCIeRoot(index int) (string, error) {
+	d, err := n.device(index)
+	if err != nil {
+		return "", err
+	}
+	first := n.devices[d.pcieSwitch*n.profile.GPUsPerPCIeSwitch]
+	return fmt.Sprintf("pci0000:%02x", first.bus&0xf0), nil
+}

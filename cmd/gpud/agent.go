@@ -164,7 +164,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	}
 	tasks = append(tasks, labelTasks...)
 	if cfg.dra.enabled() {
-		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State, sim: sim,
+		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State, sim: sim, sharing: src.sharing,
 			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, log: log.With("component", "dra")})
 		if err != nil {
 			return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/pkg/timeslice"
 )
 
 // The kubelet APIs the agent can serve; a node uses one.
@@ -128,9 +129,12 @@ type draDeps struct {
 	slices    *mig.Slices
 	// sim is the simulated node (--simulate), whose topology gives the
 	// PCIe roots; nil reads them from --sysfs-root.
-	sim    *simnode.Node
-	cdiDir string
-	log    *slog.Logger
+	sim *simnode.Node
+	// sharing is the sharing config at run time; its exclusive GPUs take
+	// no fractions, and a change republishes. Nil: none.
+	sharing draSharing
+	cdiDir  string
+	log     *slog.Logger
 	// client is the API client; nil builds one from --kubeconfig or the
 	// in-cluster config (tests pass a fake).
 	client kubernetes.Interface
@@ -178,8 +182,13 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		roots.read = func(g gpu.GPU) (string, error) { return dra.PCIeRoot(sysfs, g.PCIBusID) }
 	}
 	st := &draNodeState{
-		cats:  &migCatalogs{read: deps.migState, log: deps.log, byUUID: map[string]mig.Catalog{}},
-		roots: roots,
+		cats:    &migCatalogs{read: deps.migState, log: deps.log, byUUID: map[string]mig.Catalog{}},
+		roots:   roots,
+		sharing: deps.sharing,
+	}
+	var changed func() <-chan struct{}
+	if deps.sharing != nil {
+		changed = deps.sharing.SharingChanged
 	}
 	drv, err := dra.New(dra.Options{
 		NodeName:    deps.node,
@@ -189,6 +198,7 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		CDIDir:      cdiDir,
 		Inventory:   deps.inventory,
 		NodeState:   st.nodeState,
+		Changed:     changed,
 		MIG:         draMIG{deps.slices},
 		Logger:      deps.log,
 	})
@@ -215,16 +225,29 @@ func (m draMIG) Create(ctx context.Context, parentUUID, profile string, placemen
 
 func (m draMIG) Destroy(ctx context.Context, migUUID string) error { return m.s.Destroy(ctx, migUUID) }
 
+// draSharing is the sharing config at run time (a *timeslice.Runtime).
+type draSharing interface {
+	Sharing() timeslice.Config
+	SharingChanged() <-chan struct{}
+}
+
+var _ draSharing = (*timeslice.Runtime)(nil)
+
 // draNodeState completes an inventory into the slice builder's input:
-// the MIG catalogs and the PCIe roots.
+// the MIG catalogs, the PCIe roots and the GPUs the sharing config keeps
+// whole.
 type draNodeState struct {
-	cats  *migCatalogs
-	roots *pcieRoots
+	cats    *migCatalogs
+	roots   *pcieRoots
+	sharing draSharing // nil: no exclusive GPUs
 }
 
 func (s *draNodeState) nodeState(inv gpu.Inventory) dra.NodeState {
 	st := s.cats.nodeState(inv)
 	st.PCIeRoots = s.roots.of(inv)
+	if s.sharing != nil {
+		st.ExclusiveOnly = s.sharing.Sharing().ExclusiveOnly(inv)
+	}
 	return st
 }
 

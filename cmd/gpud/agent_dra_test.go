@@ -30,7 +30,9 @@ import (
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/sharingfile"
 	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/pkg/timeslice"
 )
 
 // draArgs are agentArgs in DRA mode with the kubelet's DRA dirs in dir
@@ -449,5 +451,54 @@ func TestDRAPCIeRoots(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDRAExclusiveGPUs: a GPU the sharing config marks exclusive is
+// published whole (not multi-allocatable, no fractions), and a sharing
+// change through the runtime (as PUT /v1/sharing or a changed
+// --sharing-config makes) republishes the slices.
+func TestDRAExclusiveGPUs(t *testing.T) {
+	var rt *timeslice.Runtime
+	w := startWiredDriver(t, func(t *testing.T, n *simnode.Node, o *draOptions, deps *draDeps) {
+		inv, _ := deps.inventory.Inventory()
+		cfg, err := sharingfile.ParseConfig([]byte("devices:\n  " + inv.GPUs[2].UUID + ": {exclusive: true}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := deps.inventory.(*discovery.Store)
+		rt = timeslice.NewRuntime(timeslice.RuntimeConfig{Initial: cfg, Inventory: store.Current})
+		deps.sharing = rt
+	})
+	shareable := func(name string) func() bool {
+		return func() bool {
+			d := w.device(t, name)
+			return d != nil && d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations
+		}
+	}
+	exclusive := func(name string) func() bool {
+		return func() bool {
+			d := w.device(t, name)
+			return d != nil && d.AllowMultipleAllocations == nil && d.Capacity[dra.CapacityMemory].RequestPolicy == nil
+		}
+	}
+	testwait.For(t, 30*time.Second, "gpu-2 published exclusive", exclusive("gpu-2"))
+	for _, name := range []string{"gpu-1", "gpu-3"} {
+		if !shareable(name)() {
+			t.Errorf("%s not multi-allocatable", name)
+		}
+	}
+	next, err := sharingfile.ParseConfig([]byte("default: {exclusive: true}\ndevices:\n  \"2\": {replicas: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := rt.Update(t.Context(), next); err != nil || !changed {
+		t.Fatalf("sharing update = %v, %v", changed, err)
+	}
+	testwait.For(t, 30*time.Second, "gpu-2 shareable after the sharing change", shareable("gpu-2"))
+	for _, name := range []string{"gpu-0", "gpu-1", "gpu-7"} {
+		if !exclusive(name)() {
+			t.Errorf("%s not exclusive under the default", name)
+		}
 	}
 }

@@ -32,6 +32,10 @@ var badConfigs = []struct {
 	{name: "negative index", data: "devices:\n  \"-1\": {replicas: 2}\n", errHas: []string{"[2:3]", `"-1"`, "GPU index"}},
 	{name: "too many replicas", data: `{"devices": {"0": {"replicas": 1000}}}`, errHas: []string{"[1:14]", "want 2 to 64"}},
 	{name: "not a map", data: "- 1\n- 2\n", errHas: []string{"[1:1]"}},
+	{name: "exclusive with replicas", data: "devices:\n  \"0\": {replicas: 2}\n  GPU-a:\n    exclusive: true\n    replicas: 2\n",
+		errHas: []string{"[3:3]", `device "GPU-a"`, "exclusive keeps the device whole", "contradicts replicas"}},
+	{name: "exclusive default with shares", data: "default:\n  exclusive: true\n  shares: [{memoryMiB: 1024}]\n", errHas: []string{"[1:1]", "default", "exclusive"}},
+	{name: "exclusive not a bool", data: "devices:\n  \"1\": {exclusive: \"yes\"}\n", errHas: []string{"[2:"}},
 }
 
 func TestParseConfigRefuses(t *testing.T) {
@@ -105,5 +109,23 @@ func TestLoadConfigFile(t *testing.T) {
 	}
 	if _, err := LoadConfigFile(filepath.Join(dir, "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("LoadConfigFile(missing) = %v, want ErrNotExist", err)
+	}
+}
+
+// TestParseConfigExclusive: exclusive parses per device and as the default.
+func TestParseConfigExclusive(t *testing.T) {
+	want := timeslice.Config{Default: &timeslice.Sharing{Replicas: 2}, Devices: map[string]timeslice.Sharing{
+		"0": {Exclusive: true}, "GPU-b": {Exclusive: true}}}
+	for _, data := range []string{
+		"default: {replicas: 2}\ndevices:\n  \"0\": {exclusive: true}\n  GPU-b:\n    exclusive: true\n",
+		`{"default": {"replicas": 2}, "devices": {"0": {"exclusive": true}, "GPU-b": {"exclusive": true}}}`,
+	} {
+		got, err := ParseConfig([]byte(data))
+		if err != nil {
+			t.Fatalf("ParseConfig(%q) = %v", data, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("ParseConfig(%q) = %+v, want %+v", data, got, want)
+		}
 	}
 }

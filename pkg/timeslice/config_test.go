@@ -45,6 +45,13 @@ func TestValidateFor(t *testing.T) {
 		{name: "default only for unlisted GPUs", cfg: Config{Default: &Sharing{Shares: []Share{{MemoryMiB: 30000}}},
 			Devices: map[string]Sharing{"0": {Replicas: 2}, "GPU-b": {Replicas: 2}}}},
 		{name: "replicas beyond the bound", cfg: Config{Devices: map[string]Sharing{"0": {Replicas: MaxReplicas + 1}}}, errHas: []string{`"0"`, "want 2 to 64"}},
+		{name: "exclusive GPUs", cfg: Config{Default: &Sharing{Replicas: 2}, Devices: map[string]Sharing{"GPU-a": {Exclusive: true}, "1": {Exclusive: true}}}},
+		{name: "exclusive with replicas", cfg: Config{Devices: map[string]Sharing{"GPU-a": {Exclusive: true, Replicas: 2}}},
+			errHas: []string{`device "GPU-a"`, "exclusive", "contradicts replicas"}},
+		{name: "exclusive with shares by index", cfg: Config{Devices: map[string]Sharing{"1": {Exclusive: true, Shares: []Share{{MemoryMiB: 1024}}}}},
+			errHas: []string{`device "1"`, "exclusive"}},
+		{name: "exclusive default with limitMemory", cfg: Config{Default: &Sharing{Exclusive: true, LimitMemory: true}},
+			errHas: []string{"default: ", "exclusive"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,5 +87,39 @@ func TestValidateMapRefusesUnknownKeys(t *testing.T) {
 	}
 	if err := (Config{Default: &Sharing{Shares: []Share{{MemoryMiB: 50000}}}}).Validate(mem); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("default bigger than every device: %v, want ErrInvalid", err)
+	}
+}
+
+// TestExclusiveOnly: a GPU is exclusive-only by its UUID entry, else its
+// index entry, else the default, as Config.For resolves entries.
+func TestExclusiveOnly(t *testing.T) {
+	inv := a100Node()
+	inv.GPUs = append(inv.GPUs, gpu.GPU{Index: 2, UUID: "GPU-c"})
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"none", Config{Default: &Sharing{Replicas: 2}}, nil},
+		{"by uuid and index", Config{Devices: map[string]Sharing{"GPU-a": {Exclusive: true}, "2": {Exclusive: true}, "MIG-b1": {Exclusive: true}}}, []string{"GPU-a", "GPU-c"}},
+		{"uuid entry wins over index", Config{Devices: map[string]Sharing{"GPU-a": {Replicas: 2}, "0": {Exclusive: true}}}, nil},
+		{"default for unlisted", Config{Default: &Sharing{Exclusive: true}, Devices: map[string]Sharing{"1": {Replicas: 2}}}, []string{"GPU-a", "GPU-c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.cfg.ExclusiveOnly(inv)
+			if len(got) != len(tc.want) {
+				t.Fatalf("ExclusiveOnly = %v, want %v", got, tc.want)
+			}
+			for _, u := range tc.want {
+				if !got[u] {
+					t.Errorf("ExclusiveOnly = %v, want %s in it", got, u)
+				}
+			}
+			for _, g := range inv.GPUs {
+				if _, shared := tc.cfg.For(g.UUID, g.Index); shared && got[g.UUID] {
+					t.Errorf("GPU %s both shared and exclusive", g.UUID)
+				}
+			}
+		})
 	}
 }

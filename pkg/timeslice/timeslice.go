@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gpud/gpud/pkg/gpu"
 )
 
 // replicaSep separates a device UUID from its share number in device IDs.
@@ -45,7 +47,8 @@ type Share struct {
 }
 
 // Sharing says how one device is shared: either Replicas equal time-sliced
-// copies, or an explicit list of Shares (unequal fractions allowed).
+// copies, or an explicit list of Shares (unequal fractions allowed), or not
+// at all with Exclusive.
 type Sharing struct {
 	// Replicas splits the device into this many equal shares (2 to 64).
 	Replicas int `json:"replicas,omitempty" yaml:"replicas,omitempty"`
@@ -54,6 +57,11 @@ type Sharing struct {
 	// LimitMemory, with Replicas, gives each replica memory/Replicas as its
 	// limit; without it replicas only time-slice, as NVIDIA's plugin does.
 	LimitMemory bool `json:"limitMemory,omitempty" yaml:"limitMemory,omitempty"`
+	// Exclusive keeps the device whole: no replicas or shares, and through
+	// DRA no memory fractions (the GPU is not multi-allocatable). It
+	// contradicts Replicas, Shares and LimitMemory. On the default it
+	// applies to every whole GPU not listed under devices.
+	Exclusive bool `json:"exclusive,omitempty" yaml:"exclusive,omitempty"`
 }
 
 // Config is the node's sharing: per device, keyed by GPU UUID, MIG UUID, or
@@ -72,6 +80,8 @@ var ErrInvalid = errors.New("timeslice: invalid sharing")
 // Validate checks one device's sharing against its memory (0: unknown).
 func (s Sharing) Validate(memoryMiB uint64) error {
 	switch {
+	case s.Exclusive && (s.Replicas != 0 || len(s.Shares) != 0 || s.LimitMemory):
+		return fmt.Errorf("%w: exclusive keeps the device whole, which contradicts replicas, shares and limitMemory: set exclusive or those", ErrInvalid)
 	case s.Replicas != 0 && len(s.Shares) != 0:
 		return fmt.Errorf("%w: set replicas or shares, not both", ErrInvalid)
 	case s.Replicas < 0 || s.Replicas == 1 || s.Replicas > MaxReplicas:
@@ -138,6 +148,27 @@ func (c Config) For(uuid string, index int) (Sharing, bool) {
 		return *c.Default, c.Default.Count() > 0
 	}
 	return Sharing{}, false
+}
+
+// ExclusiveOnly returns the GPUs of inv (by UUID) the config keeps whole:
+// those whose entry, by UUID, else by index, else the default, says
+// exclusive, as [Config.For] resolves entries. MIG devices are never
+// shared through DRA and are not listed.
+func (c Config) ExclusiveOnly(inv gpu.Inventory) map[string]bool {
+	out := map[string]bool{}
+	for _, g := range inv.GPUs {
+		s, ok := c.Devices[g.UUID]
+		if !ok {
+			s, ok = c.Devices[strconv.Itoa(g.Index)]
+		}
+		if !ok && c.Default != nil {
+			s = *c.Default
+		}
+		if s.Exclusive {
+			out[g.UUID] = true
+		}
+	}
+	return out
 }
 
 // HasMemoryLimits reports whether any share has a memory limit, that is,

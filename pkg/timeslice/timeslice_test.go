@@ -35,6 +35,10 @@ func TestSharingValidate(t *testing.T) {
 		{name: "unequal shares fit", s: Sharing{Shares: []Share{{MemoryMiB: 40960, ComputePercent: 50}, {MemoryMiB: 20480, ComputePercent: 25}}}, memMiB: 81920},
 		{name: "memory over", s: Sharing{Shares: []Share{{MemoryMiB: 60000}, {MemoryMiB: 30000}}}, memMiB: 81920, wantErr: true},
 		{name: "compute over", s: Sharing{Shares: []Share{{ComputePercent: 60}, {ComputePercent: 50}}}, wantErr: true},
+		{name: "exclusive", s: Sharing{Exclusive: true}},
+		{name: "exclusive and replicas", s: Sharing{Exclusive: true, Replicas: 2}, wantErr: true},
+		{name: "exclusive and shares", s: Sharing{Exclusive: true, Shares: []Share{{ComputePercent: 50}}}, wantErr: true},
+		{name: "exclusive and limitMemory", s: Sharing{Exclusive: true, LimitMemory: true}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

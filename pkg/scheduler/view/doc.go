@@ -1,0 +1,21 @@
+// Package view translates between the Kubernetes API objects gpud's
+// scheduler watches and pkg/allocator's model, in both directions:
+//
+//   - [Build]: ResourceSlices of driver gpu.gpud.io, every ResourceClaim
+//     (what anyone allocated counts as used), DeviceClasses and Nodes in; a
+//     [View] out: nodes with their GPUs, devices, counters and used
+//     capacity, plus a [Skip] per object that could not be used and why.
+//   - [View.Demand]: a pod's claims in; [Item]s out, each an
+//     allocator.Request plus the device filter (class and CEL selectors
+//     evaluated with k8s.io/dynamic-resource-allocation/cel, tolerations,
+//     matchAttribute constraints) the allocator cannot express.
+//   - [View.Place]: items in; the allocator (any policy) chooses node and
+//     GPUs, the view resolves them to devices and returns each claim's
+//     status.allocation as kube-scheduler writes it ([Allocation]).
+//   - [Check]: whether allocations over-allocate a device, its capacity or
+//     its shared counters (fractions, MIG placements, whole GPUs).
+//
+// The package is pure apart from the share IDs it draws (UUIDs): no API
+// client, no informers, no clock (timestamps are passed in), no logging. It
+// never panics on bad input; it returns reasons.
+package view

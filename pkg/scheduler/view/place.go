@@ -1,0 +1,432 @@
+package view
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/gpud/gpud/pkg/allocator"
+)
+
+// Options tune [View.Place]. The zero value places with gpud's policy, no
+// typical workload, seed 1 and fresh UUIDs as share IDs.
+type Options struct {
+	// Policy is an allocator policy name (allocator.PolicyNames); "" is
+	// gpud's.
+	Policy string
+	// Typical is the workload FGD and gpud measure fragmentation against
+	// (for example the pending pods' requests); nil is none.
+	Typical []allocator.Request
+	// Rand breaks ties; nil is a fixed seed.
+	Rand *rand.Rand
+	// NodeFilter, if set, keeps only the nodes it accepts (the pod's node
+	// affinity, taints and tolerations are the caller's).
+	NodeFilter func(*Node) bool
+	// NewShareID draws a share ID; nil is k8s.io/apimachinery's
+	// uuid.NewUUID, as kube-scheduler draws them.
+	NewShareID func() types.UID
+}
+
+// Retries when the allocator's choice cannot be turned into devices (a MIG
+// placement that is not published, rounding of consumed capacity, a
+// matchAttribute group too small): other GPUs, then other nodes.
+const (
+	maxGPUTries  = 8
+	maxNodeTries = 8
+)
+
+type gpuRef struct {
+	node string
+	gpu  int
+}
+
+// Place decides where a pod's items go, all on one node: the allocator
+// chooses node and GPUs for each item in turn (the first item chooses the
+// node), the view resolves the choice to devices and re-checks it. It
+// returns one [Allocation] per claim, in the items' claim order, or an
+// error matching [ErrNoFit] (wrapping the allocator's *NoFitError when it
+// said no) that names the claim and request. The view is not changed.
+func (v *View) Place(items []*Item, opt Options) ([]Allocation, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	if opt.Rand == nil {
+		opt.Rand = rand.New(rand.NewPCG(1, 2))
+	}
+	if opt.NewShareID == nil {
+		opt.NewShareID = uuid.NewUUID
+	}
+	banned := map[string]bool{}
+	var last error
+	for range maxNodeTries {
+		allocs, node, err := v.placeAll(items, opt, banned)
+		if err == nil {
+			return allocs, nil
+		}
+		last = err
+		if node == "" {
+			break
+		}
+		banned[node] = true
+	}
+	return nil, last
+}
+
+// placeAll places every item on one node; on failure it returns the node
+// the first item chose ("" if it chose none).
+func (v *View) placeAll(items []*Item, opt Options, banned map[string]bool) ([]Allocation, string, error) {
+	u := v.usage.clone()
+	node := ""
+	type claimResults struct {
+		claim   *resourceapi.ResourceClaim
+		results []resourceapi.DeviceRequestAllocationResult
+		items   []*Item
+	}
+	var order []*claimResults
+	byClaim := map[*resourceapi.ResourceClaim]*claimResults{}
+	for _, it := range items {
+		res, n, err := v.placeItem(it, u, opt, banned, node)
+		if err != nil {
+			return nil, node, err
+		}
+		node = n
+		cr := byClaim[it.Claim]
+		if cr == nil {
+			cr = &claimResults{claim: it.Claim}
+			byClaim[it.Claim] = cr
+			order = append(order, cr)
+		}
+		cr.results = append(cr.results, res...)
+		cr.items = append(cr.items, it)
+	}
+	out := make([]Allocation, 0, len(order))
+	for _, cr := range order {
+		out = append(out, Allocation{Claim: cr.claim, Node: node, Result: allocationResult(cr.claim, cr.items, cr.results, node)})
+	}
+	return out, "", nil
+}
+
+func (it *Item) name() string {
+	return fmt.Sprintf("claim %s/%s request %q", it.Claim.Namespace, it.Claim.Name, it.Request)
+}
+
+// placeItem places one item, on node pin if set, adding it to u.
+func (v *View) placeItem(it *Item, u usage, opt Options, banned map[string]bool, pin string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
+	excluded := map[gpuRef]bool{}
+	var last error
+	for range maxGPUTries {
+		cl, refs, err := v.cluster(it, u, opt, banned, pin, excluded)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", it.name(), err)
+		}
+		pol, err := allocator.NewPolicy(opt.Policy, cl.Workload(opt.Typical))
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", it.name(), err)
+		}
+		d, err := allocator.New(cl, pol, opt.Rand).Decide(it.Alloc)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w: %w", it.name(), ErrNoFit, err)
+		}
+		n := refs[d.Node]
+		res, err := v.resolve(it, n, d, u, opt)
+		if err == nil {
+			return res, n.Name, nil
+		}
+		last = err
+		for _, g := range d.GPUs {
+			excluded[gpuRef{n.Name, g}] = true
+		}
+		if errors.Is(err, errGroup) {
+			for g := range n.GPUs {
+				excluded[gpuRef{n.Name, g}] = true
+			}
+		}
+	}
+	return nil, "", fmt.Errorf("%s: %w: %w", it.name(), ErrNoFit, last)
+}
+
+// errGroup: no matchAttribute group on the node is large enough.
+var errGroup = errors.New("no group of devices with one value of the matchAttribute is large enough")
+
+// cluster builds the allocator's view for one item: the schedulable nodes
+// with a usable device, each GPU marked unhealthy unless the item may use
+// one of its devices, and what u takes bound.
+func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, pin string, excluded map[gpuRef]bool) (*allocator.Cluster, []*Node, error) {
+	var nodes []allocator.Node
+	var refs []*Node
+	for _, n := range v.nodes {
+		if n.Unschedulable || banned[n.Name] || (pin != "" && n.Name != pin) || (opt.NodeFilter != nil && !opt.NodeFilter(n)) {
+			continue
+		}
+		an := allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: make([]allocator.GPU, len(n.GPUs))}
+		usable := false
+		for g := range n.GPUs {
+			gp := &n.GPUs[g]
+			ok := !excluded[gpuRef{n.Name, g}] && it.gpuUsable(n, gp)
+			labels := map[string]string{}
+			if dom := it.domain(n, gp); dom != "" {
+				labels[allocator.LabelNVLinkDomain] = dom
+			}
+			if it.Kind == MIG {
+				labels[allocator.LabelMIG] = "true"
+			}
+			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
+				Labels: labels, Unhealthy: !ok}
+			usable = usable || ok
+		}
+		if usable {
+			nodes = append(nodes, an)
+			refs = append(refs, n)
+		}
+	}
+	if len(nodes) == 0 {
+		return nil, nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
+	}
+	cl, err := allocator.NewCluster(nodes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("allocator cluster: %w", err)
+	}
+	for i, n := range refs {
+		for g := range n.GPUs {
+			if !nodes[i].GPUs[g].Unhealthy {
+				bindUsed(cl, i, n, g, it.Kind == MIG, u)
+			}
+		}
+	}
+	return cl, refs, nil
+}
+
+// gpuUsable reports whether the item may use one of gp's devices.
+func (it *Item) gpuUsable(n *Node, gp *GPU) bool {
+	if it.Kind != MIG {
+		d := n.Devices[gp.Whole]
+		return d != nil && it.usable(n, d) && (it.MatchAttribute == "" || attrValue(d, it.MatchAttribute) != "")
+	}
+	for _, name := range gp.MIG {
+		if it.usable(n, n.Devices[name]) {
+			return true
+		}
+	}
+	return false
+}
+
+// domain is the GPU's grouping label for the allocator: the value of the
+// item's matchAttribute, else the GPU's NVLink domain.
+func (it *Item) domain(n *Node, gp *GPU) string {
+	if it.MatchAttribute != "" && gp.Whole != "" {
+		return attrValue(n.Devices[gp.Whole], it.MatchAttribute)
+	}
+	return gp.NVLinkDomain
+}
+
+// attrValue is a device attribute as a string ("" if absent); a name
+// without a domain is in the driver's.
+func attrValue(d *Device, name resourceapi.FullyQualifiedName) string {
+	a, ok := d.Attributes[resourceapi.QualifiedName(name)]
+	if !ok {
+		dom, id, found := cutDomain(string(name))
+		if !found || dom != DriverName {
+			return ""
+		}
+		if a, ok = d.Attributes[resourceapi.QualifiedName(id)]; !ok {
+			return ""
+		}
+	}
+	switch {
+	case a.StringValue != nil:
+		return "s:" + *a.StringValue
+	case a.IntValue != nil:
+		return fmt.Sprint("i:", *a.IntValue)
+	case a.BoolValue != nil:
+		return fmt.Sprint("b:", *a.BoolValue)
+	case a.VersionValue != nil:
+		return "v:" + *a.VersionValue
+	}
+	return ""
+}
+
+func cutDomain(s string) (string, string, bool) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '/' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return "", s, false
+}
+
+// bindUsed takes from GPU g of cluster node i what u holds on it: for a MIG
+// item each allocated placement (the whole GPU as 7g at 0), otherwise the
+// larger of the shares' memory and cores fractions (a whole GPU for an
+// exclusive allocation or any MIG placement in use). A bind that fails
+// means the state is already over-allocated; [Check] reports it.
+func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
+	gp := &n.GPUs[g]
+	whole := u[devKey{n.Name, gp.Whole}]
+	if mig {
+		if gp.Whole != "" && whole != nil && whole.allocated() {
+			_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: 0}, allocator.Request{MIGProfile: "7g.80gb"})
+			return
+		}
+		for _, name := range gp.MIG {
+			if use := u[devKey{n.Name, name}]; use != nil && use.allocated() {
+				d := n.Devices[name]
+				if p := profileOf(d.ComputeSlices, d.Size); p >= 0 {
+					_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: d.Start}, allocator.Request{MIGProfile: allocator.MIGProfiles[p].Name})
+				}
+			}
+		}
+		return
+	}
+	milli := int64(0)
+	for _, name := range gp.MIG {
+		if use := u[devKey{n.Name, name}]; use != nil && use.allocated() {
+			milli = allocator.MilliPerGPU
+		}
+	}
+	if whole != nil && whole.exclusive > 0 {
+		milli = allocator.MilliPerGPU
+	}
+	if whole != nil && milli < allocator.MilliPerGPU {
+		d := n.Devices[gp.Whole]
+		for name, q := range whole.consumed {
+			c, ok := d.Capacity[name]
+			if !ok || c.Value.Sign() <= 0 || q.Cmp(c.Value) >= 0 {
+				milli = allocator.MilliPerGPU
+				continue
+			}
+			f := math.Ceil(q.AsApproximateFloat64() / c.Value.AsApproximateFloat64() * allocator.MilliPerGPU)
+			milli = max(milli, min(int64(f), allocator.MilliPerGPU))
+		}
+	}
+	if milli > 0 {
+		_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}}, allocator.Request{NumGPU: 1, GPUMilli: milli})
+	}
+}
+
+// resolve turns the allocator's decision into devices on n, re-checked
+// against u, and adds them to u.
+func (v *View) resolve(it *Item, n *Node, d allocator.Decision, u usage, opt Options) ([]resourceapi.DeviceRequestAllocationResult, error) {
+	switch it.Kind {
+	case MIG:
+		if len(d.GPUs) != 1 {
+			return nil, fmt.Errorf("allocator chose %d GPUs for a MIG slice: %w", len(d.GPUs), ErrInvalid)
+		}
+		gp := &n.GPUs[d.GPUs[0]]
+		var cands []*Device
+		for _, name := range gp.MIG {
+			if dev := n.Devices[name]; it.usable(n, dev) {
+				cands = append(cands, dev)
+			}
+		}
+		// The allocator's placement first, then the lowest start.
+		slices.SortStableFunc(cands, func(a, b *Device) int {
+			if (a.Start == d.MIGStart) != (b.Start == d.MIGStart) {
+				if a.Start == d.MIGStart {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(a.Start, b.Start)
+		})
+		for _, dev := range cands {
+			if res, err := v.take(it, n, []*Device{dev}, u, opt); err == nil {
+				return res, nil
+			}
+		}
+		return nil, fmt.Errorf("gpu %d of %s: no free MIG device for %s: %w", gp.Index, n.Name, it.Alloc.MIGProfile, ErrNoFit)
+	default:
+		devs := make([]*Device, 0, len(d.GPUs))
+		for _, g := range d.GPUs {
+			devs = append(devs, n.Devices[n.GPUs[g].Whole])
+		}
+		if it.MatchAttribute != "" && !sameValue(devs, it.MatchAttribute) {
+			var err error
+			if devs, err = v.regroup(it, n, u); err != nil {
+				return nil, err
+			}
+		}
+		return v.take(it, n, devs, u, opt)
+	}
+}
+
+func sameValue(devs []*Device, name resourceapi.FullyQualifiedName) bool {
+	for _, d := range devs {
+		if attrValue(d, name) != attrValue(devs[0], name) || attrValue(d, name) == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// regroup picks it.Count free whole devices on n that share the item's
+// matchAttribute value: the smallest group that holds them, lowest GPU
+// indices first.
+func (v *View) regroup(it *Item, n *Node, u usage) ([]*Device, error) {
+	groups := map[string][]*Device{}
+	var keys []string
+	for g := range n.GPUs {
+		d := n.Devices[n.GPUs[g].Whole]
+		if d == nil || !it.usable(n, d) {
+			continue
+		}
+		if use := u[devKey{n.Name, d.Name}]; use != nil && use.allocated() {
+			continue
+		}
+		k := attrValue(d, it.MatchAttribute)
+		if k == "" {
+			continue
+		}
+		if groups[k] == nil {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], d)
+	}
+	best := ""
+	for _, k := range keys {
+		if len(groups[k]) >= it.Count && (best == "" || len(groups[k]) < len(groups[best])) {
+			best = k
+		}
+	}
+	if best == "" {
+		return nil, fmt.Errorf("%s: %w", n.Name, errGroup)
+	}
+	return groups[best][:it.Count], nil
+}
+
+// take allocates devs for it on n if that over-allocates nothing on n,
+// adding them to u.
+func (v *View) take(it *Item, n *Node, devs []*Device, u usage, opt Options) ([]resourceapi.DeviceRequestAllocationResult, error) {
+	res := make([]resourceapi.DeviceRequestAllocationResult, 0, len(devs))
+	for _, d := range devs {
+		if d == nil {
+			return nil, fmt.Errorf("allocator chose a GPU without a device: %w", ErrInvalid)
+		}
+		r := resourceapi.DeviceRequestAllocationResult{Request: it.Request, Driver: DriverName, Pool: n.Name, Device: d.Name,
+			Tolerations: it.tolerations}
+		if d.Shareable {
+			c, err := consumed(it.Capacity, d)
+			if err != nil {
+				return nil, err
+			}
+			id := opt.NewShareID()
+			r.ShareID, r.ConsumedCapacity = &id, c
+		}
+		res = append(res, r)
+	}
+	a := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: res}}
+	if err := u.add(v, a); err != nil {
+		return nil, err
+	}
+	if vs := violations(v, u, n.Name); len(vs) > 0 {
+		u.sub(a)
+		return nil, fmt.Errorf("%s: %w", vs[0], ErrOverAllocated)
+	}
+	return res, nil
+}

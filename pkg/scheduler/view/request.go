@@ -1,0 +1,306 @@
+package view
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+
+	"github.com/gpud/gpud/pkg/allocator"
+)
+
+// Kind is what an [Item] asks for.
+type Kind int
+
+// Item kinds.
+const (
+	// Whole asks for Count whole GPUs.
+	Whole Kind = iota + 1
+	// Fraction asks for a share of one GPU (capacity.requests.memory, and
+	// optionally cores).
+	Fraction
+	// MIG asks for one MIG slice of one profile shape.
+	MIG
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Whole:
+		return "whole"
+	case Fraction:
+		return "fraction"
+	case MIG:
+		return "mig"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Limits on requests.
+const (
+	// MaxRequestsPerPod bounds the device requests over a pod's claims.
+	MaxRequestsPerPod = 32
+	maxMemoryBytes    = int64(1) << 50 // 1 PiB
+	maxCoresPct       = 100
+)
+
+// Item is one device request of a claim as the allocator sees it: the
+// allocator request plus the device filter it cannot express.
+type Item struct {
+	Claim   *resourceapi.ResourceClaim
+	Request string
+	Kind    Kind
+	// Count is the number of devices (whole GPUs); 1 otherwise.
+	Count int
+	// Alloc is the allocator request. GPU model, VRAM and compute
+	// capability constraints written as CEL selectors act as the device
+	// filter instead of its Models/MinGPUMemoryMiB/MinComputeCapability.
+	Alloc allocator.Request
+	// Capacity is a fraction's capacity requests.
+	Capacity map[resourceapi.QualifiedName]resource.Quantity
+	// MatchAttribute, if set, is an attribute all of the request's
+	// devices must share (a matchAttribute constraint).
+	MatchAttribute resourceapi.FullyQualifiedName
+
+	class       *resourceapi.DeviceClass
+	selectors   []resourceapi.DeviceSelector
+	tolerations []resourceapi.DeviceToleration
+	eligible    map[devKey]bool
+}
+
+// Demand turns a pod's claims into items, one per device request, in claim
+// and request order. Claims already allocated are left out (the caller
+// keeps the pod on their node). It fails, naming the claim and request,
+// for an unknown class, an unsupported request shape (allocation mode All,
+// prioritized lists, admin access, count or capacity out of range,
+// distinctAttribute, constraints across requests) or selectors that
+// select no gpud device or several MIG profile shapes.
+func (v *View) Demand(claims []*resourceapi.ResourceClaim) ([]*Item, error) {
+	var out []*Item
+	for _, c := range claims {
+		if c == nil || c.Status.Allocation != nil {
+			continue
+		}
+		name := "claim " + c.Namespace + "/" + c.Name
+		if n := len(out) + len(c.Spec.Devices.Requests); n > MaxRequestsPerPod {
+			return nil, fmt.Errorf("%s: %d device requests, more than %d: %w", name, n, MaxRequestsPerPod, ErrUnsupported)
+		}
+		match, err := constraints(c)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for i := range c.Spec.Devices.Requests {
+			r := &c.Spec.Devices.Requests[i]
+			it, err := v.item(c, r)
+			if err != nil {
+				return nil, fmt.Errorf("%s request %q: %w", name, r.Name, err)
+			}
+			it.MatchAttribute = match[r.Name]
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
+
+// constraints returns each request's matchAttribute.
+func constraints(c *resourceapi.ResourceClaim) (map[string]resourceapi.FullyQualifiedName, error) {
+	out := map[string]resourceapi.FullyQualifiedName{}
+	for _, k := range c.Spec.Devices.Constraints {
+		if k.DistinctAttribute != nil {
+			return nil, fmt.Errorf("constraint distinctAttribute %s: %w", *k.DistinctAttribute, ErrUnsupported)
+		}
+		if k.MatchAttribute == nil {
+			return nil, fmt.Errorf("constraint without matchAttribute: %w", ErrUnsupported)
+		}
+		reqs := k.Requests
+		if len(reqs) == 0 {
+			for _, r := range c.Spec.Devices.Requests {
+				reqs = append(reqs, r.Name)
+			}
+		}
+		if len(reqs) > 1 {
+			return nil, fmt.Errorf("matchAttribute %s across requests %s: %w", *k.MatchAttribute, strings.Join(reqs, ", "), ErrUnsupported)
+		}
+		if prev, dup := out[reqs[0]]; dup && prev != *k.MatchAttribute {
+			return nil, fmt.Errorf("request %q: two matchAttribute constraints: %w", reqs[0], ErrUnsupported)
+		}
+		out[reqs[0]] = *k.MatchAttribute
+	}
+	return out, nil
+}
+
+func (v *View) item(c *resourceapi.ResourceClaim, r *resourceapi.DeviceRequest) (*Item, error) {
+	if r.Exactly == nil {
+		return nil, fmt.Errorf("prioritized list (firstAvailable): %w", ErrUnsupported)
+	}
+	e := r.Exactly
+	if e.AdminAccess != nil && *e.AdminAccess {
+		return nil, fmt.Errorf("adminAccess: %w", ErrUnsupported)
+	}
+	if e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount {
+		return nil, fmt.Errorf("allocationMode %s (want ExactCount): %w", e.AllocationMode, ErrUnsupported)
+	}
+	count := e.Count
+	if count == 0 {
+		count = 1
+	}
+	if count < 0 || count > allocator.MaxGPUsPerNode {
+		return nil, fmt.Errorf("count %d (want 1 to %d): %w", count, allocator.MaxGPUsPerNode, ErrUnsupported)
+	}
+	class := v.classes[e.DeviceClassName]
+	if class == nil {
+		return nil, fmt.Errorf("unknown DeviceClass %q: %w", e.DeviceClassName, ErrInvalid)
+	}
+	if err := v.compileSelectors(e.Selectors); err != nil {
+		return nil, err
+	}
+	it := &Item{Claim: c, Request: r.Name, Count: int(count), class: class,
+		selectors:   append(slices.Clone(class.Spec.Selectors), e.Selectors...),
+		tolerations: e.Tolerations, eligible: map[devKey]bool{}}
+	if e.Capacity != nil && len(e.Capacity.Requests) > 0 {
+		if err := it.capacity(e.Capacity.Requests); err != nil {
+			return nil, err
+		}
+	}
+	// Which devices the selectors pick decides the kind.
+	var gpus, migs int
+	shapes := map[[2]int]string{}
+	for _, n := range v.nodes {
+		for _, d := range n.Devices {
+			ok, err := v.matches(d, it.selectors)
+			if err != nil {
+				return nil, err
+			}
+			it.eligible[devKey{n.Name, d.Name}] = ok
+			switch {
+			case !ok:
+			case d.MIG:
+				migs++
+				shapes[[2]int{d.ComputeSlices, d.Size}] = d.Profile
+			default:
+				gpus++
+			}
+		}
+	}
+	switch {
+	case gpus == 0 && migs == 0:
+		return nil, fmt.Errorf("class %q and the selectors match no %s device: %w", class.Name, DriverName, ErrNoFit)
+	case gpus > 0 && migs > 0:
+		return nil, fmt.Errorf("selectors match both whole GPUs and MIG devices; select one type: %w", ErrUnsupported)
+	case migs > 0:
+		return it, it.mig(shapes)
+	case it.Capacity != nil:
+		return it, it.fraction()
+	}
+	it.Kind = Whole
+	it.Alloc = allocator.Request{NumGPU: it.Count, GPUMilli: allocator.MilliPerGPU}
+	return it, nil
+}
+
+// capacity validates a fraction's capacity requests.
+func (it *Item) capacity(req map[resourceapi.QualifiedName]resource.Quantity) error {
+	for name, q := range req {
+		switch {
+		case name != CapacityMemory && name != CapacityCores:
+			return fmt.Errorf("capacity %q (want %s or %s): %w", name, CapacityMemory, CapacityCores, ErrUnsupported)
+		case q.Sign() < 0:
+			return fmt.Errorf("capacity %s %s is negative: %w", name, q.String(), ErrInvalid)
+		case name == CapacityMemory && q.CmpInt64(maxMemoryBytes) > 0:
+			return fmt.Errorf("capacity memory %s exceeds %d bytes: %w", q.String(), maxMemoryBytes, ErrInvalid)
+		case name == CapacityCores && q.CmpInt64(maxCoresPct) > 0:
+			return fmt.Errorf("capacity cores %s exceeds %d%%: %w", q.String(), maxCoresPct, ErrInvalid)
+		}
+	}
+	// Memory defaults to all of the GPU: a cores-only request takes the
+	// GPU's memory, hence the whole GPU, as kube-scheduler allocates it.
+	it.Capacity = req
+	return nil
+}
+
+func (it *Item) fraction() error {
+	mem, ok := it.Capacity[CapacityMemory]
+	if !ok {
+		it.Kind = Whole
+		it.Alloc = allocator.Request{NumGPU: it.Count, GPUMilli: allocator.MilliPerGPU}
+		return nil
+	}
+	if it.Count != 1 {
+		return fmt.Errorf("count %d with capacity requests (a fraction is of one GPU): %w", it.Count, ErrUnsupported)
+	}
+	it.Kind = Fraction
+	mib := (mem.Value() + (1 << 20) - 1) >> 20
+	cores := int64(0)
+	if c, ok := it.Capacity[CapacityCores]; ok {
+		cores = (c.MilliValue() + 999) / 1000
+	}
+	if mib == 0 && cores == 0 {
+		mib = 1
+	}
+	it.Alloc = allocator.Request{NumGPU: 1, GPUMemoryMiB: mib, GPUCoresPct: cores}
+	return nil
+}
+
+// mig maps the selected MIG devices' one shape (compute slices, memory
+// slices) onto an allocator profile.
+func (it *Item) mig(shapes map[[2]int]string) error {
+	it.Kind = MIG
+	if it.Count != 1 {
+		return fmt.Errorf("count %d MIG devices (one per request): %w", it.Count, ErrUnsupported)
+	}
+	if it.Capacity != nil {
+		return fmt.Errorf("capacity requests on a MIG device: %w", ErrUnsupported)
+	}
+	if len(shapes) > 1 {
+		var names []string
+		for _, p := range shapes {
+			names = append(names, p)
+		}
+		slices.Sort(names)
+		return fmt.Errorf("selectors match MIG profiles of different sizes (%s); select one with device.attributes[%q].profile: %w",
+			strings.Join(names, ", "), DriverName, ErrUnsupported)
+	}
+	for shape, name := range shapes {
+		p := profileOf(shape[0], shape[1])
+		if p < 0 {
+			return fmt.Errorf("MIG profile %s (%d compute, %d memory slices) has no allocator profile: %w", name, shape[0], shape[1], ErrUnsupported)
+		}
+		it.Alloc = allocator.Request{NumGPU: 1, MIGProfile: allocator.MIGProfiles[p].Name}
+	}
+	return nil
+}
+
+// profileOf is the allocator profile with the shape, or -1.
+func profileOf(compute, memory int) int {
+	return slices.IndexFunc(allocator.MIGProfiles, func(p allocator.MIGProfile) bool {
+		return p.Compute == compute && p.Memory == memory
+	})
+}
+
+// usable reports whether the item may take device d on n, usage aside:
+// type, class and selectors, tolerated taints, shareability for fractions.
+func (it *Item) usable(n *Node, d *Device) bool {
+	if !it.eligible[devKey{n.Name, d.Name}] || d.MIG != (it.Kind == MIG) {
+		return false
+	}
+	for _, t := range d.Taints {
+		if t.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.Effect != resourceapi.DeviceTaintEffectNoExecute {
+			continue
+		}
+		if !slices.ContainsFunc(it.tolerations, func(tol resourceapi.DeviceToleration) bool { return resourceclaim.ToleratesTaint(tol, t) }) {
+			return false
+		}
+	}
+	if it.Kind == Fraction {
+		if !d.Shareable {
+			return false
+		}
+		for name := range it.Capacity {
+			if _, ok := d.Capacity[name]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,215 @@
+package view
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// devKey names a device: pool (= node) and device.
+type devKey struct{ node, device string }
+
+// devUse is what allocations take from one device.
+type devUse struct {
+	// exclusive counts allocations without a share ID.
+	exclusive int
+	// shares counts allocations with one; consumed sums their capacity.
+	shares   int
+	consumed map[resourceapi.QualifiedName]resource.Quantity
+}
+
+func (u *devUse) allocated() bool { return u.exclusive+u.shares > 0 }
+
+// usage is what all allocations take, per device.
+type usage map[devKey]*devUse
+
+func (u usage) clone() usage {
+	out := make(usage, len(u))
+	for k, d := range u {
+		c := *d
+		c.consumed = maps.Clone(d.consumed)
+		out[k] = &c
+	}
+	return out
+}
+
+// add records an allocation's gpud devices. Admin-access results take
+// nothing (as for kube-scheduler). It fails, adding nothing, if a result
+// names a device the view does not have.
+func (u usage) add(v *View, a *resourceapi.AllocationResult) error {
+	var keys []devKey
+	for _, r := range a.Devices.Results {
+		if r.Driver != DriverName || (r.AdminAccess != nil && *r.AdminAccess) {
+			continue
+		}
+		n := v.byName[r.Pool]
+		if n == nil || n.Devices[r.Device] == nil {
+			return fmt.Errorf("allocated device %s/%s is not published: %w", r.Pool, r.Device, ErrInvalid)
+		}
+		keys = append(keys, devKey{r.Pool, r.Device})
+	}
+	i := 0
+	for _, r := range a.Devices.Results {
+		if r.Driver != DriverName || (r.AdminAccess != nil && *r.AdminAccess) {
+			continue
+		}
+		k := keys[i]
+		i++
+		d := u[k]
+		if d == nil {
+			d = &devUse{}
+			u[k] = d
+		}
+		if r.ShareID == nil {
+			d.exclusive++
+			continue
+		}
+		d.shares++
+		if d.consumed == nil {
+			d.consumed = map[resourceapi.QualifiedName]resource.Quantity{}
+		}
+		for name, q := range r.ConsumedCapacity {
+			sum := d.consumed[name]
+			sum.Add(q)
+			d.consumed[name] = sum
+		}
+	}
+	return nil
+}
+
+// sub removes what add added for a.
+func (u usage) sub(a *resourceapi.AllocationResult) {
+	for _, r := range a.Devices.Results {
+		if r.Driver != DriverName || (r.AdminAccess != nil && *r.AdminAccess) {
+			continue
+		}
+		d := u[devKey{r.Pool, r.Device}]
+		if d == nil {
+			continue
+		}
+		if r.ShareID == nil {
+			d.exclusive--
+			continue
+		}
+		d.shares--
+		for name, q := range r.ConsumedCapacity {
+			sum := d.consumed[name]
+			sum.Sub(q)
+			d.consumed[name] = sum
+		}
+	}
+}
+
+// Violation is one over-allocation [Check] found.
+type Violation struct {
+	Node, Device string
+	Reason       string
+}
+
+func (e Violation) String() string { return fmt.Sprintf("%s/%s: %s", e.Node, e.Device, e.Reason) }
+
+// Check re-checks the view's allocations plus allocs against the devices:
+// an exclusive device allocated once, a shared device's consumed capacity
+// within its capacity, and every counter set (MIG memory and compute
+// slices, which the whole GPU consumes in full) within its counters, each
+// allocated device counted once. It returns an error matching
+// [ErrOverAllocated] that lists every violation, or one matching
+// [ErrInvalid] if allocs name unknown devices.
+func Check(v *View, allocs ...*resourceapi.AllocationResult) error {
+	u := v.usage
+	if len(allocs) > 0 {
+		u = u.clone()
+		for _, a := range allocs {
+			if a == nil {
+				continue
+			}
+			if err := u.add(v, a); err != nil {
+				return fmt.Errorf("check: %w", err)
+			}
+		}
+	}
+	if vs := violations(v, u, ""); len(vs) > 0 {
+		msg := make([]string, len(vs))
+		for i, x := range vs {
+			msg[i] = x.String()
+		}
+		return fmt.Errorf("check: %v: %w", msg, ErrOverAllocated)
+	}
+	return nil
+}
+
+// violations lists every over-allocation in u (on node only, if set),
+// sorted.
+func violations(v *View, u usage, only string) []Violation {
+	var out []Violation
+	counters := map[devKey]map[string]resource.Quantity{} // (node, set) -> used
+	for k, use := range u {
+		if only != "" && k.node != only {
+			continue
+		}
+		n := v.byName[k.node]
+		d := n.Devices[k.device]
+		if !use.allocated() {
+			continue
+		}
+		if !d.Shareable && use.exclusive+use.shares > 1 {
+			out = append(out, Violation{k.node, k.device, fmt.Sprintf("allocated %d times, not shareable", use.exclusive+use.shares)})
+		}
+		if d.Shareable && use.exclusive > 0 && use.exclusive+use.shares > 1 {
+			out = append(out, Violation{k.node, k.device, fmt.Sprintf("allocated exclusively and %d more times", use.exclusive+use.shares-1)})
+		}
+		for name, q := range use.consumed {
+			c, ok := d.Capacity[name]
+			if !ok {
+				out = append(out, Violation{k.node, k.device, fmt.Sprintf("consumes capacity %q it does not have", name)})
+				continue
+			}
+			if q.Cmp(c.Value) > 0 {
+				out = append(out, Violation{k.node, k.device, fmt.Sprintf("%s: %s consumed of %s", name, q.String(), c.Value.String())})
+			}
+		}
+		for _, cc := range d.Consumes {
+			ck := devKey{k.node, cc.CounterSet}
+			if counters[ck] == nil {
+				counters[ck] = map[string]resource.Quantity{}
+			}
+			for name, c := range cc.Counters {
+				sum := counters[ck][name]
+				sum.Add(c.Value)
+				counters[ck][name] = sum
+			}
+		}
+	}
+	for ck, used := range counters {
+		set := v.byName[ck.node].Counters[ck.device]
+		for name, q := range used {
+			if q.Cmp(set[name]) > 0 {
+				limit := set[name]
+				out = append(out, Violation{ck.node, ck.device, fmt.Sprintf("counter %s: %s consumed of %s", name, q.String(), limit.String())})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Violation) int {
+		if c := compareStr(a.Node, b.Node); c != 0 {
+			return c
+		}
+		if c := compareStr(a.Device, b.Device); c != 0 {
+			return c
+		}
+		return compareStr(a.Reason, b.Reason)
+	})
+	return out
+}
+
+func compareStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

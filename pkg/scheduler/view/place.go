@@ -117,8 +117,28 @@ func (it *Item) name() string {
 	return fmt.Sprintf("claim %s/%s request %q", it.Claim.Namespace, it.Claim.Name, it.Request)
 }
 
-// placeItem places one item, on node pin if set, adding it to u.
+// placeItem places one item, on node pin if set, adding it to u; a MIG
+// item tries its shapes smallest first.
 func (v *View) placeItem(it *Item, u usage, opt Options, banned map[string]bool, pin string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
+	if it.Kind != MIG {
+		return v.placeShape(it, u, opt, banned, pin)
+	}
+	var first error
+	for i := range it.shapes {
+		it.setShape(i)
+		res, n, err := v.placeShape(it, u, opt, banned, pin)
+		if err == nil {
+			return res, n, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	it.setShape(0)
+	return nil, "", first
+}
+
+func (v *View) placeShape(it *Item, u usage, opt Options, banned map[string]bool, pin string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
 	excluded := map[gpuRef]bool{}
 	var last error
 	for range maxGPUTries {

@@ -68,6 +68,10 @@ type Item struct {
 	selectors   []resourceapi.DeviceSelector
 	tolerations []resourceapi.DeviceToleration
 	eligible    map[devKey]bool
+	// shapes are a MIG item's (compute, memory) slice shapes, smallest
+	// first; shape is the one placed now.
+	shapes [][2]int
+	shape  [2]int
 }
 
 // Demand turns a pod's claims into items, one per device request, in claim
@@ -242,8 +246,11 @@ func (it *Item) fraction() error {
 	return nil
 }
 
-// mig maps the selected MIG devices' one shape (compute slices, memory
-// slices) onto an allocator profile.
+// mig maps the selected MIG devices' shapes (compute slices, memory
+// slices) onto allocator profiles, smallest first: one profile name may be
+// different shapes on different GPUs (1g.10gb is 1 memory slice of an
+// H100 and 2 of an A100 40GB), and a request without a profile selector
+// takes the smallest slice that fits.
 func (it *Item) mig(shapes map[[2]int]string) error {
 	it.Kind = MIG
 	if it.Count != 1 {
@@ -252,23 +259,26 @@ func (it *Item) mig(shapes map[[2]int]string) error {
 	if it.Capacity != nil {
 		return fmt.Errorf("capacity requests on a MIG device: %w", ErrUnsupported)
 	}
-	if len(shapes) > 1 {
-		var names []string
-		for _, p := range shapes {
-			names = append(names, p)
-		}
-		slices.Sort(names)
-		return fmt.Errorf("selectors match MIG profiles of different sizes (%s); select one with device.attributes[%q].profile: %w",
-			strings.Join(names, ", "), DriverName, ErrUnsupported)
-	}
 	for shape, name := range shapes {
-		p := profileOf(shape[0], shape[1])
-		if p < 0 {
+		if profileOf(shape[0], shape[1]) < 0 {
 			return fmt.Errorf("MIG profile %s (%d compute, %d memory slices) has no allocator profile: %w", name, shape[0], shape[1], ErrUnsupported)
 		}
-		it.Alloc = allocator.Request{NumGPU: 1, MIGProfile: allocator.MIGProfiles[p].Name}
+		it.shapes = append(it.shapes, shape)
 	}
+	slices.SortFunc(it.shapes, func(a, b [2]int) int {
+		if a[1] != b[1] {
+			return a[1] - b[1]
+		}
+		return a[0] - b[0]
+	})
+	it.setShape(0)
 	return nil
+}
+
+// setShape makes the item ask for its i-th MIG shape.
+func (it *Item) setShape(i int) {
+	it.shape = it.shapes[i]
+	it.Alloc = allocator.Request{NumGPU: 1, MIGProfile: allocator.MIGProfiles[profileOf(it.shape[0], it.shape[1])].Name}
 }
 
 // profileOf is the allocator profile with the shape, or -1.
@@ -282,6 +292,9 @@ func profileOf(compute, memory int) int {
 // type, class and selectors, tolerated taints, shareability for fractions.
 func (it *Item) usable(n *Node, d *Device) bool {
 	if !it.eligible[devKey{n.Name, d.Name}] || d.MIG != (it.Kind == MIG) {
+		return false
+	}
+	if d.MIG && (d.ComputeSlices != it.shape[0] || d.Size != it.shape[1]) {
 		return false
 	}
 	for _, t := range d.Taints {

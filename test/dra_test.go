@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -388,7 +390,34 @@ func draAgentConfig(t *testing.T, env *k8senv.Env, node string) *rest.Config {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.CertData, cfg.KeyData = nil, nil
 	cfg.BearerToken = tr.Status.Token
+	waitForAgentPolicy(t, cfg, node)
 	return cfg
+}
+
+// waitForAgentPolicy waits until the API server enforces deploy/dra's RBAC
+// and admission policies for the agent's identity: the policies reach
+// admission through informers, a moment after they are created. The probe
+// is a dry run, so it changes nothing: the agent's identity setting a label
+// outside nvidia.com/ and gpud.io/ on its own node must be refused by the
+// policy (not by RBAC, and not accepted).
+func waitForAgentPolicy(t *testing.T, cfg *rest.Config, node string) {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const refusal = "only nvidia.com/ and gpud.io/ labels"
+	patch := []byte(`{"metadata":{"labels":{"example.com/policy-probe":"x"}}}`)
+	testwait.ForErr(t, draTimeout, "deploy/dra's RBAC and admission policies enforced for the agent's identity", func() error {
+		_, err := client.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err == nil:
+			return errors.New("a foreign label was accepted: the policy is not in effect yet")
+		case !strings.Contains(err.Error(), refusal):
+			return err
+		}
+		return nil
+	})
 }
 
 // draManifests decodes the documents of a manifest file into API types.

@@ -148,7 +148,9 @@ func TestPlaceFillsThenFails(t *testing.T) {
 		fit   int // how many fit on the cluster
 	}{
 		// 8 H100 + 6 A100 without MIG.
-		{name: "whole GPUs", fit: 14, claim: func(i int) *resourceapi.ResourceClaim { return claim(fmt.Sprint("w", i), exact("gpu", "gpu.gpud.io", 1)) }},
+		{name: "whole GPUs", fit: 14, claim: func(i int) *resourceapi.ResourceClaim {
+			return claim(fmt.Sprint("w", i), exact("gpu", "gpu.gpud.io", 1))
+		}},
 		// 4 per H100 (80Gi) and 2 per A100 (40Gi).
 		{name: "20Gi fractions", fit: 8*4 + 6*2, claim: func(i int) *resourceapi.ResourceClaim { return claim(fmt.Sprint("f", i), fraction("gpu", "20Gi", "")) }},
 		// Two 7g slices on the A100s in MIG mode, 8 on the H100s.

@@ -3,6 +3,8 @@ package view
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -234,5 +236,97 @@ func TestCheckFindsOverAllocation(t *testing.T) {
 				t.Fatalf("Check = %v, want ErrOverAllocated with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestPlacePodWithTwoClaims(t *testing.T) {
+	c := newCluster(t)
+	v := c.build(t)
+	// Only the A100 node has 3g.20gb; the whole GPU must follow it there,
+	// even when the first claim would rather go to the H100 node.
+	for seed := range uint64(4) {
+		allocs, err := place(t, v, Options{Rand: rand.New(rand.NewPCG(seed, 1))},
+			claim("gpu", exact("gpu", "gpu.gpud.io", 1)), claim("mig", migReq("mig", "3g.20gb")))
+		if err != nil || len(allocs) != 2 {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if allocs[0].Node != "a100-a" || allocs[1].Node != "a100-a" || allocs[0].Claim.Name != "gpu" {
+			t.Fatalf("seed %d: claims on %s and %s", seed, allocs[0].Node, allocs[1].Node)
+		}
+		if err := Check(v, allocs[0].Result, allocs[1].Result); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := AllocatedNode([]*resourceapi.ResourceClaim{claim("new"), {Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Driver: DriverName, Pool: "a100-a", Device: "gpu-3"}}}}}}}); err != nil || n != "a100-a" {
+		t.Errorf("AllocatedNode = %q, %v", n, err)
+	}
+}
+
+func TestPlaceNodesAndTaints(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(c *cluster)
+		req     resourceapi.DeviceRequest
+		opt     Options
+		node    string // "" no fit
+		devices string // device name prefix
+	}{
+		{name: "cordoned node", req: exact("gpu", "gpu.gpud.io", 1, `device.attributes["gpu.gpud.io"].productName.contains("H100")`),
+			mutate: func(c *cluster) { c.in.Nodes[0].Spec.Unschedulable = true }},
+		{name: "node filter", req: exact("gpu", "gpu.gpud.io", 1), node: "a100-a",
+			opt: Options{NodeFilter: func(n *Node) bool { return n.Name == "a100-a" }}},
+		{name: "tainted GPUs are not used", req: exact("gpu", "gpu.gpud.io", 1), node: "h100-a", devices: "gpu-7",
+			mutate: func(c *cluster) { taintAllBut(c, "gpu-7", nil) }},
+		{name: "a tolerated taint", node: "h100-a", devices: "gpu-",
+			req: func() resourceapi.DeviceRequest {
+				r := exact("gpu", "gpu.gpud.io", 8)
+				r.Exactly.Tolerations = []resourceapi.DeviceToleration{{Key: "gpu.gpud.io/unhealthy", Operator: resourceapi.DeviceTolerationOpExists}}
+				return r
+			}(),
+			mutate: func(c *cluster) { taintAllBut(c, "gpu-7", nil) }},
+		{name: "untolerated taint everywhere", req: exact("gpu", "gpu.gpud.io", 2),
+			mutate: func(c *cluster) { taintAllBut(c, "gpu-7", []string{"a100-a"}) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			if tc.mutate != nil {
+				tc.mutate(c)
+			}
+			v := c.build(t)
+			allocs, err := place(t, v, tc.opt, claim("c", tc.req))
+			if tc.node == "" {
+				if !errors.Is(err, ErrNoFit) {
+					t.Fatalf("place = %v, want ErrNoFit", err)
+				}
+				return
+			}
+			if err != nil || allocs[0].Node != tc.node {
+				t.Fatalf("place = %+v, %v; want node %s", allocs, err, tc.node)
+			}
+			for _, r := range allocs[0].Result.Devices.Results {
+				if !strings.HasPrefix(r.Device, tc.devices) {
+					t.Errorf("device %s, want %s*", r.Device, tc.devices)
+				}
+				if len(tc.req.Exactly.Tolerations) > 0 && len(r.Tolerations) == 0 {
+					t.Errorf("result %s lacks the request's tolerations", r.Device)
+				}
+			}
+		})
+	}
+}
+
+// taintAllBut taints every whole GPU of h100-a but keep, and every device
+// of the nodes in also, NoSchedule as gpud does for a recoverable Xid.
+func taintAllBut(c *cluster, keep string, also []string) {
+	for _, s := range c.in.Slices {
+		node := *s.Spec.NodeName
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			if (node == "h100-a" && d.Name != keep) || slices.Contains(also, node) {
+				d.Taints = []resourceapi.DeviceTaint{{Key: "gpu.gpud.io/unhealthy", Value: "xid-13", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+			}
+		}
 	}
 }

@@ -108,6 +108,28 @@ func (v *View) Demand(claims []*resourceapi.ResourceClaim) ([]*Item, error) {
 	return out, nil
 }
 
+// AllocatedNode returns the node that a pod's already allocated claims
+// (shared claims, or a retry after a partial write) pin it to: the pool of
+// their gpud results, "" if none. It fails if they name different nodes.
+func AllocatedNode(claims []*resourceapi.ResourceClaim) (string, error) {
+	node := ""
+	for _, c := range claims {
+		if c == nil || c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver != DriverName {
+				continue
+			}
+			if node != "" && r.Pool != node {
+				return "", fmt.Errorf("claim %s/%s on node %s, another claim of the pod on %s: %w", c.Namespace, c.Name, r.Pool, node, ErrInvalid)
+			}
+			node = r.Pool
+		}
+	}
+	return node, nil
+}
+
 // constraints returns each request's matchAttribute.
 func constraints(c *resourceapi.ResourceClaim) (map[string]resourceapi.FullyQualifiedName, error) {
 	out := map[string]resourceapi.FullyQualifiedName{}

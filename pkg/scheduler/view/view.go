@@ -108,6 +108,10 @@ type Inputs struct {
 	Claims  []*resourceapi.ResourceClaim
 	Classes []*resourceapi.DeviceClass
 	Nodes   []*corev1.Node
+	// CEL caches compiled selectors across views; nil is a new cache.
+	// Build one with cel.NewCache(n, cel.Features{EnableConsumableCapacity:
+	// true}).
+	CEL *cel.Cache
 }
 
 // Nodes returns the view's nodes, sorted by name.
@@ -124,7 +128,10 @@ var celFeatures = cel.Features{EnableConsumableCapacity: true}
 // out and reported as skips.
 func Build(in Inputs) (*View, []Skip) {
 	v := &View{byName: map[string]*Node{}, classes: map[string]*resourceapi.DeviceClass{},
-		usage: usage{}, cel: cel.NewCache(256, celFeatures)}
+		usage: usage{}, cel: in.CEL}
+	if v.cel == nil {
+		v.cel = cel.NewCache(256, celFeatures)
+	}
 	var skips []Skip
 	nodes := map[string]*corev1.Node{}
 	for _, n := range in.Nodes {

@@ -45,7 +45,11 @@ func randomClaim(rng *rand.Rand, i int) *resourceapi.ResourceClaim {
 // independent oracle.
 func TestPlaceNeverOverAllocates(t *testing.T) {
 	base := newCluster(t)
-	for seed := range uint64(6) {
+	seeds := uint64(6)
+	if testing.Short() {
+		seeds = 2
+	}
+	for seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			c := &cluster{in: base.in, pub: base.pub}

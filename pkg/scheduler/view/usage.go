@@ -37,27 +37,20 @@ func (u usage) clone() usage {
 }
 
 // add records an allocation's gpud devices. Admin-access results take
-// nothing (as for kube-scheduler). It fails, adding nothing, if a result
-// names a device the view does not have.
+// nothing (as for kube-scheduler). Results naming a device the view does
+// not have are left out and reported in the error; the rest are added, so
+// a stale device name never hides what the claim's other devices take.
 func (u usage) add(v *View, a *resourceapi.AllocationResult) error {
-	var keys []devKey
+	var unknown []string
 	for _, r := range a.Devices.Results {
 		if r.Driver != DriverName || (r.AdminAccess != nil && *r.AdminAccess) {
 			continue
 		}
-		n := v.byName[r.Pool]
-		if n == nil || n.Devices[r.Device] == nil {
-			return fmt.Errorf("allocated device %s/%s is not published: %w", r.Pool, r.Device, ErrInvalid)
-		}
-		keys = append(keys, devKey{r.Pool, r.Device})
-	}
-	i := 0
-	for _, r := range a.Devices.Results {
-		if r.Driver != DriverName || (r.AdminAccess != nil && *r.AdminAccess) {
+		if n := v.byName[r.Pool]; n == nil || n.Devices[r.Device] == nil {
+			unknown = append(unknown, r.Pool+"/"+r.Device)
 			continue
 		}
-		k := keys[i]
-		i++
+		k := devKey{r.Pool, r.Device}
 		d := u[k]
 		if d == nil {
 			d = &devUse{}
@@ -77,6 +70,9 @@ func (u usage) add(v *View, a *resourceapi.AllocationResult) error {
 			d.consumed[name] = sum
 		}
 	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("allocated devices %v are not published: %w", unknown, ErrInvalid)
+	}
 	return nil
 }
 
@@ -88,7 +84,7 @@ func (u usage) sub(a *resourceapi.AllocationResult) {
 		}
 		d := u[devKey{r.Pool, r.Device}]
 		if d == nil {
-			continue
+			continue // an unknown device add left out
 		}
 		if r.ShareID == nil {
 			d.exclusive--

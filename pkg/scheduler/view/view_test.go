@@ -51,6 +51,8 @@ func TestBuildSkipsBadObjects(t *testing.T) {
 		name   string
 		mutate func(c *cluster)
 		want   string // substring of a skip
+		// overAllocated: the claims kept over-allocate, Check must say so.
+		overAllocated bool
 	}{
 		{name: "unknown driver", want: "driver \"gpu.nvidia.com\"", mutate: func(c *cluster) {
 			s := c.in.Slices[1].DeepCopy()
@@ -114,6 +116,17 @@ func TestBuildSkipsBadObjects(t *testing.T) {
 				{Request: "gpu", Driver: DriverName, Pool: "h100-a", Device: "gpu-99"}}}}
 			c.in.Claims = append(c.in.Claims, cl)
 		}},
+		{name: "a stale device does not hide the claim's others", want: "h100-a/gpu-99", mutate: func(c *cluster) {
+			cl := claim("half", exact("gpu", "gpu.gpud.io", 2))
+			cl.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "gpu", Driver: DriverName, Pool: "h100-a", Device: "gpu-99"},
+				{Request: "gpu", Driver: DriverName, Pool: "h100-a", Device: "gpu-2-mig-7g80gb-0"}}}}
+			c.in.Claims = append(c.in.Claims, cl)
+			other := claim("other", migReq("mig", "1g.10gb"))
+			other.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "mig", Driver: DriverName, Pool: "h100-a", Device: "gpu-2-mig-1g10gb-3"}}}}
+			c.in.Claims = append(c.in.Claims, other)
+		}, overAllocated: true},
 		{name: "negative capacity", want: "out of range", mutate: func(c *cluster) {
 			gpuDevice(c).Capacity["memory"] = resourceapi.DeviceCapacity{Value: resource.MustParse("-1")}
 		}},
@@ -140,8 +153,8 @@ func TestBuildSkipsBadObjects(t *testing.T) {
 			if tc.want == "" && len(skips) > 0 || tc.want != "" && !strings.Contains(joined, tc.want) {
 				t.Fatalf("skips:\n%s\nwant one containing %q", joined, tc.want)
 			}
-			if err := Check(v); err != nil {
-				t.Errorf("Check: %v", err)
+			if err := Check(v); (err != nil) != tc.overAllocated {
+				t.Errorf("Check: %v, want over-allocated %v", err, tc.overAllocated)
 			}
 		})
 	}

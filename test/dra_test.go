@@ -1,10 +1,10 @@
 package test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpud/gpud/internal/manifest"
 	"net"
 	"net/http"
 	"os"
@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goccy/go-yaml"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -420,51 +419,17 @@ func waitForAgentPolicy(t *testing.T, cfg *rest.Config, node string) {
 	})
 }
 
-// draManifests decodes the documents of a manifest file into API types.
+// draManifests decodes the documents of a manifest file into API types
+// (strictly, through internal/manifest).
 func draManifests(t *testing.T, path string) []any {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	docs, err := manifest.DecodeFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []any
-	for i, doc := range bytes.Split(data, []byte("\n---")) {
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		js, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			t.Fatalf("%s doc %d: %v", path, i, err)
-		}
-		var tm metav1.TypeMeta
-		if err := json.Unmarshal(js, &tm); err != nil {
-			t.Fatalf("%s doc %d: %v", path, i, err)
-		}
-		var obj any
-		switch tm.Kind {
-		case "ServiceAccount":
-			obj = &corev1.ServiceAccount{}
-		case "ClusterRole":
-			obj = &rbacv1.ClusterRole{}
-		case "ClusterRoleBinding":
-			obj = &rbacv1.ClusterRoleBinding{}
-		case "ValidatingAdmissionPolicy":
-			obj = &admissionv1.ValidatingAdmissionPolicy{}
-		case "ValidatingAdmissionPolicyBinding":
-			obj = &admissionv1.ValidatingAdmissionPolicyBinding{}
-		case "DeviceClass":
-			obj = &resourceapi.DeviceClass{}
-		case "ResourceClaimTemplate":
-			obj = &resourceapi.ResourceClaimTemplate{}
-		case "Pod":
-			obj = &corev1.Pod{}
-		default:
-			t.Fatalf("%s doc %d: unexpected kind %s", path, i, tm.Kind)
-		}
-		if err := json.Unmarshal(js, obj); err != nil {
-			t.Fatalf("%s doc %d: %v", path, i, err)
-		}
-		out = append(out, obj)
+	out := make([]any, len(docs))
+	for i, d := range docs {
+		out[i] = d.Object
 	}
 	return out
 }

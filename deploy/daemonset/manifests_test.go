@@ -4,116 +4,33 @@
 package daemonset
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
+	"github.com/gpud/gpud/internal/manifest"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/goccy/go-yaml"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // decodeAll strictly decodes every document of every manifest file into
-// its typed object, keyed "<file>#<n>". Each document goes through the
-// project's YAML library to JSON (duplicate keys are errors there), then
-// into the k8s.io/api type with unknown fields refused, as kubectl's strict
-// field validation does.
+// its typed object (internal/manifest), keyed "<file>#<n>".
 func decodeAll(t *testing.T, files []string) map[string]any {
 	t.Helper()
 	objs := map[string]any{}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		docs, err := manifest.DecodeFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, doc := range bytes.Split(data, []byte("\n---")) {
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
-			}
-			js, err := yaml.YAMLToJSON(doc)
-			if err != nil {
-				t.Fatalf("%s doc %d: %v", f, i, err)
-			}
-			var tm metav1.TypeMeta
-			if err := json.Unmarshal(js, &tm); err != nil {
-				t.Fatalf("%s doc %d: %v", f, i, err)
-			}
-			var obj any
-			switch tm.APIVersion + "/" + tm.Kind {
-			case "v1/Namespace":
-				obj = &corev1.Namespace{}
-			case "v1/ServiceAccount":
-				obj = &corev1.ServiceAccount{}
-			case "v1/ConfigMap":
-				obj = &corev1.ConfigMap{}
-			case "v1/Pod":
-				obj = &corev1.Pod{}
-			case "apps/v1/DaemonSet":
-				obj = &appsv1.DaemonSet{}
-			default:
-				t.Fatalf("%s doc %d: unexpected %s %s", f, i, tm.APIVersion, tm.Kind)
-			}
-			if err := strictJSON(js, obj); err != nil {
-				t.Fatalf("%s doc %d (%s): %v", f, i, tm.Kind, err)
-			}
-			objs[fmt.Sprintf("%s#%d", filepath.Base(f), i)] = obj
+		for _, d := range docs {
+			objs[fmt.Sprintf("%s#%d", filepath.Base(f), d.Doc)] = d.Object
 		}
 	}
 	return objs
-}
-
-// strictJSON decodes one JSON value into v, refusing unknown fields and
-// trailing data.
-func strictJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return fmt.Errorf("trailing data after the object")
-	}
-	return nil
-}
-
-// TestDecodeIsStrict: the decoder refuses what a typo in a manifest makes.
-func TestDecodeIsStrict(t *testing.T) {
-	tests := []struct {
-		name, doc, wantErr string
-	}{
-		{name: "unknown field", wantErr: `unknown field "hostNetwrok"`,
-			doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  hostNetwrok: true\n  containers: [{name: c, image: i}]\n"},
-		{name: "unknown nested field", wantErr: `unknown field "imagee"`,
-			doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, imagee: i}]\n"},
-		{name: "duplicate key", wantErr: "already defined",
-			doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nmetadata: {name: q}\n"},
-		{name: "wrong type", wantErr: "cannot unmarshal",
-			doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  hostPID: yes please\n"},
-		{name: "valid", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: 1}}}]\n"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			js, err := yaml.YAMLToJSON([]byte(tc.doc))
-			if err == nil {
-				err = strictJSON(js, &corev1.Pod{})
-			}
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("decode = %v, want success", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("decode = %v, want an error with %q", err, tc.wantErr)
-			}
-		})
-	}
 }
 
 func glob(t *testing.T, pattern string) []string {

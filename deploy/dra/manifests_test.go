@@ -5,18 +5,14 @@
 package dra
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
+	"github.com/gpud/gpud/internal/manifest"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/goccy/go-yaml"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -28,8 +24,8 @@ import (
 	"github.com/gpud/gpud/pkg/simnode"
 )
 
-// decodeAll strictly decodes every document of the files, keyed
-// "<file>#<kind>/<name>".
+// decodeAll strictly decodes every document of the files (internal/manifest),
+// keyed "<file>#<kind>/<name>".
 func decodeAll(t *testing.T, patterns ...string) map[string]any {
 	t.Helper()
 	objs := map[string]any{}
@@ -39,52 +35,14 @@ func decodeAll(t *testing.T, patterns ...string) map[string]any {
 			t.Fatalf("glob %s: %v (%d files)", p, err, len(files))
 		}
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			docs, err := manifest.DecodeFile(f)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, doc := range bytes.Split(data, []byte("\n---")) {
-				if len(bytes.TrimSpace(doc)) == 0 {
-					continue
-				}
-				js, err := yaml.YAMLToJSON(doc)
-				if err != nil {
-					t.Fatalf("%s doc %d: %v", f, i, err)
-				}
-				var tm metav1.TypeMeta
-				if err := json.Unmarshal(js, &tm); err != nil {
-					t.Fatalf("%s doc %d: %v", f, i, err)
-				}
-				var obj any
-				switch tm.APIVersion + "/" + tm.Kind {
-				case "v1/ServiceAccount":
-					obj = &corev1.ServiceAccount{}
-				case "v1/Pod":
-					obj = &corev1.Pod{}
-				case "apps/v1/DaemonSet":
-					obj = &appsv1.DaemonSet{}
-				case "rbac.authorization.k8s.io/v1/ClusterRole":
-					obj = &rbacv1.ClusterRole{}
-				case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
-					obj = &rbacv1.ClusterRoleBinding{}
-				case "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy":
-					obj = &admissionv1.ValidatingAdmissionPolicy{}
-				case "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding":
-					obj = &admissionv1.ValidatingAdmissionPolicyBinding{}
-				case "resource.k8s.io/v1/DeviceClass":
-					obj = &resourceapi.DeviceClass{}
-				case "resource.k8s.io/v1/ResourceClaimTemplate":
-					obj = &resourceapi.ResourceClaimTemplate{}
-				default:
-					t.Fatalf("%s doc %d: unexpected %s %s", f, i, tm.APIVersion, tm.Kind)
-				}
-				dec := json.NewDecoder(bytes.NewReader(js))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(obj); err != nil {
-					t.Fatalf("%s doc %d (%s): %v", f, i, tm.Kind, err)
-				}
-				name := obj.(metav1.Object).GetName()
-				objs[fmt.Sprintf("%s#%s/%s", filepath.Base(f), tm.Kind, name)] = obj
+			for _, d := range docs {
+				kind := d.Object.GetObjectKind().GroupVersionKind().Kind
+				name := d.Object.(metav1.Object).GetName()
+				objs[fmt.Sprintf("%s#%s/%s", filepath.Base(f), kind, name)] = d.Object
 			}
 		}
 	}

@@ -140,28 +140,7 @@ func TestDRAModeWiring(t *testing.T) {
 			if tc.dra {
 				args = draArgs(t, dir, "--simulate", "dgx-h100", "--http-addr", "")
 			}
-			cfg, err := loadAgentConfig(args, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lib, sim, closeLib, err := openNVML(cfg.nvml)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closeLib()
-			src, err := newNodeSources(cfg, lib, cfg.nvml.resolveNodeName(sim), log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.close(log)
-			tasks, err := wireAgent(cfg, args, lib, sim, src, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, tk := range tasks {
-				names = append(names, tk.name)
-			}
+			names := wiredTaskNames(t, args, log)
 			if !slices.Contains(names, tc.want) || slices.Contains(names, tc.drop) {
 				t.Errorf("tasks %v: want %s and no %s", names, tc.want, tc.drop)
 			}
@@ -501,4 +480,33 @@ func TestDRAExclusiveGPUs(t *testing.T) {
 			t.Errorf("%s not exclusive under the default", name)
 		}
 	}
+}
+
+// wiredTaskNames wires an agent from args (without running it) and returns
+// the names of the tasks it would run.
+func wiredTaskNames(t *testing.T, args []string, log *slog.Logger) []string {
+	t.Helper()
+	cfg, err := loadAgentConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, sim, closeLib, err := openNVML(cfg.nvml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeLib)
+	src, err := newNodeSources(cfg, lib, cfg.nvml.resolveNodeName(sim), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.close(log) })
+	tasks, err := wireAgent(cfg, args, lib, sim, src, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tk := range tasks {
+		names = append(names, tk.name)
+	}
+	return names
 }

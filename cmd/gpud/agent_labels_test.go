@@ -114,28 +114,7 @@ func TestNodeLabelsWiring(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			cfg, err := loadAgentConfig(append(tc.args(dir), "--simulate", "dgx-h100", "--http-addr", ""), io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lib, sim, closeLib, err := openNVML(cfg.nvml)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closeLib()
-			src, err := newNodeSources(cfg, lib, cfg.nvml.resolveNodeName(sim), log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.close(log)
-			tasks, err := wireAgent(cfg, nil, lib, sim, src, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, tk := range tasks {
-				names = append(names, tk.name)
-			}
+			names := wiredTaskNames(t, append(tc.args(dir), "--simulate", "dgx-h100", "--http-addr", ""), log)
 			if got := slices.Contains(names, "node-labels"); got != tc.want {
 				t.Errorf("tasks %v: node-labels %v, want %v", names, got, tc.want)
 			}

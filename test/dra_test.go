@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpud/gpud/internal/manifest"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,7 +90,7 @@ func runDRACase(t *testing.T, tc draCase) {
 	if err := os.MkdirAll(registryDir, 0o755); err != nil { // the kubelet's
 		t.Fatal(err)
 	}
-	addr := draFreeAddr(t)
+	addr := k8senv.FreeAddr(t)
 	args := []string{"--kubelet-api", "dra", "--simulate", tc.profile, "--node-name", node, "--kubeconfig", kubeconfig,
 		"--kubelet-plugins-dir", pluginsDir, "--kubelet-registry-dir", registryDir, "--cdi-dir", cdiDir,
 		"--http-addr", addr, "--log-level", "debug"}
@@ -556,14 +555,4 @@ func draInventoryMIG(t *testing.T, addr string, index int, profile string, start
 		}
 	}
 	return gpu.MIGDevice{}, false
-}
-
-func draFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

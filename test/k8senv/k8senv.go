@@ -230,6 +230,18 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreeAddr returns a loopback host:port nothing listens on right now, for a
+// process the test starts beside the environment (the same caveat as
+// freePort: another process may take it first).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}
+
 // startRetrying starts a component and waits for it; when it exits because
 // one of its ports was taken in the meantime, it tries again with new ports.
 func (e *Env) startRetrying(start func() (*proc, error)) error {

@@ -22,9 +22,9 @@ func (v *View) compileSelectors(sel []resourceapi.DeviceSelector) error {
 	return nil
 }
 
-// matches evaluates selectors against d with kube-scheduler's CEL
+// matchDevice evaluates selectors against d with kube-scheduler's CEL
 // environment; all must hold.
-func (v *View) matches(d *Device, sel []resourceapi.DeviceSelector) (bool, error) {
+func (v *View) matchDevice(d *Device, sel []resourceapi.DeviceSelector) (bool, error) {
 	in := cel.Device{Driver: DriverName, AllowMultipleAllocations: &d.Shareable, Attributes: d.Attributes, Capacity: d.Capacity}
 	for _, s := range sel {
 		if s.CEL == nil {
@@ -43,4 +43,24 @@ func (v *View) matches(d *Device, sel []resourceapi.DeviceSelector) (bool, error
 		}
 	}
 	return true, nil
+}
+
+// cachedMatch is [View.matches] through the view's MatchCache, if any.
+func (v *View) cachedMatch(key string, n *Node, d *Device, sel []resourceapi.DeviceSelector) (bool, error) {
+	if v.matches == nil {
+		return v.matchDevice(d, sel)
+	}
+	k := matchKey{sel: key, node: n.Name, device: d.Name, generation: n.Generation}
+	if ok, hit := v.matches.m[k]; hit {
+		return ok, nil
+	}
+	ok, err := v.matchDevice(d, sel)
+	if err != nil {
+		return false, err
+	}
+	if len(v.matches.m) >= maxMatchCache {
+		clear(v.matches.m)
+	}
+	v.matches.m[k] = ok
+	return ok, nil
 }

@@ -184,22 +184,33 @@ func (v *View) item(c *resourceapi.ResourceClaim, r *resourceapi.DeviceRequest) 
 	}
 	it := &Item{Claim: c, Request: r.Name, Count: int(count), class: class,
 		selectors:   append(slices.Clone(class.Spec.Selectors), e.Selectors...),
-		tolerations: e.Tolerations, eligible: map[devKey]bool{}}
+		tolerations: e.Tolerations}
 	if e.Capacity != nil && len(e.Capacity.Requests) > 0 {
 		if err := it.capacity(e.Capacity.Requests); err != nil {
 			return nil, err
 		}
 	}
-	// Which devices the selectors pick decides the kind.
+	// Which devices the selectors pick decides the kind. Claims with the
+	// same selectors (one template, many pods) share the evaluation.
+	key := selectorKey(it.selectors)
+	it.eligible = v.matched[key]
+	fresh := it.eligible == nil
+	if fresh {
+		it.eligible = map[devKey]bool{}
+	}
 	var gpus, migs int
 	shapes := map[[2]int]string{}
 	for _, n := range v.nodes {
 		for _, d := range n.Devices {
-			ok, err := v.matches(d, it.selectors)
-			if err != nil {
-				return nil, err
+			k := devKey{n.Name, d.Name}
+			ok := it.eligible[k]
+			if fresh {
+				var err error
+				if ok, err = v.cachedMatch(key, n, d, it.selectors); err != nil {
+					return nil, err
+				}
+				it.eligible[k] = ok
 			}
-			it.eligible[devKey{n.Name, d.Name}] = ok
 			switch {
 			case !ok:
 			case d.MIG:
@@ -209,6 +220,9 @@ func (v *View) item(c *resourceapi.ResourceClaim, r *resourceapi.DeviceRequest) 
 				gpus++
 			}
 		}
+	}
+	if fresh {
+		v.matched[key] = it.eligible
 	}
 	switch {
 	case gpus == 0 && migs == 0:
@@ -223,6 +237,18 @@ func (v *View) item(c *resourceapi.ResourceClaim, r *resourceapi.DeviceRequest) 
 	it.Kind = Whole
 	it.Alloc = allocator.Request{NumGPU: it.Count, GPUMilli: allocator.MilliPerGPU}
 	return it, nil
+}
+
+// selectorKey identifies a list of selectors.
+func selectorKey(sel []resourceapi.DeviceSelector) string {
+	var b strings.Builder
+	for _, s := range sel {
+		if s.CEL != nil {
+			b.WriteString(s.CEL.Expression)
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // capacity validates a fraction's capacity requests.

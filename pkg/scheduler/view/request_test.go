@@ -125,3 +125,39 @@ func TestDemandSkipsAllocatedClaims(t *testing.T) {
 		t.Fatalf("Demand() = %v, %v", items, err)
 	}
 }
+
+func TestMatchCacheFollowsGenerations(t *testing.T) {
+	c := newCluster(t)
+	c.in.Matches = NewMatchCache()
+	sel := `device.attributes["gpu.gpud.io"].productName.contains("H100")`
+	usable := func() bool {
+		v := c.build(t)
+		items, err := v.Demand([]*resourceapi.ResourceClaim{claim("h", exact("gpu", "gpu.gpud.io", 1, sel))})
+		if err != nil {
+			return false
+		}
+		n := v.Node("h100-a")
+		return items[0].usable(n, n.Devices["gpu-0"])
+	}
+	first, cached := usable(), usable()
+	if !first || !cached {
+		t.Fatal("gpu-0 of h100-a not usable for an H100 selector")
+	}
+	// The driver republishes gpu-0 as another product under a new
+	// generation: the cached result must not survive it.
+	for _, s := range c.in.Slices {
+		if s.Spec.Pool.Name != "h100-a" {
+			continue
+		}
+		s.Spec.Pool.Generation++
+		for i := range s.Spec.Devices {
+			if s.Spec.Devices[i].Name == "gpu-0" {
+				p := "NVIDIA L4"
+				s.Spec.Devices[i].Attributes["productName"] = resourceapi.DeviceAttribute{StringValue: &p}
+			}
+		}
+	}
+	if usable() {
+		t.Fatal("gpu-0 still usable after the new generation renamed it")
+	}
+}

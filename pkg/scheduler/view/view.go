@@ -84,9 +84,11 @@ type Node struct {
 	CPUMilli      int64
 	MemoryMiB     int64
 	Unschedulable bool
-	Labels        map[string]string
-	GPUs          []GPU
-	Devices       map[string]*Device
+	// Generation is the pool's generation.
+	Generation int64
+	Labels     map[string]string
+	GPUs       []GPU
+	Devices    map[string]*Device
 	// Counters maps a counter set to its counters' values.
 	Counters map[string]map[string]resource.Quantity
 }
@@ -100,7 +102,30 @@ type View struct {
 	classes map[string]*resourceapi.DeviceClass
 	usage   usage
 	cel     *cel.Cache
+	// matched caches which devices a selector list (selectorKey) accepts.
+	matched map[string]map[devKey]bool
+	// matches is the cross-view cache of selector results, if any.
+	matches *MatchCache
 }
+
+// MatchCache keeps selector results across views: a device's result holds
+// while its pool's generation does (the driver bumps it on every change).
+// Evaluating CEL on every device for every new view dominates a decision
+// otherwise. It is not safe for concurrent use.
+type MatchCache struct {
+	m map[matchKey]bool
+}
+
+type matchKey struct {
+	sel, node, device string
+	generation        int64
+}
+
+// maxMatchCache bounds a MatchCache; it is emptied when full.
+const maxMatchCache = 1 << 20
+
+// NewMatchCache returns an empty cache for [Inputs.Matches].
+func NewMatchCache() *MatchCache { return &MatchCache{m: map[matchKey]bool{}} }
 
 // Inputs are the informers' objects. Nil entries are ignored.
 type Inputs struct {
@@ -112,6 +137,8 @@ type Inputs struct {
 	// Build one with cel.NewCache(n, cel.Features{EnableConsumableCapacity:
 	// true}).
 	CEL *cel.Cache
+	// Matches caches selector results across views; nil is none.
+	Matches *MatchCache
 }
 
 // Nodes returns the view's nodes, sorted by name.
@@ -128,7 +155,7 @@ var celFeatures = cel.Features{EnableConsumableCapacity: true}
 // out and reported as skips.
 func Build(in Inputs) (*View, []Skip) {
 	v := &View{byName: map[string]*Node{}, classes: map[string]*resourceapi.DeviceClass{},
-		usage: usage{}, cel: in.CEL}
+		usage: usage{}, cel: in.CEL, matched: map[string]map[devKey]bool{}, matches: in.Matches}
 	if v.cel == nil {
 		v.cel = cel.NewCache(256, celFeatures)
 	}
@@ -156,6 +183,7 @@ func Build(in Inputs) (*View, []Skip) {
 			continue
 		}
 		n := newNode(kn)
+		n.Generation = group[0].Spec.Pool.Generation
 		addPool(n, group, &skips)
 		if len(n.GPUs) > allocator.MaxGPUsPerNode {
 			skips = append(skips, Skip{Kind: "ResourceSlice", Name: group[0].Name,

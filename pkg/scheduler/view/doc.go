@@ -14,6 +14,14 @@
 //     status.allocation as kube-scheduler writes it ([Allocation]).
 //   - [Check]: whether allocations over-allocate a device, its capacity or
 //     its shared counters (fractions, MIG placements, whole GPUs).
+//   - [Allocation.Status]: the claim to write with UpdateStatus (its
+//     resourceVersion kept): status.allocation plus the pod in reservedFor.
+//
+// A loop builds a view per decision from its informers' contents, passing
+// one [MatchCache] and CEL cache in [Inputs] so selector results carry over
+// while pools keep their generation; [AllocatedNode] pins a pod whose
+// claims are partly allocated (pass it through [Options.NodeFilter]). Items
+// from [View.Demand] belong to the view that made them.
 //
 // The package is pure apart from the share IDs it draws (UUIDs): no API
 // client, no informers, no clock (timestamps are passed in), no logging. It

@@ -127,7 +127,10 @@ const maxMatchCache = 1 << 20
 // NewMatchCache returns an empty cache for [Inputs.Matches].
 func NewMatchCache() *MatchCache { return &MatchCache{m: map[matchKey]bool{}} }
 
-// Inputs are the informers' objects. Nil entries are ignored.
+// Inputs are the informers' objects. Nil entries are ignored. A claim that
+// appears twice (by UID) counts once, as its later entry: append the claims
+// the loop has written but its informer has not yet seen after the
+// informer's.
 type Inputs struct {
 	Slices  []*resourceapi.ResourceSlice
 	Claims  []*resourceapi.ResourceClaim
@@ -194,8 +197,16 @@ func Build(in Inputs) (*View, []Skip) {
 		v.byName[n.Name] = n
 	}
 	slices.SortFunc(v.nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
-	for _, c := range in.Claims {
-		if c == nil || c.Status.Allocation == nil {
+	// A claim listed twice (the informer's copy and the loop's assumed,
+	// just written one) counts once: the later entry wins.
+	last := map[string]int{}
+	for i, c := range in.Claims {
+		if c != nil {
+			last[claimID(c)] = i
+		}
+	}
+	for i, c := range in.Claims {
+		if c == nil || c.Status.Allocation == nil || last[claimID(c)] != i {
 			continue
 		}
 		if err := v.usage.add(v, c.Status.Allocation); err != nil {
@@ -203,6 +214,14 @@ func Build(in Inputs) (*View, []Skip) {
 		}
 	}
 	return v, skips
+}
+
+// claimID identifies a claim: its UID, else namespace/name.
+func claimID(c *resourceapi.ResourceClaim) string {
+	if c.UID != "" {
+		return string(c.UID)
+	}
+	return c.Namespace + "/" + c.Name
 }
 
 func newNode(kn *corev1.Node) *Node {

@@ -171,3 +171,22 @@ func gpuDevice(c *cluster) *resourceapi.Device {
 	}
 	panic("no gpu-0")
 }
+
+func TestBuildCountsAClaimOnce(t *testing.T) {
+	c := newCluster(t)
+	v := c.build(t)
+	allocs, err := place(t, v, Options{}, claim("once", exact("gpu", "gpu.gpud.io", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.commit(t, allocs)
+	c.in.Claims = append(c.in.Claims, c.in.Claims[0].DeepCopy()) // the assumed copy
+	if err := Check(c.build(t)); err != nil {
+		t.Fatalf("a claim listed twice: %v", err)
+	}
+	stale := claim("once", exact("gpu", "gpu.gpud.io", 1)) // deallocated since
+	c.in.Claims = append(c.in.Claims, stale)
+	if v := c.build(t); len(v.usage) != 0 {
+		t.Fatalf("the later, unallocated copy should win: usage %v", v.usage)
+	}
+}

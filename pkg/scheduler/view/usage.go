@@ -1,6 +1,7 @@
 package view
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -208,4 +209,29 @@ func compareStr(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// Assume records allocations decided in this cycle, so that later
+// placements on the same view see their devices as taken (a gang's
+// members, the next pod of a cycle). It adds what it can and reports
+// results naming devices the view does not have.
+func (v *View) Assume(allocs ...Allocation) error {
+	var errs []error
+	for _, a := range allocs {
+		if a.Result == nil {
+			continue
+		}
+		if err := v.usage.add(v, a.Result); err != nil {
+			errs = append(errs, fmt.Errorf("claim %s/%s: %w", a.Claim.Namespace, a.Claim.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Release removes an allocation the view counts (a preemption victim's
+// claim in a what-if), undoing what Build or Assume added for it.
+func (v *View) Release(a *resourceapi.AllocationResult) {
+	if a != nil {
+		v.usage.sub(a)
+	}
 }

@@ -87,8 +87,10 @@ type Node struct {
 	// Generation is the pool's generation.
 	Generation int64
 	Labels     map[string]string
-	GPUs       []GPU
-	Devices    map[string]*Device
+	// Taints are the Kubernetes node's taints.
+	Taints  []corev1.Taint
+	GPUs    []GPU
+	Devices map[string]*Device
 	// Counters maps a counter set to its counters' values.
 	Counters map[string]map[string]resource.Quantity
 }
@@ -226,7 +228,7 @@ func claimID(c *resourceapi.ResourceClaim) string {
 
 func newNode(kn *corev1.Node) *Node {
 	n := &Node{Name: kn.Name, Unschedulable: kn.Spec.Unschedulable, Labels: maps.Clone(kn.Labels),
-		Devices: map[string]*Device{}, Counters: map[string]map[string]resource.Quantity{}}
+		Taints: slices.Clone(kn.Spec.Taints), Devices: map[string]*Device{}, Counters: map[string]map[string]resource.Quantity{}}
 	if q, ok := kn.Status.Allocatable[corev1.ResourceCPU]; ok && q.Sign() > 0 && q.CmpInt64(1<<40) < 0 {
 		n.CPUMilli = q.MilliValue()
 	}

@@ -1,0 +1,150 @@
+// Package plan is the contract between gpud scheduler's runtime (informers,
+// leader election, API writes: pkg/scheduler) and its policy (who goes
+// where, who waits, who is preempted: pkg/scheduler/decide).
+//
+// A cycle takes a [Snapshot] of the cluster, a [Decider] turns it into a
+// [Plan], and the runtime carries the plan out against the API server:
+// claim status writes and Bindings for [Bind], Eviction API calls for
+// [Eviction], PodScheduled=False conditions and Events for [Pending]. A
+// decider is pure: no API client, no clock (Snapshot.Now), no goroutines.
+package plan
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// Pod annotations and labels the scheduler reads.
+const (
+	// QueueLabel names the pod's leaf queue (from --queues).
+	QueueLabel = "gpud.io/queue"
+	// CheckpointableAnnotation "true" marks a pod that loses little when
+	// preempted; victims are chosen among such pods first.
+	CheckpointableAnnotation = "gpud.io/checkpointable"
+	// RuntimeEstimateAnnotation is the pod's runtime estimate that
+	// backfill trusts, a Go duration ("90m") or whole seconds ("5400").
+	RuntimeEstimateAnnotation = "gpud.io/runtime-estimate"
+	// PodGroupLabel names the pod's PodGroup in its namespace, as
+	// scheduler-plugins' coscheduling reads it.
+	PodGroupLabel = "scheduling.x-k8s.io/pod-group"
+)
+
+// Snapshot is the cluster as one decision cycle sees it.
+type Snapshot struct {
+	Now time.Time
+	// View holds nodes, gpud devices and what every claim took (claims
+	// this scheduler wrote but its informer has not seen included).
+	View *view.View
+	// Pending are this scheduler's pods without a node, not terminating,
+	// whose claims all exist, oldest first.
+	Pending []*Pod
+	// Bound are pods with a node that are not finished (any scheduler):
+	// their CPU and memory count against the node, and, with their claims,
+	// they are the candidates for preemption.
+	Bound []*Pod
+	// Groups are the PodGroups by "namespace/name".
+	Groups map[string]*Group
+	// PDBs are every PodDisruptionBudget; a decider prefers victims whose
+	// budgets allow the disruption (the Eviction API enforces them).
+	PDBs []*policyv1.PodDisruptionBudget
+	// Queues and Reservations come from --queues; empty: one queue, no
+	// limits.
+	Queues       []jobs.Queue
+	Reservations []jobs.Reservation
+	// Policy is the allocator policy name (--policy).
+	Policy string
+}
+
+// Pod is one pod with what the scheduler derived from it.
+type Pod struct {
+	Pod *corev1.Pod
+	// Claims are the pod's ResourceClaims in pod.spec.resourceClaims
+	// order (allocated ones included).
+	Claims []*resourceapi.ResourceClaim
+	// Group is the PodGroup key "namespace/name", "" for none.
+	Group string
+	// Queue is the QueueLabel value, "" for none.
+	Queue    string
+	Priority int32
+	// Checkpointable is CheckpointableAnnotation == "true".
+	Checkpointable bool
+	// RuntimeEstimate is RuntimeEstimateAnnotation; 0 unknown.
+	RuntimeEstimate time.Duration
+	// Created is the pod's creation time (FIFO order).
+	Created time.Time
+}
+
+// Key returns "namespace/name".
+func (p *Pod) Key() string { return p.Pod.Namespace + "/" + p.Pod.Name }
+
+// Group is a PodGroup: pods bound all or nothing.
+type Group struct {
+	Namespace, Name string
+	// MinMember pods must be bound together.
+	MinMember int32
+	// ScheduleTimeout, if not zero, is how long a group may wait from
+	// Created before it is reported as timed out.
+	ScheduleTimeout time.Duration
+	Created         time.Time
+}
+
+// Plan is what a cycle decided.
+type Plan struct {
+	// Binds are carried out in order. Binds sharing a non-empty Gang are
+	// all-or-nothing: every claim of the gang is written before any pod
+	// is bound, and written claims are rolled back if one write fails.
+	Binds []Bind
+	// Evictions free room for Pending pods nominated to a node.
+	Evictions []Eviction
+	// Pending pods stay unbound this cycle, each with the reason.
+	Pending []Pending
+}
+
+// Bind places one pod.
+type Bind struct {
+	Pod  *Pod
+	Node string
+	// Allocations are the claims to write (status.allocation and
+	// reservedFor); already allocated claims get only reservedFor.
+	Allocations []view.Allocation
+	// Gang is the group key for all-or-nothing binds; "" alone.
+	Gang string
+}
+
+// Eviction removes a running pod through the Eviction API.
+type Eviction struct {
+	Victim *Pod
+	// For is the pending pod the room is for.
+	For *Pod
+	// Why is "priority", "reclaim" or "reservation".
+	Why string
+}
+
+// Reason codes of a pending pod (jobs.Code* plus the scheduler's own).
+const (
+	CodeInvalid = "invalid" // a claim or request that cannot be placed as written
+	CodeGang    = "gang"    // the PodGroup has fewer than minMember pods, or does not fit as a whole
+)
+
+// Pending is one pod left waiting.
+type Pending struct {
+	Pod *Pod
+	// Code is one of jobs.Code* or the Code constants here.
+	Code string
+	// Message is the allocator's reason, written into the PodScheduled
+	// condition and the event ("no GPU with 40Gi free on a H100 ...").
+	Message string
+	// NominatedNode is set when evictions are under way for the pod.
+	NominatedNode string
+}
+
+// Decider turns a snapshot into a plan. It must not modify the snapshot.
+type Decider interface {
+	Decide(s *Snapshot) Plan
+}

@@ -48,6 +48,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 type simFlags struct {
 	nodes, pods, policy, out string
+	// podColumns are the pod list's columns load read.
+	podColumns []string
 }
 
 func (f *simFlags) register(fs *flag.FlagSet) {
@@ -82,10 +84,11 @@ func (f *simFlags) load() ([]trace.Node, []trace.Pod, []string, error) {
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("sim: %w", err)
 	}
-	pods, err := trace.ReadPodsFile(f.pods)
+	pods, cols, err := trace.ReadPodsFileColumns(f.pods)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("sim: %w", err)
 	}
+	f.podColumns = cols
 	return nodes, pods, policies, nil
 }
 
@@ -118,6 +121,7 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if !*quiet {
 		cfg.Progress = stderr
+		fmt.Fprintf(stderr, "sim openb: %s: read columns %s\n", f.pods, strings.Join(f.podColumns, ","))
 	}
 	rows, _, err := simulate.RunOpenB(ctx, cfg)
 	switch {

@@ -78,3 +78,28 @@ func TestSimBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestSimOpenBFiveColumns runs `gpud sim openb` on a pod list with only the
+// five required columns (as the multi-GPU-heavy openb lists are published)
+// and sees it say which columns it read.
+func TestSimOpenBFiveColumns(t *testing.T) {
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.csv")
+	pods := filepath.Join(dir, "pods.csv")
+	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,A100\nn1,64000,262144,8,A100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,100,4,1000\np1,500,100,1,250\np2,8000,1000,2,1000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := runSimOpenB(context.Background(), []string{"--nodes", nodes, "--pods", pods, "--seeds", "1"}, &out, &errOut); err != nil {
+		t.Fatalf("sim openb: %v\n%s", err, errOut.String())
+	}
+	if want := "read columns name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"; !strings.Contains(errOut.String(), want) {
+		t.Fatalf("stderr %q does not say %q", errOut.String(), want)
+	}
+	if !strings.Contains(out.String(), "gpud") {
+		t.Fatalf("no result rows for the gpud policy:\n%s", out.String())
+	}
+}

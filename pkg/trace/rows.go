@@ -36,6 +36,12 @@ func (r *Row) Str(col string) string {
 	return strings.TrimSpace(r.rec[i])
 }
 
+// Has reports whether the file has column col.
+func (r *Row) Has(col string) bool {
+	_, ok := r.idx[col]
+	return ok
+}
+
 // Int parses a required integer column.
 func (r *Row) Int(col string) int64 {
 	s := r.Str(col)

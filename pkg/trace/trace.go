@@ -115,12 +115,47 @@ func (c *ClusterGPUs) Read(row *Row, col string) int {
 	return n
 }
 
+// PodColumns are the columns of an openb pod list gpud reads: the first
+// five are required, the rest optional (absent or blank is unset).
+var PodColumns = []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
+	"gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time"}
+
+// requiredPodColumns is how many of [PodColumns] a pod list must have.
+const requiredPodColumns = 5
+
+// ReadPodsFileColumns reads a pod list and also returns which of
+// [PodColumns] it had.
+func ReadPodsFileColumns(path string) ([]Pod, []string, error) {
+	var cols []string
+	pods, err := readFile(path, func(r io.Reader, name string) ([]Pod, error) {
+		var err error
+		var pods []Pod
+		pods, cols, err = ReadPodsColumns(r, name)
+		return pods, err
+	})
+	return pods, cols, err
+}
+
 // ReadPods parses a pod list; name labels errors. Every value must lie
 // within this package's bounds ([MaxGPUsPerNode], ...).
 func ReadPods(r io.Reader, name string) ([]Pod, error) {
+	pods, _, err := ReadPodsColumns(r, name)
+	return pods, err
+}
+
+// ReadPodsColumns is [ReadPods] that also returns which of [PodColumns]
+// the list had, in that order.
+func ReadPodsColumns(r io.Reader, name string) ([]Pod, []string, error) {
 	var out []Pod
-	cols := []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"}
-	err := ReadRows(r, name, cols, func(row *Row) error {
+	var read []string
+	err := ReadRows(r, name, PodColumns[:requiredPodColumns], func(row *Row) error {
+		if read == nil {
+			for _, c := range PodColumns {
+				if row.Has(c) {
+					read = append(read, c)
+				}
+			}
+		}
 		p := Pod{Name: row.Str("name"), GPUSpec: row.Str("gpu_spec"), QoS: row.Str("qos"), Phase: row.Str("pod_phase")}
 		p.CPUMilli = row.IntIn("cpu_milli", 0, MaxCPUMilli)
 		p.MemoryMiB = row.IntIn("memory_mib", 0, MaxMemoryMiB)
@@ -143,5 +178,5 @@ func ReadPods(r io.Reader, name string) ([]Pod, error) {
 		out = append(out, p)
 		return row.Err
 	})
-	return out, err
+	return out, read, err
 }

@@ -92,3 +92,23 @@ func TestReadShared(t *testing.T) {
 		t.Fatalf("Workload() = %q", got)
 	}
 }
+
+// TestReadPodsOptionalColumns reads the published multi-GPU-heavy openb
+// lists as they are: five columns, no gpu_spec, and reports what it read.
+func TestReadPodsOptionalColumns(t *testing.T) {
+	csv := "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,100,4,1000\np1,500,100,1,250\n"
+	pods, cols, err := ReadPodsColumns(strings.NewReader(csv), "multi.csv")
+	if err != nil {
+		t.Fatalf("ReadPodsColumns() err = %v", err)
+	}
+	if len(pods) != 2 || pods[0].NumGPU != 4 || pods[1].GPUMilli != 250 || pods[0].GPUSpec != "" {
+		t.Fatalf("pods = %+v", pods)
+	}
+	if got, want := strings.Join(cols, ","), "name,cpu_milli,memory_mib,num_gpu,gpu_milli"; got != want {
+		t.Fatalf("columns = %s, want %s", got, want)
+	}
+	_, cols, err = ReadPodsColumns(strings.NewReader("gpu_spec,name,cpu_milli,memory_mib,num_gpu,gpu_milli,extra\nA100,p0,1,1,1,1000,x\n"), "p.csv")
+	if err != nil || strings.Join(cols, ",") != "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec" {
+		t.Fatalf("columns = %v, %v; want the known ones in PodColumns order", cols, err)
+	}
+}

@@ -1,0 +1,542 @@
+package schedbench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpud/gpud/pkg/trace"
+	"github.com/gpud/gpud/test/k8senv"
+)
+
+var (
+	flagCompare    = flag.Bool("compare", false, "run the side-by-side comparison (needs the k8s binaries; not part of make test)")
+	flagData       = flag.String("data", "", "openb trace directory (default ../shared/data/openb-gpu-v2023 beside the repository)")
+	flagPodList    = flag.String("pod-list", "openb_pod_list_default.csv", "pod list in -data")
+	flagNodeList   = flag.String("node-list", "openb_node_list_gpu_node.csv", "node list in -data")
+	flagPods       = flag.Int("pods", 2000, "pods sampled from the pod list")
+	flagFill       = flag.Float64("fill", 0.8, "cluster GPUs as a fraction of the sample's GPU demand (below 1 overfills the cluster)")
+	flagSeed       = flag.Uint64("seed", 42, "sampling seed")
+	flagGpud       = flag.String("gpud", "", "gpud binary; empty runs kube-scheduler alone")
+	flagSchedulers = flag.String("schedulers", "kube-scheduler,gpud", "schedulers to run, in order; the first is the ratio's baseline")
+	flagQPS        = flag.Float64("kube-qps", 100, "kube-scheduler's client QPS (clientConnection.qps)")
+	flagBurst      = flag.Int("kube-burst", 200, "kube-scheduler's client burst")
+	flagGpudArgs   = flag.String("gpud-args", "", "extra flags for gpud scheduler, space-separated")
+	flagIdle       = flag.Duration("idle", 10*time.Second, "the burst ends when no pod was bound for this long")
+	flagFeedWait   = flag.Duration("feed-timeout", 60*time.Second, "how long a fed pod may stay neither bound nor unschedulable")
+	flagLogDir     = flag.String("logdir", "", "where scheduler logs go (default: the environment's temp dir)")
+	flagOut        = flag.String("out", "", "also write the table to this file")
+)
+
+const namespace = "schedbench"
+
+// TestCompare runs kube-scheduler and gpud scheduler in turn against one
+// API server with the same nodes, slices and pods, and prints the table.
+// It runs only with -compare (make sched-bench).
+func TestCompare(t *testing.T) {
+	if !*flagCompare || testing.Short() {
+		t.Skip("the scheduler comparison runs with -compare (make sched-bench)")
+	}
+	dataDir := *flagData
+	if dataDir == "" {
+		_, file, _, _ := runtime.Caller(0)
+		dataDir = filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "data", "openb-gpu-v2023")
+	}
+	allPods, err := trace.ReadPodsFile(filepath.Join(dataDir, *flagPodList))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allNodes, err := trace.ReadNodesFile(filepath.Join(dataDir, *flagNodeList))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := Sample(allPods, *flagPods, *flagSeed)
+	demand := GPUDemand(pods)
+	nodes := PickNodes(allNodes, int(demand**flagFill), *flagSeed)
+	totalGPUs := 0
+	for _, n := range nodes {
+		totalGPUs += n.NumGPU
+	}
+	classes, err := ReadClasses(ShippedClassesPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("schedbench: %d pods from %s (seed %d, GPU demand %.1f), %d nodes with %d GPUs from %s",
+		len(pods), *flagPodList, *flagSeed, demand, len(nodes), totalGPUs, *flagNodeList)
+
+	env := k8senv.Start(t, k8senv.WithoutScheduler())
+	logDir := *flagLogDir
+	if logDir == "" {
+		logDir = env.Dir
+	}
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := newBench(t, env, pods, totalGPUs)
+	b.setup(nodes, classes)
+
+	var results []Result
+	for _, name := range strings.Split(*flagSchedulers, ",") {
+		s, ok := b.scheduler(strings.TrimSpace(name), logDir)
+		if !ok {
+			t.Logf("schedbench: skipping %s (no -gpud binary)", name)
+			continue
+		}
+		r := b.run(s)
+		t.Logf("schedbench: %s: %+v", s.name, r)
+		results = append(results, r)
+	}
+	table := fmt.Sprintf("schedbench: %d pods sampled from %s (seed %d, %.0f GPUs asked), %d nodes / %d GPUs (%s), Kubernetes %s\n%s",
+		len(pods), *flagPodList, *flagSeed, demand, len(nodes), totalGPUs, *flagNodeList, k8senv.KubeVersion(), Table(results))
+	fmt.Print(table)
+	if *flagOut != "" {
+		if err := os.WriteFile(*flagOut, []byte(table), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+type bench struct {
+	t         *testing.T
+	env       *k8senv.Env
+	client    kubernetes.Interface
+	pods      []trace.Pod
+	totalGPUs int
+	tr        *tracker
+}
+
+func newBench(t *testing.T, env *k8senv.Env, pods []trace.Pod, totalGPUs int) *bench {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{t: t, env: env, client: client, pods: pods, totalGPUs: totalGPUs}
+	b.tr = startTracker(t, client)
+	return b
+}
+
+func (b *bench) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(b.t.Context(), 2*time.Minute)
+}
+
+// setup creates the namespace, the DeviceClasses, the nodes and their
+// slices.
+func (b *bench) setup(nodes []trace.Node, classes []*resourceapi.DeviceClass) {
+	t := b.t
+	ctx, cancel := b.ctx()
+	defer cancel()
+	if _, err := b.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		if _, err := b.client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("device class %s: %v", c.Name, err)
+		}
+	}
+	err := parallel(8, len(nodes), func(i int) error {
+		n := nodes[i]
+		node := NodeObject(n)
+		status := node.Status
+		created, err := b.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", node.Name, err)
+		}
+		created.Status = status
+		if _, err := b.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node %s status: %w", node.Name, err)
+		}
+		sl, err := Slices(n)
+		if err != nil {
+			return err
+		}
+		for _, s := range sl {
+			if _, err := b.client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("slice %s: %w", s.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// parallel runs fn(0..n-1) on workers goroutines and returns the first
+// error.
+func parallel(workers, n int, fn func(i int) error) error {
+	var (
+		mu    sync.Mutex
+		first error
+		next  int
+		wg    sync.WaitGroup
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if next >= n || first != nil {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+type sched struct {
+	name          string // in the table
+	schedulerName string // pods' spec.schedulerName
+	start         func() (*Proc, error)
+}
+
+func (b *bench) scheduler(name, logDir string) (sched, bool) {
+	switch name {
+	case "kube-scheduler":
+		return sched{name: name, schedulerName: corev1.DefaultSchedulerName, start: func() (*Proc, error) {
+			return b.startKubeScheduler(logDir)
+		}}, true
+	case "gpud":
+		if *flagGpud == "" {
+			return sched{}, false
+		}
+		return sched{name: "gpud scheduler", schedulerName: "gpud-scheduler", start: func() (*Proc, error) {
+			args := []string{"scheduler", "--kubeconfig=" + b.env.Kubeconfig, "--leader-elect=false",
+				"--metrics-addr=" + k8senv.FreeAddr(b.t)}
+			args = append(args, strings.Fields(*flagGpudArgs)...)
+			return StartProc("gpud scheduler", *flagGpud, args, filepath.Join(logDir, "gpud-scheduler.log"))
+		}}, true
+	}
+	b.t.Fatalf("unknown scheduler %q (kube-scheduler, gpud)", name)
+	return sched{}, false
+}
+
+// startKubeScheduler runs kube-scheduler with its default profile and
+// plugins; only the client rate limits are set (-kube-qps, -kube-burst).
+func (b *bench) startKubeScheduler(logDir string) (*Proc, error) {
+	conf := filepath.Join(logDir, "kube-scheduler.yaml")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: %g
+  burst: %d
+leaderElection:
+  leaderElect: false
+`, b.env.Kubeconfig, *flagQPS, *flagBurst)), 0o644); err != nil {
+		return nil, err
+	}
+	var gates []string
+	for k, v := range k8senv.DefaultFeatureGates {
+		gates = append(gates, fmt.Sprintf("%s=%t", k, v))
+	}
+	slices.Sort(gates)
+	_, port, _ := strings.Cut(k8senv.FreeAddr(b.t), ":")
+	return StartProc("kube-scheduler", b.env.Binaries.Scheduler, []string{
+		"--config=" + conf,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + port,
+		"--cert-dir=" + filepath.Join(logDir, "kube-scheduler-certs"),
+		"--feature-gates=" + strings.Join(gates, ","),
+		"--v=1",
+	}, filepath.Join(logDir, "kube-scheduler.log"))
+}
+
+// run measures one scheduler: the burst, then the feed.
+func (b *bench) run(s sched) Result {
+	t := b.t
+	r := Result{Scheduler: s.name, Pods: len(b.pods)}
+
+	// Burst: every claim and pod exists before the scheduler starts.
+	b.reset()
+	uids := b.createAll(s.schedulerName)
+	t.Logf("schedbench: %s: %d pods created, starting it", s.name, len(uids))
+	p, err := s.start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(10 * time.Second)
+	begin := time.Now()
+	lastN, lastChange := 0, begin
+	for {
+		time.Sleep(100 * time.Millisecond)
+		if exited, err := p.Exited(); exited {
+			t.Fatalf("%s exited: %v\n%s", s.name, err, p.Tail(40))
+		}
+		n, first, last := b.tr.boundStats(uids)
+		if n != lastN {
+			lastN, lastChange = n, time.Now()
+		}
+		if n == len(uids) || (n > 0 && time.Since(lastChange) > *flagIdle) {
+			r.Bound, r.FirstBind, r.LastBind = n, first.Sub(begin), last.Sub(begin)
+			break
+		}
+		if n == 0 && time.Since(begin) > 3*time.Minute {
+			t.Fatalf("%s bound no pod in 3 minutes\n%s\n%s", s.name, b.env.DescribePod(namespace, ObjectName(b.pods[0])), p.Tail(40))
+		}
+	}
+	r.UnallocatedAfterBurst, r.OverAllocated = b.unallocated()
+	t.Logf("schedbench: %s: burst: %d/%d bound, %.1f pods/s", s.name, r.Bound, r.Pods, r.PodsPerSecond())
+
+	// Feed: in trace order, one at a time, until the first pod that does
+	// not fit.
+	b.reset()
+	var lat []time.Duration
+	for i, tp := range b.pods {
+		start := time.Now()
+		uid := b.create(tp, s.schedulerName)
+		bound, msg := b.tr.waitDecided(t, uid, *flagFeedWait)
+		if !bound {
+			r.FirstFailure = fmt.Sprintf("#%d %s (%d GPU x %d milli, %d mCPU, %d MiB): %s", i, tp.Name, tp.NumGPU, tp.GPUMilli, tp.CPUMilli, tp.MemoryMiB, msg)
+			break
+		}
+		lat = append(lat, time.Since(start))
+		r.FedBound++
+	}
+	if r.FirstFailure == "" {
+		r.FirstFailure = "none: every pod fit (lower -fill)"
+	}
+	var over int
+	r.Unallocated, over = b.unallocated()
+	r.OverAllocated += over
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		r.FeedLatencyP50 = lat[len(lat)/2]
+		r.FeedLatencyP99 = lat[len(lat)*99/100]
+	}
+	return r
+}
+
+// unallocated lists the claims and computes the unallocated GPU %.
+func (b *bench) unallocated() (float64, int) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	claims, err := b.client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return UnallocatedPercent(claims.Items, b.totalGPUs)
+}
+
+// createAll creates every claim and pod, claims first.
+func (b *bench) createAll(schedulerName string) []types.UID {
+	uids := make([]types.UID, len(b.pods))
+	err := parallel(16, len(b.pods), func(i int) error {
+		uids[i] = b.create(b.pods[i], schedulerName)
+		return nil
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return uids
+}
+
+// create creates p's claim (if any) and then p.
+func (b *bench) create(p trace.Pod, schedulerName string) types.UID {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	claim, err := Claim(p, namespace)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if claim != nil {
+		if claim, err = b.client.ResourceV1().ResourceClaims(namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			b.t.Fatalf("claim %s: %v", p.Name, err)
+		}
+	}
+	pod, err := b.client.CoreV1().Pods(namespace).Create(ctx, Pod(p, namespace, schedulerName, claim), metav1.CreateOptions{})
+	if err != nil {
+		b.t.Fatalf("pod %s: %v", p.Name, err)
+	}
+	return pod.UID
+}
+
+// reset deletes every pod and claim of the namespace (pods at once: there
+// is no kubelet; claims without their finalizers: there is no controller
+// manager) and waits until the tracker has seen them go.
+func (b *bench) reset() {
+	t := b.t
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	zero := int64(0)
+	if err := b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		claims, err := b.client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		err = parallel(8, len(claims.Items), func(i int) error {
+			c := claims.Items[i]
+			if len(c.Finalizers) == 0 {
+				return nil
+			}
+			_, err := b.client.ResourceV1().ResourceClaims(namespace).Patch(ctx, c.Name, types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return false, err
+		}
+		pods, err := b.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(claims.Items) == 0 && len(pods.Items) == 0 && b.tr.empty(), nil
+	})
+	if err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	b.tr.clear()
+}
+
+// tracker records, from a pod informer, when each pod was first seen bound
+// and whether it was marked unschedulable.
+type tracker struct {
+	store   cache.Store
+	mu      sync.Mutex
+	bound   map[types.UID]time.Time
+	unsched map[types.UID]string
+	changed chan struct{}
+}
+
+func startTracker(t *testing.T, client kubernetes.Interface) *tracker {
+	tr := &tracker{bound: map[types.UID]time.Time{}, unsched: map[types.UID]string{}, changed: make(chan struct{}, 1)}
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace))
+	inf := f.Core().V1().Pods().Informer()
+	tr.store = inf.GetStore()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    tr.observe,
+		UpdateFunc: func(_, obj any) { tr.observe(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("pod informer did not sync")
+	}
+	return tr
+}
+
+func (tr *tracker) observe(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if pod.Spec.NodeName != "" {
+		if _, seen := tr.bound[pod.UID]; !seen {
+			tr.bound[pod.UID] = now
+		}
+	} else {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				tr.unsched[pod.UID] = c.Reason + ": " + c.Message
+			}
+		}
+	}
+	select {
+	case tr.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (tr *tracker) empty() bool { return len(tr.store.ListKeys()) == 0 }
+
+func (tr *tracker) clear() {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	clear(tr.bound)
+	clear(tr.unsched)
+}
+
+// boundStats counts uids bound and the first and last bind times.
+func (tr *tracker) boundStats(uids []types.UID) (n int, first, last time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, u := range uids {
+		at, ok := tr.bound[u]
+		if !ok {
+			continue
+		}
+		n++
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return n, first, last
+}
+
+// waitDecided waits until uid is bound (true) or marked unschedulable
+// (false, with the scheduler's reason).
+func (tr *tracker) waitDecided(t *testing.T, uid types.UID, timeout time.Duration) (bool, string) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		tr.mu.Lock()
+		_, bound := tr.bound[uid]
+		msg, unsched := tr.unsched[uid]
+		tr.mu.Unlock()
+		switch {
+		case bound:
+			return true, ""
+		case unsched:
+			return false, msg
+		}
+		select {
+		case <-tr.changed:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline.C:
+			return false, fmt.Sprintf("neither bound nor unschedulable after %s", timeout)
+		case <-t.Context().Done():
+			t.Fatal(errors.New("test ended"))
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package schedbench
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is one scheduler's run.
+type Result struct {
+	Scheduler string
+	// Throughput phase: all Pods created before the scheduler starts.
+	Pods  int
+	Bound int
+	// FirstBind and LastBind are when the first and the last pod was seen
+	// bound, from the scheduler's start.
+	FirstBind, LastBind time.Duration
+	// UnallocatedAfterBurst is the unallocated GPU % when the burst ended.
+	UnallocatedAfterBurst float64
+	// Fragmentation phase: pods fed in trace order, one at a time.
+	FedBound       int     // pods bound before the first that did not fit
+	Unallocated    float64 // unallocated GPU % at that point
+	FirstFailure   string  // that pod and the scheduler's reason
+	OverAllocated  int     // devices holding more than a whole GPU (must be 0)
+	FeedLatencyP50 time.Duration
+	FeedLatencyP99 time.Duration
+}
+
+// PodsPerSecond is the burst's binding rate: pods bound after the first,
+// over the time from the first bind to the last.
+func (r Result) PodsPerSecond() float64 {
+	span := (r.LastBind - r.FirstBind).Seconds()
+	if r.Bound < 2 || span <= 0 {
+		return 0
+	}
+	return float64(r.Bound-1) / span
+}
+
+// Table prints results with each scheduler's throughput ratio to the first
+// result's (the baseline: kube-scheduler).
+func Table(results []Result) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "scheduler\tpods\tbound\tbound/s\tratio\tfirst bind\tlast bind\tunalloc GPU % after burst\tunalloc GPU % at 1st failure\tbound before 1st failure\tfeed p50\tfeed p99\t")
+	var base float64
+	for i, r := range results {
+		rate := r.PodsPerSecond()
+		if i == 0 {
+			base = rate
+		}
+		ratio := "-"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2f", rate/base)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.1f\t%s\t%.1fs\t%.1fs\t%.2f\t%.2f\t%d\t%s\t%s\t\n",
+			r.Scheduler, r.Pods, r.Bound, rate, ratio, r.FirstBind.Seconds(), r.LastBind.Seconds(),
+			r.UnallocatedAfterBurst, r.Unallocated, r.FedBound,
+			r.FeedLatencyP50.Round(time.Millisecond), r.FeedLatencyP99.Round(time.Millisecond))
+	}
+	w.Flush()
+	for _, r := range results {
+		fmt.Fprintf(&b, "%s: first pod that did not fit: %s", r.Scheduler, r.FirstFailure)
+		if r.OverAllocated > 0 {
+			fmt.Fprintf(&b, " (OVER-ALLOCATED: %d devices hold more than a GPU)", r.OverAllocated)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,198 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+)
+
+// Defaults of [Config] fields left zero.
+const (
+	DefaultSchedulerName = "gpud-scheduler"
+	DefaultDebounce      = 50 * time.Millisecond
+	DefaultResync        = 30 * time.Second
+	DefaultMaxPending    = 5000
+	DefaultWorkers       = 8
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// Upper bounds of [Config] fields.
+const (
+	MaxPendingLimit = 100000
+	MaxWorkers      = 256
+	// maxStatusWrites bounds the PodScheduled condition writes of one
+	// cycle; the rest follow in the next cycles.
+	maxStatusWrites = 500
+)
+
+// Config is what [New] needs. Zero values take the documented defaults.
+type Config struct {
+	// Client is the API client; required.
+	Client kubernetes.Interface
+	// SchedulerName selects the pods (spec.schedulerName) this scheduler
+	// places and is the events' reporting controller; default
+	// [DefaultSchedulerName].
+	SchedulerName string
+	// Policy is the allocator policy (one of allocator.PolicyNames),
+	// passed as Snapshot.Policy; default allocator.PolicyGpud.
+	Policy string
+	// Queues and Reservations are the queue tree (--queues), passed as is.
+	Queues       []jobs.Queue
+	Reservations []jobs.Reservation
+	// Decider turns snapshots into plans; required.
+	Decider plan.Decider
+	// Groups, if set, returns the PodGroups by "namespace/name" (a copy
+	// the scheduler may keep for a cycle); GroupsSynced, if set, reports
+	// whether their informer has synced (cycles and readiness wait for
+	// it). Nil: no PodGroups (pods of a group are then decided alone).
+	Groups       func() map[string]*plan.Group
+	GroupsSynced func() bool
+	// Evict evicts a preemption victim; nil uses the policy/v1 Eviction
+	// API through Client (the API server enforces PodDisruptionBudgets).
+	Evict func(ctx context.Context, pod *corev1.Pod) error
+	// LeaderElection, if set, makes only the holder of a Lease decide.
+	LeaderElection *LeaderElection
+	// Log receives decisions and errors; nil discards.
+	Log *slog.Logger
+	// Debounce is how long a cycle waits after the first informer event
+	// for more to arrive; default [DefaultDebounce].
+	Debounce time.Duration
+	// Resync is the period of cycles without events; default
+	// [DefaultResync].
+	Resync time.Duration
+	// MaxPending caps the pending pods passed to one decision (oldest
+	// first); default [DefaultMaxPending], at most [MaxPendingLimit].
+	MaxPending int
+	// Workers is how many binds (a gang counts as one) and status writes
+	// run at once; default [DefaultWorkers], at most [MaxWorkers].
+	Workers int
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// LeaderElection configures the Lease. Zero durations take the client-go
+// defaults ([DefaultLeaseDuration], [DefaultRenewDeadline],
+// [DefaultRetryPeriod]).
+type LeaderElection struct {
+	// Namespace and Name locate the Lease; Name defaults to the
+	// scheduler name. Namespace is required.
+	Namespace, Name string
+	// Identity names this replica in the Lease (hostname plus a UUID);
+	// required.
+	Identity                                 string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.SchedulerName == "" {
+		c.SchedulerName = DefaultSchedulerName
+	}
+	if c.Policy == "" {
+		c.Policy = allocator.PolicyGpud
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Debounce == 0 {
+		c.Debounce = DefaultDebounce
+	}
+	if c.Resync == 0 {
+		c.Resync = DefaultResync
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if le := c.LeaderElection; le != nil {
+		cp := *le
+		if cp.Name == "" {
+			cp.Name = c.SchedulerName
+		}
+		if cp.LeaseDuration == 0 {
+			cp.LeaseDuration = DefaultLeaseDuration
+		}
+		if cp.RenewDeadline == 0 {
+			cp.RenewDeadline = DefaultRenewDeadline
+		}
+		if cp.RetryPeriod == 0 {
+			cp.RetryPeriod = DefaultRetryPeriod
+		}
+		c.LeaderElection = &cp
+	}
+	return c
+}
+
+// Validate checks the config after defaults; every problem is reported,
+// each matching [ErrConfig].
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrConfig))
+	}
+	if c.Client == nil {
+		bad("Client is required")
+	}
+	if c.Decider == nil {
+		bad("Decider is required")
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.SchedulerName); len(msgs) > 0 {
+		bad("scheduler name %q: %s", c.SchedulerName, strings.Join(msgs, "; "))
+	}
+	if !slices.Contains(allocator.PolicyNames, c.Policy) {
+		bad("policy %q: want one of %s", c.Policy, strings.Join(allocator.PolicyNames, ", "))
+	}
+	if c.Debounce < 0 || c.Debounce > time.Minute {
+		bad("debounce %s: want 0 to 1m", c.Debounce)
+	}
+	if c.Resync < 100*time.Millisecond || c.Resync > time.Hour {
+		bad("resync %s: want 100ms to 1h", c.Resync)
+	}
+	if c.MaxPending < 1 || c.MaxPending > MaxPendingLimit {
+		bad("max pending %d: want 1 to %d", c.MaxPending, MaxPendingLimit)
+	}
+	if c.Workers < 1 || c.Workers > MaxWorkers {
+		bad("workers %d: want 1 to %d", c.Workers, MaxWorkers)
+	}
+	if le := c.LeaderElection; le != nil {
+		if msgs := validation.IsDNS1123Label(le.Namespace); len(msgs) > 0 {
+			bad("leader election namespace %q: %s", le.Namespace, strings.Join(msgs, "; "))
+		}
+		if msgs := validation.IsDNS1123Subdomain(le.Name); len(msgs) > 0 {
+			bad("leader election lease name %q: %s", le.Name, strings.Join(msgs, "; "))
+		}
+		if le.Identity == "" {
+			bad("leader election identity is required")
+		}
+		// client-go's own checks, reported here before anything starts.
+		switch {
+		case le.RetryPeriod <= 0 || le.RenewDeadline <= 0 || le.LeaseDuration <= 0:
+			bad("lease durations must be positive")
+		case le.LeaseDuration <= le.RenewDeadline:
+			bad("lease duration %s must be greater than the renew deadline %s", le.LeaseDuration, le.RenewDeadline)
+		case float64(le.RenewDeadline) <= 1.2*float64(le.RetryPeriod):
+			bad("renew deadline %s must be greater than 1.2 times the retry period %s", le.RenewDeadline, le.RetryPeriod)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,426 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// Event reasons and actions (events.k8s.io), as kube-scheduler names them.
+const (
+	reasonScheduled        = "Scheduled"
+	reasonFailedScheduling = "FailedScheduling"
+	reasonPreempted        = "Preempted"
+	actionBinding          = "Binding"
+	actionScheduling       = "Scheduling"
+	actionPreempting       = "Preempting"
+	// maxNoteBytes is the events.k8s.io note limit; maxMessageBytes bounds
+	// a PodScheduled condition message.
+	maxNoteBytes    = 1024
+	maxMessageBytes = 4096
+)
+
+// writtenClaim is one claim status write of a bind: the claim as the
+// decision read it and as the API server returned it.
+type writtenClaim struct {
+	before, after *resourceapi.ResourceClaim
+}
+
+// execute carries out a plan: binds (gangs all-or-nothing), evictions,
+// then the pending pods' conditions and events.
+func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.cfg.Workers)
+	for _, unit := range gangUnits(p.Binds) {
+		g.Go(func() error {
+			s.bindUnit(gctx, unit)
+			return nil
+		})
+	}
+	_ = g.Wait()
+
+	preemptors := map[types.UID]bool{}
+	for _, e := range p.Evictions {
+		if ctx.Err() != nil {
+			return
+		}
+		if e.Victim == nil || e.Victim.Pod == nil {
+			continue
+		}
+		if e.For != nil {
+			preemptors[e.For.Pod.UID] = true
+		}
+		s.evictVictim(ctx, e)
+	}
+	s.m.preempts.Add(float64(len(preemptors)))
+
+	pending := append(slices.Clone(sn.missing), p.Pending...)
+	s.m.pending.Reset()
+	for _, pd := range pending {
+		s.m.pending.WithLabelValues(pd.Code).Inc()
+		s.m.attempts.WithLabelValues(resultUnschedulable).Inc()
+	}
+	if sn.deferred > 0 {
+		s.m.pending.WithLabelValues("deferred").Add(float64(sn.deferred))
+	}
+	s.writePending(ctx, pending)
+}
+
+// gangUnits groups binds: each gang (same non-empty Gang) is one unit in
+// the order of its first bind, every other bind a unit of its own.
+func gangUnits(binds []plan.Bind) [][]plan.Bind {
+	var out [][]plan.Bind
+	at := map[string]int{}
+	for _, b := range binds {
+		if b.Pod == nil || b.Pod.Pod == nil {
+			continue
+		}
+		if b.Gang == "" {
+			out = append(out, []plan.Bind{b})
+			continue
+		}
+		i, ok := at[b.Gang]
+		if !ok {
+			i = len(out)
+			at[b.Gang] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], b)
+	}
+	return out
+}
+
+// bindUnit writes every claim of the unit's binds, then binds each pod.
+// If a claim write fails, the claims written so far are rolled back and
+// nothing is bound; if a Binding fails, that pod's claims are rolled back.
+func (s *Scheduler) bindUnit(ctx context.Context, unit []plan.Bind) {
+	written := make([][]writtenClaim, 0, len(unit))
+	for _, b := range unit {
+		w, err := s.writeClaims(ctx, b)
+		written = append(written, w)
+		if err == nil {
+			continue
+		}
+		for i := len(written) - 1; i >= 0; i-- {
+			s.rollback(ctx, unit[i].Pod.Pod, written[i])
+		}
+		for _, b := range unit {
+			s.m.attempts.WithLabelValues(resultError).Inc()
+			s.log.Warn("claims not written, pod not bound", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang,
+				"failed_pod", unit[len(written)-1].Pod.Key(), "err", err)
+		}
+		return
+	}
+	for i, b := range unit {
+		pod := b.Pod.Pod
+		err := s.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			s.rollback(ctx, pod, written[i])
+			s.m.attempts.WithLabelValues(resultError).Inc()
+			s.log.Warn("binding failed, claims rolled back", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang, "err", err)
+			continue
+		}
+		s.assumed.bound(pod.UID, b.Node)
+		s.forgetStatus(pod.UID)
+		s.m.binds.Inc()
+		s.m.attempts.WithLabelValues(resultScheduled).Inc()
+		if !pod.CreationTimestamp.IsZero() {
+			s.m.podLatency.Observe(s.cfg.Now().Sub(pod.CreationTimestamp.Time).Seconds())
+		}
+		s.log.Info("pod bound", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang, "claims", claimNames(b.Allocations),
+			"devices", deviceNames(written[i]))
+		s.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonScheduled, actionBinding,
+			"Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, b.Node)
+	}
+}
+
+// writeClaims writes a bind's claims: status.allocation plus reservedFor
+// for new allocations, reservedFor alone for allocated claims (skipped
+// when the pod is in it already). It returns what it wrote, also on error.
+func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClaim, error) {
+	pod := b.Pod.Pod
+	var out []writtenClaim
+	for _, a := range b.Allocations {
+		if a.Claim == nil {
+			continue
+		}
+		st, err := claimStatus(a, pod, s.cfg.Now())
+		if err != nil {
+			return out, err
+		}
+		if st == nil {
+			continue // reserved for the pod already
+		}
+		got, err := s.cfg.Client.ResourceV1().ResourceClaims(st.Namespace).UpdateStatus(ctx, st, metav1.UpdateOptions{})
+		if err != nil {
+			if apierrors.IsConflict(err) {
+				s.m.conflicts.Inc()
+			}
+			return out, fmt.Errorf("write status of claim %s/%s for pod %s (decided again next cycle): %w", st.Namespace, st.Name, b.Pod.Key(), err)
+		}
+		s.assumed.claim(got, s.cfg.Now())
+		out = append(out, writtenClaim{before: a.Claim, after: got})
+	}
+	return out, nil
+}
+
+// claimStatus is the claim to write for allocation a of pod, or nil if
+// the claim is allocated and reserved for the pod already.
+func claimStatus(a view.Allocation, pod *corev1.Pod, now time.Time) (*resourceapi.ResourceClaim, error) {
+	if a.Claim.Status.Allocation == nil {
+		if a.Result == nil {
+			return nil, fmt.Errorf("claim %s/%s: no allocation decided for it: %w", a.Claim.Namespace, a.Claim.Name, view.ErrInvalid)
+		}
+		return a.Status(pod, now)
+	}
+	if reservedFor(a.Claim, pod.UID) {
+		return nil, nil
+	}
+	if len(a.Claim.Status.ReservedFor) >= resourceapi.ResourceClaimReservedForMaxSize {
+		return nil, fmt.Errorf("claim %s/%s: reservedFor holds %d consumers already: %w", a.Claim.Namespace, a.Claim.Name, len(a.Claim.Status.ReservedFor), view.ErrInvalid)
+	}
+	c := a.Claim.DeepCopy()
+	c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+	return c, nil
+}
+
+func reservedFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
+	return slices.ContainsFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool {
+		return r.UID == uid
+	})
+}
+
+// rollback undoes a pod's claim writes, last first: the pod leaves
+// reservedFor, and an allocation this bind made is cleared once nobody
+// else reserves the claim. A conflict re-reads the claim and retries.
+func (s *Scheduler) rollback(ctx context.Context, pod *corev1.Pod, ws []writtenClaim) {
+	// Rollbacks run even when the cycle's context is done: a claim left
+	// allocated for an unbound pod pins it to that node.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for i := len(ws) - 1; i >= 0; i-- {
+		w := ws[i]
+		ours := w.before.Status.Allocation == nil
+		cur := w.after
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if cur == nil {
+				got, err := s.cfg.Client.ResourceV1().ResourceClaims(w.after.Namespace).Get(ctx, w.after.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur = got
+			}
+			c := cur.DeepCopy()
+			cur = nil // a retry reads the claim again
+			c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool {
+				return r.UID == pod.UID
+			})
+			if ours && len(c.Status.ReservedFor) == 0 {
+				c.Status.Allocation = nil
+			}
+			got, err := s.cfg.Client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+			if err != nil {
+				return err
+			}
+			s.assumed.claim(got, s.cfg.Now())
+			return nil
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			s.log.Error("claim rollback failed: the claim stays allocated for the pod, which is decided again on its node", "claim", w.after.Namespace+"/"+w.after.Name, "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			continue
+		}
+		s.m.rollbacks.Inc()
+	}
+}
+
+// evictVictim evicts one preemption victim (once: a victim being deleted
+// is skipped).
+func (s *Scheduler) evictVictim(ctx context.Context, e plan.Eviction) {
+	v := e.Victim.Pod
+	if v.DeletionTimestamp != nil {
+		return
+	}
+	forKey := ""
+	if e.For != nil {
+		forKey = e.For.Key()
+	}
+	if err := s.evict(ctx, v); err != nil {
+		s.log.Warn("eviction failed", "victim", e.Victim.Key(), "for", forKey, "why", e.Why, "err", err)
+		return
+	}
+	s.m.victims.Inc()
+	s.log.Info("pod evicted", "victim", e.Victim.Key(), "node", v.Spec.NodeName, "for", forKey, "why", e.Why)
+	s.recorder.Eventf(v, nil, corev1.EventTypeNormal, reasonPreempted, actionPreempting, "Preempted by %s (%s) on node %s", forKey, e.Why, v.Spec.NodeName)
+}
+
+// evict is Config.Evict, or the policy/v1 Eviction API.
+func (s *Scheduler) evict(ctx context.Context, pod *corev1.Pod) error {
+	if s.cfg.Evict != nil {
+		return s.cfg.Evict(ctx, pod)
+	}
+	err := s.cfg.Client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+	})
+	if err != nil {
+		return fmt.Errorf("evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// writePending sets PodScheduled=False (reason Unschedulable, the
+// decider's message) and the nominated node on each pending pod whose
+// status says otherwise, with an Event, at most maxStatusWrites per cycle.
+// Entries of pods no longer pending are forgotten.
+func (s *Scheduler) writePending(ctx context.Context, pending []plan.Pending) {
+	live := make(map[types.UID]bool, len(pending))
+	var todo []plan.Pending
+	for _, pd := range pending {
+		if pd.Pod == nil || pd.Pod.Pod == nil {
+			continue
+		}
+		pod := pd.Pod.Pod
+		live[pod.UID] = true
+		msg := truncate(pd.Message, maxMessageBytes)
+		if statusSays(pod, msg, pd.NominatedNode) || s.statusWritten(pod.UID, msg, pd.NominatedNode) {
+			s.log.Debug("pod pending", "pod", pd.Pod.Key(), "code", pd.Code, "reason", msg)
+			continue
+		}
+		if len(todo) < maxStatusWrites {
+			todo = append(todo, pd)
+		}
+	}
+	s.mu.Lock()
+	for uid := range s.written {
+		if !live[uid] {
+			delete(s.written, uid)
+		}
+	}
+	s.mu.Unlock()
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.cfg.Workers)
+	for _, pd := range todo {
+		g.Go(func() error {
+			s.patchPending(gctx, pd)
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+func (s *Scheduler) patchPending(ctx context.Context, pd plan.Pending) {
+	pod := pd.Pod.Pod
+	msg := truncate(pd.Message, maxMessageBytes)
+	now := metav1.NewTime(s.cfg.Now().UTC().Truncate(time.Second))
+	transition := now
+	if c := podScheduled(pod); c != nil && c.Status == corev1.ConditionFalse {
+		transition = c.LastTransitionTime
+	}
+	st := map[string]any{"conditions": []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: transition, LastProbeTime: now}}}
+	if pd.NominatedNode != "" {
+		st["nominatedNodeName"] = pd.NominatedNode
+	}
+	patch, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		s.log.Error("pod status patch not encoded", "pod", pd.Pod.Key(), "err", err)
+		return
+	}
+	_, err = s.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	switch {
+	case apierrors.IsNotFound(err):
+		return
+	case err != nil:
+		s.log.Warn("pod status not written", "pod", pd.Pod.Key(), "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.written[pod.UID] = msg + "\x00" + pd.NominatedNode
+	s.mu.Unlock()
+	s.log.Info("pod pending", "pod", pd.Pod.Key(), "code", pd.Code, "reason", msg, "nominated_node", pd.NominatedNode)
+	s.recorder.Eventf(pod, nil, corev1.EventTypeWarning, reasonFailedScheduling, actionScheduling, "%s", truncate(msg, maxNoteBytes))
+}
+
+// statusSays reports whether the pod's status already holds the pending
+// condition with msg (and the nomination, if any).
+func statusSays(pod *corev1.Pod, msg, nominated string) bool {
+	c := podScheduled(pod)
+	return c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == msg &&
+		(nominated == "" || pod.Status.NominatedNodeName == nominated)
+}
+
+func podScheduled(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// statusWritten reports whether this process wrote that status already
+// (its informer may not show it yet).
+func (s *Scheduler) statusWritten(uid types.UID, msg, nominated string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written[uid] == msg+"\x00"+nominated
+}
+
+func (s *Scheduler) forgetStatus(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.written, uid)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func claimNames(allocs []view.Allocation) []string {
+	out := make([]string, 0, len(allocs))
+	for _, a := range allocs {
+		if a.Claim != nil {
+			out = append(out, a.Claim.Name)
+		}
+	}
+	return out
+}
+
+func deviceNames(ws []writtenClaim) []string {
+	var out []string
+	for _, w := range ws {
+		if w.after.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range w.after.Status.Allocation.Devices.Results {
+			out = append(out, r.Pool+"/"+r.Device)
+		}
+	}
+	return out
+}

@@ -1,0 +1,150 @@
+package scheduler
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// Results of a scheduling attempt (gpud_scheduler_schedule_attempts_total).
+const (
+	resultScheduled     = "scheduled"
+	resultUnschedulable = "unschedulable"
+	resultError         = "error"
+)
+
+// metrics are the scheduler's Prometheus metrics, on its own registry.
+type metrics struct {
+	reg        *prometheus.Registry
+	attempts   *prometheus.CounterVec
+	cycle      prometheus.Histogram
+	podLatency prometheus.Histogram
+	pending    *prometheus.GaugeVec
+	preempts   prometheus.Counter
+	victims    prometheus.Counter
+	binds      prometheus.Counter
+	conflicts  prometheus.Counter
+	rollbacks  prometheus.Counter
+	gpuMemory  *prometheus.GaugeVec
+	skipped    *prometheus.GaugeVec
+	leader     prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpud_scheduler_schedule_attempts_total",
+			Help: "Pods decided, by result: scheduled (bound), unschedulable (left pending), error (a write failed).",
+		}, []string{"result"}),
+		cycle: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpud_scheduler_cycle_duration_seconds",
+			Help:    "Duration of one decision cycle: snapshot, decision and writes.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		podLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpud_scheduler_pod_scheduling_duration_seconds",
+			Help:    "Time from a pod's creation to its Binding by this scheduler.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18),
+		}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_pending_pods",
+			Help: "Pods left pending by the last cycle, by reason code.",
+		}, []string{"reason"}),
+		preempts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpud_scheduler_preemptions_total",
+			Help: "Pending pods for which victims were evicted.",
+		}),
+		victims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpud_scheduler_preemption_victims_total",
+			Help: "Pods evicted to make room for pending pods.",
+		}),
+		binds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpud_scheduler_binds_total",
+			Help: "Pods bound to a node.",
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpud_scheduler_claim_write_conflicts_total",
+			Help: "ResourceClaim status writes refused for a stale resourceVersion (the pod is decided again).",
+		}),
+		rollbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpud_scheduler_claim_rollbacks_total",
+			Help: "ResourceClaim allocations undone because their pod or gang could not be bound.",
+		}),
+		gpuMemory: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_gpu_memory_bytes",
+			Help: "GPU memory of gpud's devices per GPU model, allocated or free, as the last cycle saw it.",
+		}, []string{"model", "state"}),
+		skipped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_skipped_objects",
+			Help: "API objects the last view left out (malformed or unknown), by kind.",
+		}, []string{"kind"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_leader",
+			Help: "1 while this replica holds the lease (or runs without leader election).",
+		}),
+	}
+	m.reg.MustRegister(m.attempts, m.cycle, m.podLatency, m.pending, m.preempts, m.victims, m.binds,
+		m.conflicts, m.rollbacks, m.gpuMemory, m.skipped, m.leader,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observeView sets the GPU memory and skip gauges from a cycle's view and
+// the claims it was built from.
+func (m *metrics) observeView(v *view.View, claims []*resourceapi.ResourceClaim, skips []view.Skip) {
+	total, used := gpuMemory(v, claims)
+	m.gpuMemory.Reset()
+	for model, t := range total {
+		u := min(used[model], t)
+		m.gpuMemory.WithLabelValues(model, "allocated").Set(float64(u))
+		m.gpuMemory.WithLabelValues(model, "free").Set(float64(t - u))
+	}
+	m.skipped.Reset()
+	for _, s := range skips {
+		m.skipped.WithLabelValues(s.Kind).Inc()
+	}
+}
+
+// gpuMemory sums GPU memory per model: total over GPUs that publish a
+// whole device, and what claims took (a whole GPU: all of it; a share: its
+// consumed memory; a MIG device: its memory capacity).
+func gpuMemory(v *view.View, claims []*resourceapi.ResourceClaim) (total, used map[string]int64) {
+	total, used = map[string]int64{}, map[string]int64{}
+	for _, n := range v.Nodes() {
+		for _, g := range n.GPUs {
+			total[g.Model] += g.MemoryBytes
+		}
+	}
+	seen := map[string]bool{}
+	for _, c := range claims {
+		if c == nil || c.Status.Allocation == nil || seen[string(c.UID)] {
+			continue
+		}
+		seen[string(c.UID)] = true
+		for _, r := range c.Status.Allocation.Devices.Results {
+			n := v.Node(r.Pool)
+			if r.Driver != view.DriverName || n == nil {
+				continue
+			}
+			d := n.Devices[r.Device]
+			if d == nil || d.GPU < 0 || d.GPU >= len(n.GPUs) {
+				continue
+			}
+			g := n.GPUs[d.GPU]
+			switch {
+			case r.ShareID != nil:
+				q := r.ConsumedCapacity[view.CapacityMemory]
+				used[g.Model] += q.Value()
+			case d.MIG:
+				q := d.Capacity[view.CapacityMemory].Value
+				used[g.Model] += q.Value()
+			default:
+				used[g.Model] += g.MemoryBytes
+			}
+		}
+	}
+	return total, used
+}

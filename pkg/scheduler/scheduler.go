@@ -1,0 +1,459 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// Scheduler is gpud's scheduler runtime. Make one with [New] and call
+// [Scheduler.Run] once; [Scheduler.Handler] serves its metrics and probes
+// and may be used before and during Run.
+type Scheduler struct {
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+
+	factory, sliceFactory informers.SharedInformerFactory
+	pods                  corelisters.PodLister
+	nodes                 corelisters.NodeLister
+	claims                resourcelisters.ResourceClaimLister
+	slices                resourcelisters.ResourceSliceLister
+	classes               resourcelisters.DeviceClassLister
+	pdbs                  policylisters.PodDisruptionBudgetLister
+	hasSynced             []cache.InformerSynced
+
+	broadcaster events.EventBroadcaster
+	recorder    events.EventRecorder
+	elector     *leaderelection.LeaderElector
+	watchdog    *leaderelection.HealthzAdaptor
+
+	assumed *assumeCache
+	snap    *snapshotter
+	trigger chan struct{}
+
+	started, synced, leading atomic.Bool
+
+	// terms tracks the loop of the term as leader; termsOver, under
+	// termMu, stops a term from starting once Run is returning.
+	terms     sync.WaitGroup
+	termMu    sync.Mutex
+	termsOver bool
+
+	mu sync.Mutex
+	// written is the pending status this process last wrote per pod
+	// (message and nominated node).
+	written map[types.UID]string
+}
+
+// New checks cfg and sets the scheduler up: informers, event recorder,
+// metrics, leader elector. It starts nothing and touches no API.
+func New(cfg Config) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Scheduler{cfg: cfg, log: cfg.Log.With("component", "scheduler"), m: newMetrics(), assumed: newAssumeCache(),
+		trigger: make(chan struct{}, 1), written: map[types.UID]string{}}
+	s.snap = newSnapshotter(cfg, s.assumed)
+
+	strip := informers.WithTransform(stripManagedFields)
+	s.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
+	s.sliceFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.driver", view.DriverName).String()
+		}))
+	podInf := s.factory.Core().V1().Pods()
+	nodeInf := s.factory.Core().V1().Nodes()
+	claimInf := s.factory.Resource().V1().ResourceClaims()
+	classInf := s.factory.Resource().V1().DeviceClasses()
+	pdbInf := s.factory.Policy().V1().PodDisruptionBudgets()
+	sliceInf := s.sliceFactory.Resource().V1().ResourceSlices()
+	s.pods, s.nodes, s.claims = podInf.Lister(), nodeInf.Lister(), claimInf.Lister()
+	s.classes, s.pdbs, s.slices = classInf.Lister(), pdbInf.Lister(), sliceInf.Lister()
+
+	poke := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.poke() },
+		UpdateFunc: func(any, any) { s.poke() },
+		DeleteFunc: func(any) { s.poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), claimInf.Informer(), classInf.Informer(), pdbInf.Informer(), sliceInf.Informer()} {
+		if _, err := inf.AddEventHandler(poke); err != nil {
+			return nil, fmt.Errorf("scheduler: informer handler: %w", err)
+		}
+		s.hasSynced = append(s.hasSynced, inf.HasSynced)
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.poke() },
+		UpdateFunc: func(o, n any) { s.podUpdated(o, n) },
+		DeleteFunc: func(any) { s.poke() },
+	}); err != nil {
+		return nil, fmt.Errorf("scheduler: pod informer handler: %w", err)
+	}
+	s.hasSynced = append(s.hasSynced, podInf.Informer().HasSynced)
+
+	s.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: cfg.Client.EventsV1()})
+	s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, cfg.SchedulerName)
+
+	if le := cfg.LeaderElection; le != nil {
+		s.watchdog = leaderelection.NewLeaderHealthzAdaptor(le.LeaseDuration)
+		el, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: &resourcelock.LeaseLock{
+				LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
+				Client:     cfg.Client.CoordinationV1(),
+				LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+			},
+			LeaseDuration:   le.LeaseDuration,
+			RenewDeadline:   le.RenewDeadline,
+			RetryPeriod:     le.RetryPeriod,
+			ReleaseOnCancel: true,
+			WatchDog:        s.watchdog,
+			Name:            le.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: s.term,
+				OnStoppedLeading: func() {
+					s.setLeading(false)
+					s.log.Info("stopped leading", "identity", le.Identity)
+				},
+				OnNewLeader: func(id string) { s.log.Info("leader observed", "leader", id) },
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: leader election: %v: %w", err, ErrConfig)
+		}
+		s.elector = el
+	}
+	return s, nil
+}
+
+// stripManagedFields drops managedFields from informer objects: the
+// scheduler never reads them and they are most of a pod's size.
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		if meta := m.GetObjectMeta(); meta != nil && meta.GetManagedFields() != nil {
+			meta.SetManagedFields(nil)
+		}
+	}
+	return obj, nil
+}
+
+// Registry is the scheduler's Prometheus registry, which Handler serves;
+// callers may register their own collectors (a PodGroup informer's).
+func (s *Scheduler) Registry() *prometheus.Registry { return s.m.reg }
+
+// Ready reports whether the informers have synced and, with leader
+// election, this replica leads.
+func (s *Scheduler) Ready() bool { return s.synced.Load() && s.leading.Load() }
+
+// Handler serves /metrics, /healthz (fails when a leader could not renew
+// its lease in time) and /readyz ([Scheduler.Ready]).
+func (s *Scheduler) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if s.watchdog != nil {
+			if err := s.watchdog.Check(r); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case !s.synced.Load():
+			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+		case !s.leading.Load():
+			http.Error(w, "not the leader", http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ok\n"))
+		}
+	})
+	return mux
+}
+
+// Run starts the informers and the event recorder, waits for the caches,
+// and then decides: at once without leader election, else while it holds
+// the lease. It returns nil when ctx ends, [ErrLostLease] when the lease is
+// lost (the process should exit), or an error if it cannot start. Run may
+// be called once.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("scheduler: Run called twice")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	if err := s.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		cancel()
+		return fmt.Errorf("scheduler: event recorder: %w", err)
+	}
+	s.factory.Start(ctx.Done())
+	s.sliceFactory.Start(ctx.Done())
+	defer func() {
+		cancel()
+		s.factory.Shutdown()
+		s.sliceFactory.Shutdown()
+		s.broadcaster.Shutdown()
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), s.hasSynced...) || !s.waitGroupsSynced(ctx) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return ErrNotSynced
+	}
+	s.synced.Store(true)
+	s.log.Info("informers synced", "scheduler_name", s.cfg.SchedulerName, "policy", s.cfg.Policy)
+
+	if s.elector == nil {
+		s.setLeading(true)
+		s.loop(ctx)
+		return nil
+	}
+	le := s.cfg.LeaderElection
+	s.log.Info("waiting for the lease", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
+	s.elector.Run(ctx)
+	s.termMu.Lock()
+	s.termsOver = true // a term whose callback starts late does not run
+	s.termMu.Unlock()
+	s.terms.Wait() // the loop has stopped: no decision after this
+	s.setLeading(false)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("%w %s/%s (identity %s): exiting so that a new replica can take over", ErrLostLease, le.Namespace, le.Name, le.Identity)
+}
+
+// term runs the loop while this replica leads; ctx ends with the term.
+func (s *Scheduler) term(ctx context.Context) {
+	s.termMu.Lock()
+	if s.termsOver {
+		s.termMu.Unlock()
+		return
+	}
+	s.terms.Add(1)
+	s.termMu.Unlock()
+	defer s.terms.Done()
+	s.log.Info("started leading", "identity", s.cfg.LeaderElection.Identity)
+	s.setLeading(true)
+	s.loop(ctx)
+}
+
+func (s *Scheduler) setLeading(on bool) {
+	s.leading.Store(on)
+	if on {
+		s.m.leader.Set(1)
+	} else {
+		s.m.leader.Set(0)
+	}
+}
+
+func (s *Scheduler) waitGroupsSynced(ctx context.Context) bool {
+	if s.cfg.GroupsSynced == nil {
+		return true
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !s.cfg.GroupsSynced() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// poke asks for a cycle.
+func (s *Scheduler) poke() {
+	select {
+	case s.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// podUpdated pokes for pod changes that can change a decision: one of
+// this scheduler's pods pending, a pod bound, finished or being deleted.
+func (s *Scheduler) podUpdated(o, n any) {
+	old, ok1 := o.(*corev1.Pod)
+	pod, ok2 := n.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		s.poke()
+		return
+	}
+	if (pod.Spec.NodeName == "" && pod.Spec.SchedulerName == s.cfg.SchedulerName) || old.Spec.NodeName != pod.Spec.NodeName ||
+		old.Status.Phase != pod.Status.Phase || (old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) {
+		s.poke()
+	}
+}
+
+// loop runs cycles until ctx ends: one at once, then one per burst of
+// informer events (after Debounce) and one per Resync.
+func (s *Scheduler) loop(ctx context.Context) {
+	s.assumed.forget()
+	s.catchUp(ctx)
+	tick := time.NewTicker(s.cfg.Resync)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		s.cycle(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.trigger:
+		case <-tick.C:
+		}
+		if s.cfg.Debounce > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.cfg.Debounce):
+			}
+		}
+		select {
+		case <-s.trigger:
+		default:
+		}
+	}
+}
+
+// catchUp reads claims and this scheduler's bound pods from the API
+// server (not the informers) when a term as leader starts, so that what
+// the previous leader wrote just before it stopped counts even if the
+// informers lag. Failures are logged: the claims' resourceVersions still
+// prevent a double allocation.
+func (s *Scheduler) catchUp(ctx context.Context) {
+	now := s.cfg.Now()
+	claims, err := s.cfg.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.log.Warn("claims not read at the start of the term", "err", err)
+	} else {
+		for i := range claims.Items {
+			s.assumed.claim(&claims.Items[i], now)
+		}
+	}
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.schedulerName", s.cfg.SchedulerName),
+		fields.OneTermNotEqualSelector("spec.nodeName", "")).String()
+	pods, err := s.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		s.log.Warn("bound pods not read at the start of the term", "err", err)
+		return
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if cur, err := s.pods.Pods(p.Namespace).Get(p.Name); err == nil && cur.UID == p.UID && cur.Spec.NodeName == "" {
+			s.assumed.bound(p.UID, p.Spec.NodeName)
+		}
+	}
+}
+
+// cycle decides once and carries the plan out.
+func (s *Scheduler) cycle(ctx context.Context) {
+	start := time.Now()
+	now := s.cfg.Now()
+	in, err := s.inputs(now)
+	if err != nil {
+		s.log.Error("informer contents not listed", "err", err)
+		return
+	}
+	sn := s.snap.build(in, now)
+	s.m.observeView(sn.View, sn.claims, sn.skips)
+	for _, sk := range sn.skips {
+		s.log.Debug("object left out of the view", "kind", sk.Kind, "name", sk.Name, "reason", sk.Reason)
+	}
+	var p plan.Plan
+	if len(sn.Pending) > 0 {
+		p, err = s.decide(sn.Snapshot)
+		if err != nil {
+			s.log.Error("decider failed: no decision this cycle", "pending", len(sn.Pending), "err", err)
+			return
+		}
+	}
+	s.execute(ctx, sn, p)
+	s.assumed.prunePods(func(uid types.UID) bool {
+		for _, b := range sn.Bound {
+			if b.Pod.UID == uid {
+				return b.Pod.Spec.NodeName != "" && !s.informerBound(b.Pod)
+			}
+		}
+		return false
+	})
+	d := time.Since(start)
+	s.m.cycle.Observe(d.Seconds())
+	if len(sn.Pending) > 0 || len(sn.missing) > 0 {
+		s.log.Debug("cycle done", "pending", len(sn.Pending), "claims_missing", len(sn.missing), "deferred", sn.deferred,
+			"binds", len(p.Binds), "evictions", len(p.Evictions), "left_pending", len(p.Pending), "duration", d)
+	}
+}
+
+// informerBound reports whether the informer shows the pod bound.
+func (s *Scheduler) informerBound(pod *corev1.Pod) bool {
+	cur, err := s.pods.Pods(pod.Namespace).Get(pod.Name)
+	return err == nil && cur.UID == pod.UID && cur.Spec.NodeName != ""
+}
+
+// decide calls the decider, turning a panic into an error: a bad object
+// must not crash the scheduler.
+func (s *Scheduler) decide(snap *plan.Snapshot) (p plan.Plan, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decider panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return s.cfg.Decider.Decide(snap), nil
+}
+
+// inputs lists the informers' contents, with the assume cache merged in.
+func (s *Scheduler) inputs(now time.Time) (inputs, error) {
+	var in inputs
+	var err error
+	all := labels.Everything()
+	if in.pods, err = s.pods.List(all); err != nil {
+		return in, fmt.Errorf("list pods: %w", err)
+	}
+	if in.nodes, err = s.nodes.List(all); err != nil {
+		return in, fmt.Errorf("list nodes: %w", err)
+	}
+	claims, err := s.claims.List(all)
+	if err != nil {
+		return in, fmt.Errorf("list resource claims: %w", err)
+	}
+	in.claims = s.assumed.mergeClaims(claims, now)
+	if in.slices, err = s.slices.List(all); err != nil {
+		return in, fmt.Errorf("list resource slices: %w", err)
+	}
+	if in.classes, err = s.classes.List(all); err != nil {
+		return in, fmt.Errorf("list device classes: %w", err)
+	}
+	if in.pdbs, err = s.pdbs.List(all); err != nil {
+		return in, fmt.Errorf("list pod disruption budgets: %w", err)
+	}
+	if s.cfg.Groups != nil {
+		in.groups = s.cfg.Groups()
+	}
+	return in, nil
+}

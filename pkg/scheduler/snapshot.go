@@ -1,0 +1,232 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// CodeClaimMissing is the reason code of a pod whose ResourceClaim does not
+// exist (yet): it is not passed to the decider.
+const CodeClaimMissing = "claim-missing"
+
+// inputs are the informers' contents one cycle works on.
+type inputs struct {
+	pods    []*corev1.Pod
+	claims  []*resourceapi.ResourceClaim // the assume cache merged in
+	slices  []*resourceapi.ResourceSlice
+	classes []*resourceapi.DeviceClass
+	nodes   []*corev1.Node
+	pdbs    []*policyv1.PodDisruptionBudget
+	groups  map[string]*plan.Group
+}
+
+// snapshotter turns inputs into a plan.Snapshot. Its caches live across
+// cycles; it is used by one cycle at a time.
+type snapshotter struct {
+	schedulerName string
+	policy        string
+	maxPending    int
+	queues        []jobs.Queue
+	reservations  []jobs.Reservation
+	assumed       *assumeCache
+	matches       *view.MatchCache
+	cel           *cel.Cache
+}
+
+// snapshot is one cycle's snapshot plus what the runtime needs besides.
+type snapshot struct {
+	*plan.Snapshot
+	// missing are this scheduler's pods whose claims are missing, with
+	// the reason; they are reported, not decided.
+	missing []plan.Pending
+	// deferred counts pending pods beyond maxPending, left to later
+	// cycles.
+	deferred int
+	skips    []view.Skip
+	claims   []*resourceapi.ResourceClaim
+}
+
+func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
+	return &snapshotter{schedulerName: cfg.SchedulerName, policy: cfg.Policy, maxPending: cfg.MaxPending,
+		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(),
+		cel: cel.NewCache(256, cel.Features{EnableConsumableCapacity: true})}
+}
+
+// build makes the snapshot of one cycle at now.
+func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
+	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,
+		CEL: s.cel, Matches: s.matches})
+	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Groups: in.groups, PDBs: in.pdbs,
+		Queues: s.queues, Reservations: s.reservations, Policy: s.policy}, skips: skips, claims: in.claims}
+	byName := make(map[string]*resourceapi.ResourceClaim, len(in.claims))
+	for _, c := range in.claims {
+		byName[c.Namespace+"/"+c.Name] = c
+	}
+	var pending []*plan.Pod
+	for _, pod := range in.pods {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		node := pod.Spec.NodeName
+		if node == "" {
+			if n, ok := s.assumed.boundNode(pod.UID); ok {
+				cp := *pod
+				cp.Spec.NodeName = n
+				pod, node = &cp, n
+			}
+		}
+		if node != "" {
+			claims, _ := resolveClaims(pod, byName)
+			out.Bound = append(out.Bound, newPod(pod, compact(claims)))
+			continue
+		}
+		if pod.Spec.SchedulerName != s.schedulerName || pod.DeletionTimestamp != nil {
+			continue
+		}
+		claims, why := resolveClaims(pod, byName)
+		p := newPod(pod, claims)
+		if why != "" {
+			out.missing = append(out.missing, plan.Pending{Pod: p, Code: CodeClaimMissing, Message: why})
+			continue
+		}
+		pending = append(pending, p)
+	}
+	slices.SortFunc(pending, func(a, b *plan.Pod) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key(), b.Key())
+	})
+	if len(pending) > s.maxPending {
+		out.deferred = len(pending) - s.maxPending
+		pending = pending[:s.maxPending]
+	}
+	out.Pending = pending
+	return out
+}
+
+// newPod derives what the decider reads from a pod.
+func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
+	p := &plan.Pod{Pod: pod, Claims: claims, Queue: pod.Labels[plan.QueueLabel], Created: pod.CreationTimestamp.Time,
+		Checkpointable: pod.Annotations[plan.CheckpointableAnnotation] == "true",
+		RuntimeEstimate: runtimeEstimate(pod.Annotations[plan.RuntimeEstimateAnnotation])}
+	if g := pod.Labels[plan.PodGroupLabel]; g != "" {
+		p.Group = pod.Namespace + "/" + g
+	}
+	if pod.Spec.Priority != nil {
+		p.Priority = *pod.Spec.Priority
+	}
+	return p
+}
+
+// maxRuntimeEstimate bounds RuntimeEstimateAnnotation (a year).
+const maxRuntimeEstimate = 365 * 24 * time.Hour
+
+// runtimeEstimate parses RuntimeEstimateAnnotation: a Go duration or
+// whole seconds; 0 when absent, malformed, not positive or too long.
+func runtimeEstimate(s string) time.Duration {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > 32 {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 || n > int64(maxRuntimeEstimate/time.Second) {
+			return 0
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d <= 0 || d > maxRuntimeEstimate {
+		return 0
+	}
+	return d
+}
+
+// resolveClaims returns a pod's claims in spec.resourceClaims order, nil
+// for each one that is missing, and why the first missing one is (""
+// when all exist). A claim from a template is the one named in
+// status.resourceClaimStatuses, and must be owned by the pod; an entry
+// whose status names no claim needs none and is left out.
+func resolveClaims(pod *corev1.Pod, byName map[string]*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, string) {
+	var out []*resourceapi.ResourceClaim
+	why := ""
+	miss := func(format string, args ...any) {
+		out = append(out, nil)
+		if why == "" {
+			why = fmt.Sprintf(format, args...)
+		}
+	}
+	for _, rc := range pod.Spec.ResourceClaims {
+		switch {
+		case rc.ResourceClaimName != nil:
+			c := byName[pod.Namespace+"/"+*rc.ResourceClaimName]
+			if c == nil {
+				miss("waiting for ResourceClaim %s/%s (pod claim %q) to be created", pod.Namespace, *rc.ResourceClaimName, rc.Name)
+				continue
+			}
+			out = append(out, c)
+		case rc.ResourceClaimTemplateName != nil:
+			name, found, needed := templateClaim(pod, rc.Name)
+			switch {
+			case !found:
+				miss("waiting for the ResourceClaim of pod claim %q from template %s to be created (the resourceclaim controller of kube-controller-manager does it)", rc.Name, *rc.ResourceClaimTemplateName)
+				continue
+			case !needed:
+				continue
+			}
+			c := byName[pod.Namespace+"/"+name]
+			if c == nil {
+				miss("waiting for ResourceClaim %s/%s (pod claim %q from template %s) to reach the scheduler", pod.Namespace, name, rc.Name, *rc.ResourceClaimTemplateName)
+				continue
+			}
+			if !ownedBy(c, pod.UID) {
+				miss("ResourceClaim %s/%s (pod claim %q) is not owned by the pod: it was not created for it from template %s", pod.Namespace, name, rc.Name, *rc.ResourceClaimTemplateName)
+				continue
+			}
+			out = append(out, c)
+		default:
+			miss("pod claim %q names neither a ResourceClaim nor a template", rc.Name)
+		}
+	}
+	return out, why
+}
+
+// templateClaim finds the claim generated for pod claim name in the pod's
+// status: found says whether the status has the entry, needed whether it
+// names a claim.
+func templateClaim(pod *corev1.Pod, name string) (claim string, found, needed bool) {
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.Name == name {
+			if s.ResourceClaimName == nil {
+				return "", true, false
+			}
+			return *s.ResourceClaimName, true, true
+		}
+	}
+	return "", false, false
+}
+
+func ownedBy(c *resourceapi.ResourceClaim, uid types.UID) bool {
+	return slices.ContainsFunc(c.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == uid })
+}
+
+// compact drops nil entries.
+func compact(claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
+	return slices.DeleteFunc(claims, func(c *resourceapi.ResourceClaim) bool { return c == nil })
+}

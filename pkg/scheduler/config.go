@@ -93,7 +93,7 @@ type LeaderElection struct {
 	Namespace, Name string
 	// Identity names this replica in the Lease (hostname plus a UUID);
 	// required.
-	Identity                                 string
+	Identity                                  string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 

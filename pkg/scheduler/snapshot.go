@@ -123,7 +123,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 // newPod derives what the decider reads from a pod.
 func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
 	p := &plan.Pod{Pod: pod, Claims: claims, Queue: pod.Labels[plan.QueueLabel], Created: pod.CreationTimestamp.Time,
-		Checkpointable: pod.Annotations[plan.CheckpointableAnnotation] == "true",
+		Checkpointable:  pod.Annotations[plan.CheckpointableAnnotation] == "true",
 		RuntimeEstimate: runtimeEstimate(pod.Annotations[plan.RuntimeEstimateAnnotation])}
 	if g := pod.Labels[plan.PodGroupLabel]; g != "" {
 		p.Group = pod.Namespace + "/" + g

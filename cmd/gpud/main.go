@@ -22,6 +22,7 @@ Usage:
   gpud topo      [flags]   print the GPU link matrix as nvidia-smi topo -m
   gpud sim       ...       replay cluster traces through the allocator
   gpud mig       ...       plan, apply and show MIG layouts (mig-parted format)
+  gpud scheduler [flags]   schedule pods' GPU claims cluster-wide (a Kubernetes scheduler)
   gpud version             print the version
 
 Run 'gpud <command> -h' for a command's flags. Without an NVIDIA driver, add
@@ -59,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMig(ctx, rest, stdout, stderr)
 	case "sim":
 		return runSim(ctx, rest, stdout, stderr)
+	case "scheduler":
+		return runScheduler(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "gpud", version)
 		return nil

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/jobsim"
+	"github.com/gpud/gpud/pkg/scheduler"
+	"github.com/gpud/gpud/pkg/scheduler/decide"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/podgroup"
+)
+
+const schedulerUsage = `usage: gpud scheduler [flags]
+
+A secondary Kubernetes scheduler for pods with spec.schedulerName
+gpud-scheduler (--scheduler-name): it allocates their ResourceClaims on
+gpud's devices (driver gpu.gpud.io) with pkg/allocator's policy and binds
+them; gangs (PodGroups), queues (--queues), preemption and backfill.
+
+Flags:`
+
+// defaultLeaseNamespace is the Lease's namespace outside a pod (in a pod,
+// POD_NAMESPACE from the downward API wins).
+const defaultLeaseNamespace = "kube-system"
+
+// schedulerOptions are the flags of `gpud scheduler`.
+type schedulerOptions struct {
+	kubeconfig     string
+	schedulerName  string
+	policy         string
+	queues         string
+	rackLabel      string
+	metricsAddr    string
+	leaderElect    bool
+	leaseNamespace string
+	leaseDuration  time.Duration
+	renewDeadline  time.Duration
+	retryPeriod    time.Duration
+	resync         time.Duration
+	logLevel       string
+	logFormat      string
+}
+
+func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
+	ns := defaultLeaseNamespace
+	if podNamespace != "" {
+		ns = podNamespace
+	}
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the scheduler's identity; empty uses the in-cluster config (the pod's service account)")
+	fs.StringVar(&o.schedulerName, "scheduler-name", scheduler.DefaultSchedulerName, "the spec.schedulerName of the pods this scheduler places (and the Events' reporting controller)")
+	fs.StringVar(&o.policy, "policy", allocator.PolicyGpud, "allocator policy choosing node and GPUs: "+strings.Join(allocator.PolicyNames, ", "))
+	fs.StringVar(&o.queues, "queues", "", "queue tree and reservations, YAML (the format of gpud sim jobs --queues, docs/job-trace.md); a pod names its leaf queue with the label "+plan.QueueLabel+"; empty: one queue, no limits")
+	fs.StringVar(&o.rackLabel, "rack-label", decide.DefaultRackLabel, "node label naming a node's rack, for gang topology (after the NVLink domain, before topology.kubernetes.io/zone)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address of the HTTP server: Prometheus /metrics, /healthz, /readyz (ready when the informers synced and this replica leads)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader through a coordination.k8s.io Lease, so that of several replicas only one decides")
+	fs.StringVar(&o.leaseNamespace, "leader-elect-namespace", ns, "namespace of the Lease (named after --scheduler-name); default: the pod's namespace (POD_NAMESPACE), else "+defaultLeaseNamespace)
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", scheduler.DefaultLeaseDuration, "how long a lease holds without renewal: a replica waits this long before taking over from a leader that stopped")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", scheduler.DefaultRenewDeadline, "how long the leader keeps trying to renew before it gives up leading (and exits); less than the lease duration")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", scheduler.DefaultRetryPeriod, "how often replicas try to acquire or renew the lease")
+	fs.DurationVar(&o.resync, "resync-period", scheduler.DefaultResync, "period of decision cycles without API events (pending pods are also decided on every relevant change)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+}
+
+// validate checks every flag without contacting the API server; it returns
+// the parsed queue file.
+func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error) {
+	var errs []error
+	if msgs := validation.IsDNS1123Subdomain(o.schedulerName); len(msgs) > 0 {
+		errs = append(errs, flagErr("scheduler-name", "%s: %s", quoteTrunc(o.schedulerName), strings.Join(msgs, "; ")))
+	}
+	if !slices.Contains(allocator.PolicyNames, o.policy) {
+		errs = append(errs, flagErr("policy", "%s: want one of %s", quoteTrunc(o.policy), strings.Join(allocator.PolicyNames, ", ")))
+	}
+	var queues []jobs.Queue
+	var res []jobs.Reservation
+	if o.queues != "" {
+		var err error
+		if queues, res, err = jobsim.ReadQueueFile(o.queues); err != nil {
+			errs = append(errs, flagErr("queues", "%w", err))
+		}
+	}
+	if msgs := validation.IsQualifiedName(o.rackLabel); len(msgs) > 0 {
+		errs = append(errs, flagErr("rack-label", "%s: not a label key: %s", quoteTrunc(o.rackLabel), strings.Join(msgs, "; ")))
+	}
+	if o.metricsAddr == "" {
+		errs = append(errs, flagErr("metrics-addr", "empty: the probes need it; want host:port (:9402)"))
+	} else if err := validateAddr("metrics-addr", o.metricsAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if o.leaderElect {
+		if msgs := validation.IsDNS1123Label(o.leaseNamespace); len(msgs) > 0 {
+			errs = append(errs, flagErr("leader-elect-namespace", "%s: not a namespace name: %s", quoteTrunc(o.leaseNamespace), strings.Join(msgs, "; ")))
+		}
+		switch {
+		case o.leaseDuration <= 0 || o.renewDeadline <= 0 || o.retryPeriod <= 0:
+			errs = append(errs, flagErr("leader-elect-lease-duration", "%s, renew deadline %s, retry period %s: all must be positive", o.leaseDuration, o.renewDeadline, o.retryPeriod))
+		case o.leaseDuration <= o.renewDeadline:
+			errs = append(errs, flagErr("leader-elect-renew-deadline", "%s: must be less than --leader-elect-lease-duration %s", o.renewDeadline, o.leaseDuration))
+		case float64(o.renewDeadline) <= 1.2*float64(o.retryPeriod):
+			errs = append(errs, flagErr("leader-elect-retry-period", "%s: --leader-elect-renew-deadline %s must be more than 1.2 times it", o.retryPeriod, o.renewDeadline))
+		case o.leaseDuration > time.Hour:
+			errs = append(errs, flagErr("leader-elect-lease-duration", "%s: at most 1h", o.leaseDuration))
+		}
+	}
+	if o.resync < 100*time.Millisecond || o.resync > time.Hour {
+		errs = append(errs, flagErr("resync-period", "%s: want 100ms to 1h", o.resync))
+	}
+	if _, err := newLogger(io.Discard, o.logFormat, o.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if o.kubeconfig != "" {
+		if _, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
+			errs = append(errs, flagErr("kubeconfig", "%w", err))
+		}
+	}
+	return queues, res, errs
+}
+
+// restConfig is the kubeconfig's client configuration, or the in-cluster
+// one when none is given.
+func (o *schedulerOptions) restConfig() (*rest.Config, error) {
+	if o.kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return nil, flagErr("kubeconfig", "%w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, flagErr("kubeconfig", "empty, and no in-cluster config (%w): outside a pod, pass a kubeconfig", err)
+	}
+	return cfg, nil
+}
+
+// parseSchedulerFlags parses and validates `gpud scheduler` flags;
+// podNamespace is POD_NAMESPACE.
+func parseSchedulerFlags(args []string, podNamespace string, stderr io.Writer) (*schedulerOptions, []jobs.Queue, []jobs.Reservation, error) {
+	fs := flag.NewFlagSet("gpud scheduler", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &schedulerOptions{}
+	o.register(fs, podNamespace)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, schedulerUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, nil, nil, fmt.Errorf("scheduler: unexpected argument %s (flags only)", quoteTrunc(fs.Arg(0)))
+	}
+	queues, res, errs := o.validate()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, nil, fmt.Errorf("scheduler: %w", err)
+	}
+	return o, queues, res, nil
+}
+
+// runScheduler is `gpud scheduler`: validate every flag, connect, and run
+// the scheduler and its HTTP server until ctx ends or the lease is lost
+// (an error: the process exits non-zero and its Deployment restarts it).
+func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error {
+	o, queues, res, err := parseSchedulerFlags(args, os.Getenv("POD_NAMESPACE"), stderr)
+	if err != nil {
+		return err
+	}
+	log, _ := newLogger(stderr, o.logFormat, o.logLevel) // validated
+	restCfg, err := o.restConfig()
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	restCfg.UserAgent = "gpud-scheduler/" + version
+	// Binds and claim writes come in bursts; client-go's default 5 QPS
+	// would throttle a cycle of a few hundred pods for a minute.
+	restCfg.QPS, restCfg.Burst = 200, 400
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("scheduler: API client: %w", err)
+	}
+	groups, err := newPodGroupSource(client, restCfg, log)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	cfg := scheduler.Config{
+		Client: client, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
+		Decider: decide.New(decide.Config{RackLabel: o.rackLabel}),
+		Groups:  groups.groups, GroupsSynced: groups.synced,
+		Log: log, Resync: o.resync,
+	}
+	if o.leaderElect {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("scheduler: hostname for the lease identity: %w", err)
+		}
+		cfg.LeaderElection = &scheduler.LeaderElection{Namespace: o.leaseNamespace, Identity: host + "_" + uuid.NewString(),
+			LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod}
+	}
+	s, err := scheduler.New(cfg)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("scheduler: listen on --metrics-addr %s: %w", o.metricsAddr, err)
+	}
+	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
+		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.kind)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHTTP(ctx, ln, s.Handler(), log) })
+	g.Go(func() error { return groups.run(ctx) })
+	g.Go(func() error {
+		err := s.Run(ctx)
+		if err == nil {
+			err = context.Canceled // stop the HTTP server too
+		}
+		return err
+	})
+	err = g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("scheduler stopped", "err", err)
+		return err
+	}
+	log.Info("scheduler stopped")
+	return nil
+}
+
+// serveHTTP serves h on ln until ctx ends, then shuts down within 5s.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve --metrics-addr: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown --metrics-addr: %w", err)
+	}
+	return nil
+}
+
+// podGroupSource feeds PodGroups to the scheduler from whichever PodGroup
+// APIs the server has: scheduler-plugins' CRD (scheduling.x-k8s.io) and
+// Kubernetes' own scheduling.k8s.io/v1beta1. Neither: no groups.
+type podGroupSource struct {
+	infs []cache.SharedIndexInformer
+	kind string
+	log  *slog.Logger
+}
+
+func newPodGroupSource(client kubernetes.Interface, restCfg *rest.Config, log *slog.Logger) (*podGroupSource, error) {
+	src := &podGroupSource{log: log, kind: "none"}
+	var kinds []string
+	if ok, err := podgroup.Installed(client.Discovery()); err != nil {
+		return nil, err
+	} else if ok {
+		dyn, err := dynamic.NewForConfig(restCfg)
+		if err != nil {
+			return nil, fmt.Errorf("dynamic client for PodGroups: %w", err)
+		}
+		src.infs = append(src.infs, podgroup.NewInformer(dyn, 0))
+		kinds = append(kinds, "scheduling.x-k8s.io")
+	}
+	if ok, err := podgroup.InTreeInstalled(client.Discovery()); err != nil {
+		return nil, err
+	} else if ok {
+		src.infs = append(src.infs, podgroup.NewInTreeInformer(client, 0))
+		kinds = append(kinds, podgroup.InTreeGroupVersion)
+	}
+	if len(kinds) > 0 {
+		src.kind = strings.Join(kinds, ",")
+	}
+	return src, nil
+}
+
+func (p *podGroupSource) run(ctx context.Context) error {
+	for _, inf := range p.infs {
+		go inf.Run(ctx.Done())
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (p *podGroupSource) synced() bool {
+	for _, inf := range p.infs {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *podGroupSource) groups() map[string]*plan.Group {
+	if len(p.infs) == 0 {
+		return nil
+	}
+	g, errs := podgroup.Groups(p.infs...)
+	for _, err := range errs {
+		p.log.Debug("podgroup left out", "err", err)
+	}
+	return g
+}

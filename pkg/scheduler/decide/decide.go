@@ -1,196 +1,118 @@
 // Package decide is gpud scheduler's policy: it turns a [plan.Snapshot]
 // into a [plan.Plan] (which pending pod goes to which node and devices,
-// which waits and why).
+// which waits and why, which running pods are preempted).
+//
+// The decider is [Gpud], built with [New]: the runtime calls
+//
+//	d := decide.New(decide.Config{RackLabel: flags.RackLabel})
+//	p := d.Decide(snapshot)
+//
+// once per cycle. A cycle orders pending pods by priority, then by the
+// weighted DRF share of their queue among its siblings (queues under their
+// guarantee first), then by age; places lone pods and whole gangs
+// (all-or-nothing, NVLink domain, then rack, then zone) on the snapshot's
+// view with the allocator policy; enforces queue limits per resource and per
+// GPU model (pkg/allocator/jobs' queue tree); preempts the cheapest victim
+// set (jobs' cost order: fewest victims, checkpointable first, least run
+// time lost; whole gangs; PodDisruptionBudgets honoured) only after a
+// what-if shows the preemptor fits; and backfills behind the first blocked
+// pod or gang as EASY does, trusting runtime estimates. Reservations keep
+// their nodes for their queue.
+//
+// A decision is pure and deterministic: no I/O, the clock is
+// Snapshot.Now, iteration never depends on map order, and every search is
+// capped ([Config]). Decide leaves the snapshot's view as it found it.
 package decide
 
 import (
-	"cmp"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-	"k8s.io/klog/v2"
+	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
-	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
-// Greedy places pending pods one at a time, highest priority first, then
-// oldest, each where the allocator policy chooses. It is the first
-// decider: no gangs, queues or preemption.
-type Greedy struct{}
+// DefaultRackLabel is the node label that names a node's rack.
+const DefaultRackLabel = "gpud.io/rack"
 
-var _ plan.Decider = Greedy{}
+// Reason codes of a pending pod that the decider adds to jobs.Code* and
+// plan.Code*.
+const (
+	// CodePreempting: victims are being evicted for the pod (NominatedNode
+	// is set), or terminating pods still hold the room it will take.
+	CodePreempting = "preempting"
+	// CodeReserved: the only room is on nodes reserved for another queue.
+	CodeReserved = "reserved"
+	// CodePDB: only victims whose PodDisruptionBudget allows no disruption
+	// would make room.
+	CodePDB = "pdb"
+)
 
-// Decide implements plan.Decider.
-func (Greedy) Decide(s *plan.Snapshot) plan.Plan {
-	var out plan.Plan
-	nodes := newNodeUse(s)
-	pending := slices.Clone(s.Pending)
-	slices.SortStableFunc(pending, func(a, b *plan.Pod) int {
-		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
-			return c
-		}
-		return a.Created.Compare(b.Created)
-	})
-	for _, p := range pending {
-		b, pend := placePod(s, nodes, p)
-		if pend != nil {
-			out.Pending = append(out.Pending, *pend)
-			continue
-		}
-		out.Binds = append(out.Binds, *b)
-	}
-	return out
+// Config tunes [Gpud]. The zero value is the defaults.
+type Config struct {
+	// RackLabel is the node label naming a node's rack; "" is
+	// DefaultRackLabel.
+	RackLabel string
+	// MaxPodsPerCycle caps the pending pods one cycle considers (the rest
+	// wait, in order, for the next cycle); 0 is 1000.
+	MaxPodsPerCycle int
+	// MaxVictimCandidates caps the running pods (a gang counts once) one
+	// preemption search considers, most preferred first; 0 is 64.
+	MaxVictimCandidates int
+	// MaxPreemptionsPerCycle caps preemption searches per cycle; 0 is 8.
+	MaxPreemptionsPerCycle int
+	// MaxFitTests caps the what-if placements of one preemption search and
+	// of backfill in one cycle; 0 is 512.
+	MaxFitTests int
+	// MaxGroupsPerLevel caps the topology domains a gang tries per level;
+	// 0 is 64.
+	MaxGroupsPerLevel int
+	// NewShareID draws share IDs of fractional allocations; nil is a
+	// fresh UUID each (as kube-scheduler draws them).
+	NewShareID func() types.UID
 }
 
-// placePod places one pod on the snapshot's view and records what it takes
-// (view usage and node CPU/memory), or says why it waits.
-func placePod(s *plan.Snapshot, nodes *nodeUse, p *plan.Pod) (*plan.Bind, *plan.Pending) {
-	pin, err := view.AllocatedNode(p.Claims)
-	if err != nil {
-		return nil, &plan.Pending{Pod: p, Code: plan.CodeInvalid, Message: err.Error()}
+func (c Config) withDefaults() Config {
+	if c.RackLabel == "" {
+		c.RackLabel = DefaultRackLabel
 	}
-	items, err := s.View.Demand(p.Claims)
-	if err != nil {
-		return nil, &plan.Pending{Pod: p, Code: plan.CodeInvalid, Message: err.Error()}
+	if c.MaxPodsPerCycle <= 0 {
+		c.MaxPodsPerCycle = 1000
 	}
-	why := map[string]int{}
-	filter := func(n *view.Node) bool {
-		if pin != "" && n.Name != pin {
-			return false
-		}
-		if r := nodes.refuse(n, p); r != "" {
-			why[r]++
-			return false
-		}
-		return true
+	if c.MaxVictimCandidates <= 0 {
+		c.MaxVictimCandidates = 64
 	}
-	if len(items) == 0 {
-		// Nothing left to allocate: the pod's claims are allocated (pinned)
-		// or it has no gpud claims; it needs a node with room.
-		for _, n := range s.View.Nodes() {
-			if filter(n) {
-				nodes.take(n.Name, p)
-				return &plan.Bind{Pod: p, Node: n.Name, Allocations: reserveOnly(p)}, nil
-			}
-		}
-		return nil, &plan.Pending{Pod: p, Code: jobs.CodeCapacity, Message: noNodeMessage(pin, why)}
+	if c.MaxPreemptionsPerCycle <= 0 {
+		c.MaxPreemptionsPerCycle = 8
 	}
-	allocs, err := s.View.Place(items, view.Options{Policy: s.Policy, NodeFilter: filter})
-	if err != nil {
-		code := jobs.CodeCapacity
-		if !errors.Is(err, view.ErrNoFit) {
-			code = plan.CodeInvalid
-		}
-		msg := err.Error()
-		if len(why) > 0 {
-			msg += "; " + noNodeMessage(pin, why)
-		}
-		return nil, &plan.Pending{Pod: p, Code: code, Message: msg}
+	if c.MaxFitTests <= 0 {
+		c.MaxFitTests = 512
 	}
-	if err := s.View.Assume(allocs...); err != nil {
-		return nil, &plan.Pending{Pod: p, Code: plan.CodeInvalid, Message: err.Error()}
+	if c.MaxGroupsPerLevel <= 0 {
+		c.MaxGroupsPerLevel = 64
 	}
-	node := allocs[0].Node
-	nodes.take(node, p)
-	return &plan.Bind{Pod: p, Node: node, Allocations: append(allocs, reserveOnly(p)...)}, nil
+	return c
 }
 
-// reserveOnly returns the pod's already allocated claims, which get only
-// the pod added to reservedFor.
-func reserveOnly(p *plan.Pod) []view.Allocation {
-	var out []view.Allocation
-	for _, c := range p.Claims {
-		if c != nil && c.Status.Allocation != nil {
-			out = append(out, view.Allocation{Claim: c, Result: c.Status.Allocation})
-		}
-	}
-	return out
+// Gpud is gpud's decider: priority, fair share, queue limits, gangs,
+// preemption, backfill and reservations over the allocator's placements.
+type Gpud struct {
+	cfg Config
 }
 
-func noNodeMessage(pin string, why map[string]int) string {
-	if pin != "" && len(why) == 0 {
-		return fmt.Sprintf("the pod's allocated claims pin it to node %s", pin)
-	}
-	reasons := slices.Sorted(func(yield func(string) bool) {
-		for r := range why {
-			if !yield(r) {
-				return
-			}
-		}
-	})
-	parts := make([]string, len(reasons))
-	for i, r := range reasons {
-		parts[i] = fmt.Sprintf("%d %s", why[r], r)
-	}
-	return "nodes refused: " + strings.Join(parts, ", ")
+var _ plan.Decider = (*Gpud)(nil)
+
+// New returns the gpud decider.
+func New(cfg Config) *Gpud { return &Gpud{cfg: cfg.withDefaults()} }
+
+// Decide implements plan.Decider. The snapshot's view is used for what-ifs
+// and restored before Decide returns.
+func (g *Gpud) Decide(s *plan.Snapshot) plan.Plan {
+	c := newCycle(g.cfg, s)
+	defer c.restore()
+	c.run()
+	return c.out
 }
 
-// nodeUse is the CPU and memory that bound pods and this cycle's binds
-// take per node.
-type nodeUse struct {
-	kube map[string]*corev1.Node
-	cpu  map[string]int64 // milli
-	mem  map[string]int64 // bytes
-}
-
-func newNodeUse(s *plan.Snapshot) *nodeUse {
-	u := &nodeUse{kube: map[string]*corev1.Node{}, cpu: map[string]int64{}, mem: map[string]int64{}}
-	for _, p := range s.Bound {
-		u.take(p.Pod.Spec.NodeName, p)
-	}
-	return u
-}
-
-func (u *nodeUse) take(node string, p *plan.Pod) {
-	cpu, mem := requests(p.Pod)
-	u.cpu[node] += cpu
-	u.mem[node] += mem
-}
-
-// requests sums a pod's container requests (init containers: the max),
-// as the kubelet admits it.
-func requests(p *corev1.Pod) (cpuMilli, memBytes int64) {
-	for _, c := range p.Spec.Containers {
-		cpuMilli += c.Resources.Requests.Cpu().MilliValue()
-		memBytes += c.Resources.Requests.Memory().Value()
-	}
-	for _, c := range p.Spec.InitContainers {
-		cpuMilli = max(cpuMilli, c.Resources.Requests.Cpu().MilliValue())
-		memBytes = max(memBytes, c.Resources.Requests.Memory().Value())
-	}
-	return cpuMilli, memBytes
-}
-
-// refuse says why node n cannot take pod p ("" if it can): cordoned, node
-// selector or required affinity, an untolerated NoSchedule taint, CPU or
-// memory.
-func (u *nodeUse) refuse(n *view.Node, p *plan.Pod) string {
-	if n.Unschedulable {
-		return "cordoned"
-	}
-	kn := &corev1.Node{}
-	kn.Name, kn.Labels = n.Name, n.Labels
-	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(p.Pod).Match(kn); !ok {
-		return "node affinity or selector"
-	}
-	if _, bad := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Taints, p.Pod.Spec.Tolerations, func(t *corev1.Taint) bool {
-		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-	}, false); bad {
-		return "untolerated taint"
-	}
-	cpu, mem := requests(p.Pod)
-	if n.CPUMilli > 0 && u.cpu[n.Name]+cpu > n.CPUMilli {
-		return "cpu"
-	}
-	if n.MemoryMiB > 0 && u.mem[n.Name]+mem > n.MemoryMiB*(1<<20) {
-		return "memory"
-	}
-	return ""
-}
+// unixSeconds is t in Unix seconds (reservations' clock).
+func unixSeconds(t time.Time) int64 { return t.Unix() }

@@ -1,0 +1,124 @@
+package decide
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+)
+
+// shadow is EASY backfill's view of the blocked head unit, as in
+// pkg/allocator/jobs: the earliest time it fits if running pods end at
+// their runtime estimates (start), and the releases that make it fit
+// (order[:hi]), which units bound behind it must not spoil. When no
+// estimate makes it fit, the start is unknown and the shadow is the
+// cluster with every running pod gone; when even that does not fit, the
+// head never fits as the cluster is, and blocks nobody.
+type shadow struct {
+	c      *cycle
+	head   *unit
+	ready  bool
+	active bool
+	start  int64
+	order  []relPod
+	hi     int
+	all    bool
+	// early are units admitted because their estimates end before start:
+	// gone by then, so the shadow releases them too.
+	early []*placed
+	tests int
+}
+
+func (b *shadow) ensure() {
+	if b.ready {
+		return
+	}
+	b.ready = true
+	c := b.c
+	b.order = c.boundHolds()
+	slices.SortStableFunc(b.order, func(x, y relPod) int {
+		return cmp.Or(cmp.Compare(x.end, y.end), cmp.Compare(x.pod.Key(), y.pod.Key()))
+	})
+	n := len(b.order)
+	for n > 0 && b.order[n-1].end == never {
+		n--
+	}
+	b.start = never
+	if !b.fits(n, false) {
+		if b.fits(0, true) {
+			b.active, b.all = true, true
+		}
+		return
+	}
+	b.active = true
+	lo, hi := 0, n // fits(hi); the head did not fit with nothing released
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if b.fits(mid, false) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	b.hi = hi
+	b.start = unixSeconds(c.s.Now)
+	if hi > 0 {
+		b.start = b.order[hi-1].end
+	}
+}
+
+// fits reports whether the head places with order[:k] (or every running
+// pod) and the early units gone.
+func (b *shadow) fits(k int, all bool) bool {
+	b.tests++
+	rel := b.order[:k]
+	if all {
+		rel = b.order
+	}
+	c := b.c
+	ok := false
+	c.without(rel, func() {
+		for _, pl := range b.early {
+			c.release(pl.allocs...)
+			c.nodes.give(pl.node, pl.pod)
+		}
+		_, ok = c.tryUnit(b.head, false)
+		for i := len(b.early) - 1; i >= 0; i-- {
+			_ = c.assume(b.early[i].allocs...)
+			c.nodes.take(b.early[i].node, b.early[i].pod)
+		}
+	})
+	return ok
+}
+
+// admit decides whether u, placed now at pls, leaves the head's start
+// intact: u's estimate ends by the start, or the head still fits in the
+// shadow with u held.
+func (b *shadow) admit(u *unit, pls []*placed) *failure {
+	if !b.active {
+		return nil
+	}
+	now := unixSeconds(b.c.s.Now)
+	if u.est > 0 && now+int64(u.est.Seconds()) <= b.start {
+		b.early = append(b.early, pls...)
+		return nil
+	}
+	if b.tests >= b.c.cfg.MaxFitTests {
+		return fail(jobs.CodeBackfill, "fits now, but blocked %s waits ahead of it and this cycle's backfill checks are spent", b.head.name())
+	}
+	if b.fits(b.hi, b.all) {
+		return nil
+	}
+	if b.start == never {
+		return fail(jobs.CodeBackfill, "fits now but would hold room that blocked %s needs (its start is unknown: running pods without a %s annotation hold it)",
+			b.head.name(), "gpud.io/runtime-estimate")
+	}
+	est := "no runtime estimate"
+	if u.est > 0 {
+		est = fmt.Sprintf("runtime estimate %s ends %s", u.est, time.Unix(now+int64(u.est.Seconds()), 0).UTC().Format(time.RFC3339))
+	}
+	return fail(jobs.CodeBackfill, "fits now but would delay blocked %s past its reserved start at %s (%s)",
+		b.head.name(), time.Unix(b.start, 0).UTC().Format(time.RFC3339), est)
+}

@@ -1,0 +1,270 @@
+package decide
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// unqueued is the queue of pods without a queue label, and of every pod
+// when no queues are defined; it has no limits.
+const unqueued = "(unqueued)"
+
+// cycle is one Decide call in progress.
+type cycle struct {
+	cfg   Config
+	s     *plan.Snapshot
+	v     *view.View
+	nodes *nodeUse
+	q     *jobs.QueueTree
+	// capacity is the cluster's total for DRF shares.
+	capacity jobs.Resources
+	out      plan.Plan
+	// journal undoes what-ifs and assumed binds on the view at the end.
+	journal []journalEntry
+	items   map[*plan.Pod][]*view.Item
+	typical []allocator.Request
+	// victims are the running pods (gangs as one) preemption may pick,
+	// built on first use.
+	victims     []*victim
+	victimsOK   bool
+	preemptions int
+	pdbUsed     map[string]int
+	// head is the first unit that did not fit; bf protects it.
+	head *unit
+	bf   *shadow
+}
+
+type journalEntry struct {
+	alloc   view.Allocation
+	assumed bool
+}
+
+func newCycle(cfg Config, s *plan.Snapshot) *cycle {
+	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{}, pdbUsed: map[string]int{}}
+	c.buildQueues()
+	return c
+}
+
+// assume adds allocations to the view, journalled.
+func (c *cycle) assume(allocs ...view.Allocation) error {
+	for _, a := range allocs {
+		if a.Result == nil {
+			continue
+		}
+		if err := c.v.Assume(a); err != nil {
+			// Assume added what it could; undo that too at the end.
+			c.journal = append(c.journal, journalEntry{alloc: a, assumed: true})
+			return err
+		}
+		c.journal = append(c.journal, journalEntry{alloc: a, assumed: true})
+	}
+	return nil
+}
+
+// release removes allocations from the view, journalled.
+func (c *cycle) release(allocs ...view.Allocation) {
+	for _, a := range allocs {
+		if a.Result == nil {
+			continue
+		}
+		c.v.Release(a.Result)
+		c.journal = append(c.journal, journalEntry{alloc: a})
+	}
+}
+
+// restore undoes every assume and release of the cycle.
+func (c *cycle) restore() {
+	for i := len(c.journal) - 1; i >= 0; i-- {
+		e := c.journal[i]
+		if e.assumed {
+			c.v.Release(e.alloc.Result)
+		} else {
+			_ = c.v.Assume(e.alloc)
+		}
+	}
+	c.journal = nil
+}
+
+// buildQueues builds the queue tree (plus the unqueued queue), the
+// cluster capacity, and charges bound pods' usage.
+func (c *cycle) buildQueues() {
+	var models []string
+	seen := map[string]bool{}
+	for _, n := range c.v.Nodes() {
+		c.capacity.CPUMilli += n.CPUMilli
+		c.capacity.MemoryMiB += n.MemoryMiB
+		for _, g := range n.GPUs {
+			if !seen[g.Model] {
+				seen[g.Model] = true
+				models = append(models, g.Model)
+			}
+			c.capacity.GPUMemoryMiB += g.MemoryBytes >> 20
+			if g.Whole != "" {
+				c.capacity.GPUMilli += allocator.MilliPerGPU
+			} else {
+				c.capacity.MIGSlices += jobs.MIGSlicesPerGPU
+			}
+		}
+	}
+	qs := append(slices.Clone(c.s.Queues), jobs.Queue{Name: unqueued})
+	t, err := jobs.NewQueueTree(qs, models)
+	if err != nil {
+		// Malformed queues (the runtime validates --queues): one queue.
+		t, _ = jobs.NewQueueTree([]jobs.Queue{{Name: unqueued}}, models)
+	}
+	c.q = t
+	charged := map[string]bool{}
+	for _, p := range c.s.Bound {
+		q, err := c.queueOf(p)
+		if err != nil {
+			q = unqueued
+		}
+		var results []*resourceapi.AllocationResult
+		for _, cl := range p.Claims {
+			if cl == nil || cl.Status.Allocation == nil || charged[claimKey(cl)] {
+				continue
+			}
+			charged[claimKey(cl)] = true
+			results = append(results, cl.Status.Allocation)
+		}
+		use, models := c.usageOf(p, results)
+		c.q.Charge(q, use, models, 1)
+	}
+}
+
+func claimKey(cl *resourceapi.ResourceClaim) string {
+	if cl.UID != "" {
+		return string(cl.UID)
+	}
+	return cl.Namespace + "/" + cl.Name
+}
+
+// queueOf is the queue a pod is accounted in: its label's leaf queue, or
+// the unqueued queue for no label or when no queues are defined.
+func (c *cycle) queueOf(p *plan.Pod) (string, error) {
+	if p.Queue == "" || len(c.s.Queues) == 0 {
+		return unqueued, nil
+	}
+	if !c.q.Leaf(p.Queue) {
+		return "", fmt.Errorf("label %s=%s names no leaf queue of --queues", plan.QueueLabel, p.Queue)
+	}
+	return p.Queue, nil
+}
+
+// usageOf is what a pod's allocations count against its queue: CPU and
+// memory requests, milli-GPU (whole GPUs 1000, a fraction the larger of its
+// memory and cores shares), GPU memory, MIG compute slices, and milli-GPU
+// per model.
+func (c *cycle) usageOf(p *plan.Pod, results []*resourceapi.AllocationResult) (jobs.Resources, []jobs.ModelMilli) {
+	cpu, mem := requests(p.Pod)
+	r := jobs.Resources{CPUMilli: cpu, MemoryMiB: mem >> 20}
+	var models []jobs.ModelMilli
+	add := func(model string, milli int64) {
+		for i := range models {
+			if models[i].Model == model {
+				models[i].Milli += milli
+				return
+			}
+		}
+		models = append(models, jobs.ModelMilli{Model: model, Milli: milli})
+	}
+	for _, a := range results {
+		if a == nil {
+			continue
+		}
+		for _, res := range a.Devices.Results {
+			if res.Driver != view.DriverName {
+				continue
+			}
+			n := c.v.Node(res.Pool)
+			if n == nil || n.Devices[res.Device] == nil {
+				continue
+			}
+			d := n.Devices[res.Device]
+			gp := &n.GPUs[d.GPU]
+			gpuMiB := gp.MemoryBytes >> 20
+			switch {
+			case d.MIG:
+				r.MIGSlices += int64(d.ComputeSlices)
+				if gpuMiB > 0 {
+					r.GPUMemoryMiB += gpuMiB * int64(d.Size) / int64(view.MaxMIGSlices)
+				}
+				add(gp.Model, jobs.MIGModelMilli(d.ComputeSlices))
+			case res.ShareID != nil:
+				milli := int64(0)
+				if q, ok := res.ConsumedCapacity[view.CapacityMemory]; ok {
+					r.GPUMemoryMiB += (q.Value() + 1<<20 - 1) >> 20
+					if capQ, ok := d.Capacity[view.CapacityMemory]; ok && capQ.Value.Value() > 0 {
+						milli = max(milli, ceilDiv(q.Value(), capQ.Value.Value(), allocator.MilliPerGPU))
+					}
+				}
+				if q, ok := res.ConsumedCapacity[view.CapacityCores]; ok {
+					if capQ, ok := d.Capacity[view.CapacityCores]; ok && capQ.Value.MilliValue() > 0 {
+						milli = max(milli, ceilDiv(q.MilliValue(), capQ.Value.MilliValue(), allocator.MilliPerGPU))
+					}
+				}
+				milli = min(max(milli, 1), allocator.MilliPerGPU)
+				r.GPUMilli += milli
+				add(gp.Model, milli)
+			default:
+				r.GPUMilli += allocator.MilliPerGPU
+				r.GPUMemoryMiB += gpuMiB
+				add(gp.Model, allocator.MilliPerGPU)
+			}
+		}
+	}
+	return r, models
+}
+
+// ceilDiv is ceil(a/b × scale) without overflow for realistic values.
+func ceilDiv(a, b, scale int64) int64 {
+	if b <= 0 {
+		return 0
+	}
+	// a/b ≤ 1 for consumed capacity; split to keep a×scale in range.
+	q, rem := a/b, a%b
+	return q*scale + (rem*scale+b-1)/b
+}
+
+// resultsOf lists allocations' results.
+func resultsOf(allocs []view.Allocation) []*resourceapi.AllocationResult {
+	out := make([]*resourceapi.AllocationResult, 0, len(allocs))
+	for _, a := range allocs {
+		out = append(out, a.Result)
+	}
+	return out
+}
+
+// demand returns a pod's items on this cycle's view (cached).
+func (c *cycle) demand(p *plan.Pod) ([]*view.Item, error) {
+	if it, ok := c.items[p]; ok {
+		return it, nil
+	}
+	it, err := c.v.Demand(p.Claims)
+	if err != nil {
+		return nil, err
+	}
+	c.items[p] = it
+	return it, nil
+}
+
+// startOf is when a bound pod started: status.startTime, else creation.
+func startOf(p *plan.Pod) time.Time {
+	if p.Pod.Status.StartTime != nil {
+		return p.Pod.Status.StartTime.Time
+	}
+	return p.Created
+}
+
+func podOrder(a, b *plan.Pod) int {
+	return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created), cmp.Compare(a.Key(), b.Key()))
+}

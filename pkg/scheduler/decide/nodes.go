@@ -1,0 +1,79 @@
+package decide
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// nodeUse is the CPU and memory that bound pods and this cycle's binds
+// take per node.
+type nodeUse struct {
+	cpu map[string]int64 // milli
+	mem map[string]int64 // bytes
+}
+
+func newNodeUse(s *plan.Snapshot) *nodeUse {
+	u := &nodeUse{cpu: map[string]int64{}, mem: map[string]int64{}}
+	for _, p := range s.Bound {
+		u.take(p.Pod.Spec.NodeName, p)
+	}
+	return u
+}
+
+func (u *nodeUse) take(node string, p *plan.Pod) {
+	cpu, mem := requests(p.Pod)
+	u.cpu[node] += cpu
+	u.mem[node] += mem
+}
+
+func (u *nodeUse) give(node string, p *plan.Pod) {
+	cpu, mem := requests(p.Pod)
+	u.cpu[node] -= cpu
+	u.mem[node] -= mem
+}
+
+// requests sums a pod's container requests (init containers: the max),
+// as the kubelet admits it.
+func requests(p *corev1.Pod) (cpuMilli, memBytes int64) {
+	for _, c := range p.Spec.Containers {
+		cpuMilli += c.Resources.Requests.Cpu().MilliValue()
+		memBytes += c.Resources.Requests.Memory().Value()
+	}
+	for _, c := range p.Spec.InitContainers {
+		cpuMilli = max(cpuMilli, c.Resources.Requests.Cpu().MilliValue())
+		memBytes = max(memBytes, c.Resources.Requests.Memory().Value())
+	}
+	return cpuMilli, memBytes
+}
+
+// refuse says why node n cannot take pod p ("" if it can): cordoned, node
+// selector or required affinity, an untolerated NoSchedule taint, CPU or
+// memory.
+func (u *nodeUse) refuse(n *view.Node, p *plan.Pod) string {
+	if n.Unschedulable {
+		return "cordoned"
+	}
+	kn := &corev1.Node{}
+	kn.Name, kn.Labels = n.Name, n.Labels
+	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(p.Pod).Match(kn); !ok {
+		return "node affinity or selector"
+	}
+	if _, bad := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Taints, p.Pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, false); bad {
+		return "untolerated taint"
+	}
+	cpu, mem := requests(p.Pod)
+	if n.CPUMilli > 0 && u.cpu[n.Name]+cpu > n.CPUMilli {
+		return "cpu"
+	}
+	if n.MemoryMiB > 0 && u.mem[n.Name]+mem > n.MemoryMiB*(1<<20) {
+		return "memory"
+	}
+	return ""
+}

@@ -1,0 +1,368 @@
+package decide
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// placed is one pod placed on the view in this cycle.
+type placed struct {
+	pod  *plan.Pod
+	node string
+	// allocs are the new allocations, assumed on the view.
+	allocs []view.Allocation
+	// reserve are the pod's already allocated claims (reservedFor only).
+	reserve []view.Allocation
+}
+
+// failure is why a pod or unit did not place.
+type failure struct {
+	code, msg string
+	// room: the unit could place with more free room (capacity, topology,
+	// reserved nodes), so preemption and backfill apply.
+	room bool
+}
+
+func fail(code, format string, args ...any) *failure {
+	return &failure{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// undo takes placements back off the view.
+func (c *cycle) undo(pls []*placed) {
+	for i := len(pls) - 1; i >= 0; i-- {
+		c.release(pls[i].allocs...)
+		c.nodes.give(pls[i].node, pls[i].pod)
+	}
+}
+
+// placeUnit places every pod of u (a gang: at least u.need of them inside
+// the narrowest topology domain that holds them) and checks u's queue
+// limits. On failure the view is as before.
+func (c *cycle) placeUnit(u *unit, quota bool) ([]*placed, *failure) {
+	var pls []*placed
+	var f *failure
+	if u.group == nil {
+		var pl *placed
+		if pl, f = c.placePod(u, u.pods[0], nil); pl != nil {
+			pls = []*placed{pl}
+		}
+	} else {
+		pls, f = c.placeGang(u)
+	}
+	if pls == nil {
+		return nil, f
+	}
+	if quota {
+		var use jobs.Resources
+		var models []jobs.ModelMilli
+		for _, pl := range pls {
+			r, m := c.usageOf(pl.pod, resultsOf(pl.allocs))
+			use = use.Add(r)
+			models = mergeModels(models, m)
+		}
+		if e, over := c.q.Over(u.queue, use, models); over {
+			c.undo(pls)
+			code := jobs.CodeQuota
+			if e.Model != "" {
+				code = jobs.CodeModelQuota
+			}
+			return nil, &failure{code: code, msg: excessMessage(e, u)}
+		}
+	}
+	return pls, nil
+}
+
+func mergeModels(a, b []jobs.ModelMilli) []jobs.ModelMilli {
+	for _, m := range b {
+		i := slices.IndexFunc(a, func(x jobs.ModelMilli) bool { return x.Model == m.Model })
+		if i < 0 {
+			a = append(a, m)
+			continue
+		}
+		a[i].Milli += m.Milli
+	}
+	return a
+}
+
+// nodeGroup is one topology domain: its name and nodes.
+type nodeGroup struct {
+	name  string
+	nodes map[string]bool
+}
+
+type level struct {
+	name   string
+	groups []nodeGroup
+}
+
+// levels lists the topology domains a gang tries, narrowest first:
+// NVLink domains (the GFD clique label, else each node), racks, zones.
+// Nodes without the level's label are left out of it; a level that groups
+// nodes as the one before it is skipped. The whole cluster comes last.
+func (c *cycle) levels() []level {
+	var out []level
+	prev := ""
+	for _, lv := range []struct{ name, label string }{
+		{"NVLink domain", jobs.LabelNVLinkDomain}, {"rack", c.cfg.RackLabel}, {"zone", jobs.LabelZone},
+	} {
+		byName := map[string]map[string]bool{}
+		var names []string
+		for _, n := range c.v.Nodes() {
+			key := n.Labels[lv.label]
+			if key == "" {
+				if lv.label != jobs.LabelNVLinkDomain {
+					continue
+				}
+				key = "node " + n.Name
+			}
+			if byName[key] == nil {
+				byName[key] = map[string]bool{}
+				names = append(names, key)
+			}
+			byName[key][n.Name] = true
+		}
+		slices.Sort(names)
+		l := level{name: lv.name}
+		var sig strings.Builder
+		for _, k := range names {
+			l.groups = append(l.groups, nodeGroup{name: k, nodes: byName[k]})
+			fmt.Fprintf(&sig, "%d,", len(byName[k]))
+			for _, n := range slices.Sorted(mapKeys(byName[k])) {
+				sig.WriteString(n + ",")
+			}
+			sig.WriteByte(';')
+		}
+		if len(l.groups) == 0 || sig.String() == prev || (len(l.groups) == 1 && len(l.groups[0].nodes) == len(c.v.Nodes())) {
+			continue
+		}
+		prev = sig.String()
+		out = append(out, l)
+	}
+	return append(out, level{name: "cluster", groups: []nodeGroup{{name: "cluster"}}})
+}
+
+func mapKeys(m map[string]bool) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// placeGang places u's members inside one domain, narrowest level first,
+// keeping the first domain where at least u.need of them fit.
+func (c *cycle) placeGang(u *unit) ([]*placed, *failure) {
+	lvs := []level{{name: "cluster", groups: []nodeGroup{{name: "cluster"}}}}
+	if len(u.pods) > 1 {
+		lvs = c.levels()
+	}
+	var last *failure
+	for _, lv := range lvs {
+		for gi, g := range lv.groups {
+			if gi >= c.cfg.MaxGroupsPerLevel {
+				break
+			}
+			pls, f := c.fillGang(u, g.nodes)
+			if pls != nil {
+				return pls, nil
+			}
+			last = f
+		}
+	}
+	return nil, last
+}
+
+// fillGang places u's members on only (nil: any node) one by one; fewer
+// than u.need placed undoes them all. Members beyond need that do not fit
+// are left out (they wait).
+func (c *cycle) fillGang(u *unit, only map[string]bool) ([]*placed, *failure) {
+	var pls []*placed
+	var first *failure
+	var firstPod *plan.Pod
+	misses := 0
+	for _, p := range u.pods {
+		pl, f := c.placePod(u, p, only)
+		if pl != nil {
+			pls = append(pls, pl)
+			continue
+		}
+		if first == nil {
+			first, firstPod = f, p
+		}
+		if misses++; misses > len(u.pods)-u.need {
+			break
+		}
+	}
+	if len(pls) >= u.need {
+		return pls, nil
+	}
+	c.undo(pls)
+	code := first.code
+	if code == jobs.CodeCapacity {
+		code = plan.CodeGang
+	}
+	return nil, &failure{code: code, room: first.room, msg: fmt.Sprintf("gang %s needs %d pods placed together, %d fit; pod %s: %s",
+		u.key, u.need, len(pls), firstPod.Key(), first.msg)}
+}
+
+// placePod places one pod on the view (on only's nodes, if set): the
+// allocator policy chooses node and devices, the view resolves them; it
+// assumes the allocations and the pod's CPU and memory.
+func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *failure) {
+	pin, err := view.AllocatedNode(p.Claims)
+	if err != nil {
+		return nil, fail(plan.CodeInvalid, "%v", err)
+	}
+	items, err := c.demand(p)
+	if err != nil {
+		if errors.Is(err, view.ErrNoFit) {
+			return nil, fail(jobs.CodeNeverFits, "%v", err)
+		}
+		return nil, fail(plan.CodeInvalid, "%v", err)
+	}
+	blocked := c.blockedModels(u.queue, items)
+	if len(blocked) > 0 && len(blocked) == len(c.models()) {
+		return nil, &failure{code: jobs.CodeModelQuota, msg: excessMessage(blocked[c.models()[0]], u)}
+	}
+	why := map[string]int{}
+	filter := func(n *view.Node) bool {
+		if (pin != "" && n.Name != pin) || (only != nil && !only[n.Name]) {
+			return false
+		}
+		if r := c.nodes.refuse(n, p); r != "" {
+			why[r]++
+			return false
+		}
+		if r := c.reservedFor(u, n.Name); r != "" {
+			why[r]++
+			return false
+		}
+		if len(blocked) > 0 && len(items) > 0 && !slices.ContainsFunc(n.GPUs, func(g view.GPU) bool { _, b := blocked[g.Model]; return !b }) {
+			why["queue "+u.queue+"'s model limits"]++
+			return false
+		}
+		return true
+	}
+	reserve := reserveOnly(p)
+	if len(items) == 0 {
+		for _, n := range c.v.Nodes() {
+			if filter(n) {
+				c.nodes.take(n.Name, p)
+				return &placed{pod: p, node: n.Name, reserve: reserve}, nil
+			}
+		}
+		f := fail(jobs.CodeCapacity, "%s", noNodeMessage(pin, why))
+		f.room = true
+		return nil, f
+	}
+	allocs, err := c.v.Place(items, view.Options{Policy: c.s.Policy, Typical: c.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID})
+	if err != nil {
+		code := jobs.CodeCapacity
+		if !errors.Is(err, view.ErrNoFit) {
+			code = plan.CodeInvalid
+		} else if onlyReserved(why) {
+			code = CodeReserved
+		}
+		return nil, &failure{code: code, msg: c.noFitMessage(u, items, err, pin, why, blocked), room: code != plan.CodeInvalid}
+	}
+	if err := c.assume(allocs...); err != nil {
+		c.release(allocs...)
+		return nil, fail(plan.CodeInvalid, "%v", err)
+	}
+	c.nodes.take(allocs[0].Node, p)
+	return &placed{pod: p, node: allocs[0].Node, allocs: allocs, reserve: reserve}, nil
+}
+
+func onlyReserved(why map[string]int) bool {
+	if len(why) == 0 {
+		return false
+	}
+	for r := range why {
+		if !strings.HasPrefix(r, "reserved") {
+			return false
+		}
+	}
+	return true
+}
+
+// reserveOnly returns the pod's already allocated claims, which get only
+// the pod added to reservedFor.
+func reserveOnly(p *plan.Pod) []view.Allocation {
+	var out []view.Allocation
+	for _, c := range p.Claims {
+		if c != nil && c.Status.Allocation != nil {
+			out = append(out, view.Allocation{Claim: c, Result: c.Status.Allocation})
+		}
+	}
+	return out
+}
+
+// models lists the cluster's GPU models in node order.
+func (c *cycle) models() []string {
+	var out []string
+	for _, n := range c.v.Nodes() {
+		for _, g := range n.GPUs {
+			if !slices.Contains(out, g.Model) {
+				out = append(out, g.Model)
+			}
+		}
+	}
+	return out
+}
+
+// blockedModels are the GPU models on which queue q has no room left for
+// items (per-model limits), with the limit each breaks.
+func (c *cycle) blockedModels(q string, items []*view.Item) map[string]jobs.QueueExcess {
+	milli := int64(0)
+	for _, it := range items {
+		switch it.Kind {
+		case view.Whole:
+			milli += int64(it.Count) * allocator.MilliPerGPU
+		case view.Fraction:
+			milli++
+		case view.MIG:
+			if i := allocator.MIGProfileIndex(it.Alloc.MIGProfile); i >= 0 {
+				milli += jobs.MIGModelMilli(allocator.MIGProfiles[i].Compute)
+			}
+		}
+	}
+	if milli == 0 {
+		return nil
+	}
+	var out map[string]jobs.QueueExcess
+	for _, m := range c.models() {
+		if e, over := c.q.ModelRoom(q, m, milli); over {
+			if out == nil {
+				out = map[string]jobs.QueueExcess{}
+			}
+			out[m] = e
+		}
+	}
+	return out
+}
+
+// reservedFor says why node is closed to u now ("" if it is not): a
+// reservation for another queue that is on, or that starts before u's
+// estimated end.
+func (c *cycle) reservedFor(u *unit, node string) string {
+	now := unixSeconds(c.s.Now)
+	for _, r := range c.s.Reservations {
+		if !slices.Contains(r.Nodes, node) || now >= r.End || c.q.Within(u.queue, r.Queue) {
+			continue
+		}
+		if now < r.Start && u.est > 0 && now+int64(u.est.Seconds()) <= r.Start {
+			continue
+		}
+		return fmt.Sprintf("reserved for queue %s (%s)", r.Queue, r.Name)
+	}
+	return ""
+}

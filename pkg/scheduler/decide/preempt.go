@@ -1,0 +1,496 @@
+package decide
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// victim is a running pod, or a gang's running pods, that preemption
+// evicts as one.
+type victim struct {
+	key   string
+	pods  []*plan.Pod
+	holds []relPod
+	prio  int32
+	queue string
+	ckpt  bool
+	start time.Time
+	nodes []string
+	use   jobs.Resources
+	model []jobs.ModelMilli
+	// pdb names a PodDisruptionBudget that forbids evicting it, "" none.
+	pdb string
+	// gone: evicted earlier in this cycle.
+	gone bool
+	// why it may go for the current preemptor.
+	why string
+}
+
+// victimList builds the running pods preemption may pick: not terminating,
+// holding gpud devices through claims no pod outside the victim shares; a
+// gang's bound members form one victim.
+func (c *cycle) victimList() []*victim {
+	if c.victimsOK {
+		return c.victims
+	}
+	c.victimsOK = true
+	refs := map[string]int{}
+	for _, pods := range [][]*plan.Pod{c.s.Bound, c.s.Pending} {
+		for _, p := range pods {
+			for _, cl := range p.Claims {
+				if cl != nil {
+					refs[claimKey(cl)]++
+				}
+			}
+		}
+	}
+	byKey := map[string]*victim{}
+	var keys []string
+	holds := c.boundHolds()
+	for i, p := range c.s.Bound {
+		if p.Pod.DeletionTimestamp != nil {
+			continue
+		}
+		key := p.Key()
+		if p.Group != "" {
+			key = p.Group
+		}
+		v := byKey[key]
+		if v == nil {
+			q, err := c.queueOf(p)
+			if err != nil {
+				q = unqueued
+			}
+			v = &victim{key: key, prio: p.Priority, queue: q, ckpt: true}
+			byKey[key] = v
+			keys = append(keys, key)
+		}
+		v.pods = append(v.pods, p)
+		v.holds = append(v.holds, holds[i])
+		v.prio = max(v.prio, p.Priority)
+		v.ckpt = v.ckpt && p.Checkpointable
+		if st := startOf(p); st.After(v.start) {
+			v.start = st
+		}
+		if !slices.Contains(v.nodes, holds[i].node) {
+			v.nodes = append(v.nodes, holds[i].node)
+		}
+		r, m := c.usageOf(p, resultsOf(holds[i].allocs))
+		v.use = v.use.Add(r)
+		v.model = mergeModels(v.model, m)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := byKey[k]
+		own := map[string]int{}
+		gpu := false
+		for _, p := range v.pods {
+			for _, cl := range p.Claims {
+				if cl == nil {
+					continue
+				}
+				own[claimKey(cl)]++
+				if cl.Status.Allocation != nil && slices.ContainsFunc(cl.Status.Allocation.Devices.Results, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Driver == view.DriverName }) {
+					gpu = true
+				}
+			}
+		}
+		shared := false
+		for ck, n := range own {
+			shared = shared || refs[ck] > n
+		}
+		if !gpu || shared {
+			continue
+		}
+		slices.Sort(v.nodes)
+		c.victims = append(c.victims, v)
+	}
+	return c.victims
+}
+
+// pdbBlocking names the PodDisruptionBudget that forbids evicting v now
+// (its remaining disruptions, less this cycle's evictions, are fewer than
+// v's pods it covers), or "".
+func (c *cycle) pdbBlocking(v *victim) string {
+	for _, b := range c.s.PDBs {
+		if b == nil || b.Spec.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		n := pdbCovers(b, sel, v.pods)
+		if n > 0 && int(b.Status.DisruptionsAllowed)-c.pdbUsed[b.Namespace+"/"+b.Name] < n {
+			return b.Namespace + "/" + b.Name
+		}
+	}
+	return ""
+}
+
+func pdbCovers(b *policyv1.PodDisruptionBudget, sel labels.Selector, pods []*plan.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Pod.Namespace == b.Namespace && sel.Matches(labels.Set(p.Pod.Labels)) {
+			n++
+		}
+	}
+	return n
+}
+
+// eligible says why v may be preempted for u ("" if it may not):
+// "priority" (lower priority, same queue or a queue over its guarantee),
+// "reclaim" (u's queue stays within its guarantee, v's is over it) or
+// "reservation" (v runs on a node reserved, now, for u's queue).
+func (c *cycle) eligible(u *unit, v *victim, uUse jobs.Resources) string {
+	if v.prio < u.prio && (v.queue == u.queue || c.q.OverGuarantee(v.queue, jobs.Resources{})) {
+		return "priority"
+	}
+	if v.queue != u.queue && c.q.BelowGuarantee(u.queue, uUse) && c.q.OverGuarantee(v.queue, jobs.Resources{}) {
+		return "reclaim"
+	}
+	now := unixSeconds(c.s.Now)
+	for _, r := range c.s.Reservations {
+		if now < r.Start || now >= r.End || !c.q.Within(u.queue, r.Queue) || c.q.Within(v.queue, r.Queue) {
+			continue
+		}
+		for _, n := range v.nodes {
+			if slices.Contains(r.Nodes, n) {
+				return "reservation"
+			}
+		}
+	}
+	return ""
+}
+
+// unitUse estimates the GPU u asks, for the reclaim rule: milli-GPU and
+// MIG compute slices.
+func (c *cycle) unitUse(u *unit) jobs.Resources {
+	var r jobs.Resources
+	for _, p := range u.pods {
+		items, err := c.demand(p)
+		if err != nil {
+			continue
+		}
+		for _, it := range items {
+			switch it.Kind {
+			case view.Whole:
+				r.GPUMilli += int64(it.Count) * allocator.MilliPerGPU
+			case view.Fraction:
+				r.GPUMilli++
+			case view.MIG:
+				if i := allocator.MIGProfileIndex(it.Alloc.MIGProfile); i >= 0 {
+					r.MIGSlices += int64(allocator.MIGProfiles[i].Compute)
+				}
+			}
+		}
+	}
+	return r
+}
+
+// search is one preemption search for u.
+type search struct {
+	c     *cycle
+	u     *unit
+	tests int
+}
+
+// free releases vs (devices, CPU, memory, queue usage) on the view.
+func (sr *search) free(vs []*victim) {
+	for _, v := range vs {
+		for _, h := range v.holds {
+			sr.c.release(h.allocs...)
+			sr.c.nodes.give(h.node, h.pod)
+		}
+		sr.c.q.Charge(v.queue, v.use, v.model, -1)
+	}
+}
+
+// hold takes back what free released.
+func (sr *search) hold(vs []*victim) {
+	for i := len(vs) - 1; i >= 0; i-- {
+		v := vs[i]
+		for _, h := range v.holds {
+			_ = sr.c.assume(h.allocs...)
+			sr.c.nodes.take(h.node, h.pod)
+		}
+		sr.c.q.Charge(v.queue, v.use, v.model, 1)
+	}
+}
+
+func (sr *search) spent() bool { return sr.tests >= sr.c.cfg.MaxFitTests }
+
+// fitsOn reports whether pod p fits on node with vs gone.
+func (sr *search) fitsOn(p *plan.Pod, node string, vs []*victim) bool {
+	sr.tests++
+	sr.free(vs)
+	pl, _ := sr.c.placePod(sr.u, p, map[string]bool{node: true})
+	if pl != nil {
+		sr.c.undo([]*placed{pl})
+	}
+	sr.hold(vs)
+	return pl != nil
+}
+
+func (sr *search) cost(vs []*victim) jobs.VictimCost {
+	var k jobs.VictimCost
+	for _, v := range vs {
+		k.Victims += len(v.pods)
+		if !v.ckpt {
+			k.NonCheckpointable += len(v.pods)
+		}
+		k.ElapsedSeconds += int64(sr.c.s.Now.Sub(v.start).Seconds())
+	}
+	return k
+}
+
+// nodeVictims is the cheapest set of cs (in preference order) whose
+// eviction lets p fit on node, or nil: one victim and pairs searched
+// exhaustively, larger sets greedily in preference order then pruned.
+func (sr *search) nodeVictims(p *plan.Pod, node string, cs []*victim) []*victim {
+	if len(cs) == 0 || sr.spent() || !sr.fitsOn(p, node, cs) {
+		return nil
+	}
+	var best []*victim
+	consider := func(set []*victim) {
+		if best == nil || sr.cost(set).Less(sr.cost(best)) {
+			best = slices.Clone(set)
+		}
+	}
+	for _, v := range cs {
+		if sr.spent() {
+			break
+		}
+		if sr.fitsOn(p, node, []*victim{v}) {
+			consider([]*victim{v})
+		}
+	}
+	if best != nil {
+		return best
+	}
+	if len(cs) <= 16 {
+		for a := range cs {
+			for b := a + 1; b < len(cs) && !sr.spent(); b++ {
+				if sr.fitsOn(p, node, []*victim{cs[a], cs[b]}) {
+					consider([]*victim{cs[a], cs[b]})
+				}
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
+	greedy := []*victim{}
+	for _, v := range cs {
+		greedy = append(greedy, v)
+		if sr.spent() || sr.fitsOn(p, node, greedy) {
+			break
+		}
+	}
+	for k := len(greedy) - 1; k >= 0 && len(greedy) > 1 && !sr.spent(); k-- {
+		without := append(slices.Clone(greedy[:k]), greedy[k+1:]...)
+		if sr.fitsOn(p, node, without) {
+			greedy = without
+		}
+	}
+	return greedy
+}
+
+// bestFor finds the node and cheapest victim set of cands (not in
+// skip) that lets p fit there.
+func (sr *search) bestFor(p *plan.Pod, cands []*victim, skip map[*victim]bool) []*victim {
+	var nodes []string
+	for _, v := range cands {
+		if !skip[v] {
+			for _, n := range v.nodes {
+				if !slices.Contains(nodes, n) {
+					nodes = append(nodes, n)
+				}
+			}
+		}
+	}
+	slices.Sort(nodes)
+	var best []*victim
+	for _, n := range nodes {
+		var cs []*victim
+		for _, v := range cands {
+			if !skip[v] && slices.Contains(v.nodes, n) {
+				cs = append(cs, v)
+			}
+		}
+		if set := sr.nodeVictims(p, n, cs); set != nil && (best == nil || sr.cost(set).Less(sr.cost(best))) {
+			best = set
+		}
+	}
+	return best
+}
+
+// find returns the victims among cands that let all of u fit, or nil. It
+// places u's pods one by one; a pod that does not fit evicts the cheapest
+// set on one node; gang sets are then pruned. The view is unchanged.
+func (sr *search) find(cands []*victim) []*victim {
+	c, u := sr.c, sr.u
+	var removed []*victim
+	taken := map[*victim]bool{}
+	var pls []*placed
+	ok, misses := true, 0
+	for _, p := range u.pods {
+		if pl, _ := c.placePod(u, p, nil); pl != nil {
+			pls = append(pls, pl)
+			continue
+		}
+		set := sr.bestFor(p, cands, taken)
+		if set == nil {
+			if misses++; misses > len(u.pods)-u.need {
+				ok = false
+				break
+			}
+			continue
+		}
+		sr.free(set)
+		removed = append(removed, set...)
+		for _, v := range set {
+			taken[v] = true
+		}
+		pl, _ := c.placePod(u, p, nil)
+		if pl == nil {
+			ok = false
+			break
+		}
+		pls = append(pls, pl)
+	}
+	c.undo(pls)
+	sr.hold(removed)
+	if !ok || len(removed) == 0 {
+		return nil
+	}
+	if len(removed) > 1 && u.group != nil {
+		for k := len(removed) - 1; k >= 0 && !sr.spent(); k-- {
+			rest := append(slices.Clone(removed[:k]), removed[k+1:]...)
+			sr.tests++
+			sr.free(rest)
+			_, fits := c.tryUnit(u, true)
+			sr.hold(rest)
+			if fits {
+				removed = rest
+			}
+		}
+	}
+	return removed
+}
+
+// preempt frees room for u by evicting the cheapest eligible victim set.
+// done: evictions are emitted and u waits nominated. Otherwise f, if not
+// nil, is a better reason than u's own (victims exist but a
+// PodDisruptionBudget protects them). Nothing is evicted unless a what-if
+// with the victims gone places all of u within its queue's limits.
+func (c *cycle) preempt(u *unit) (done bool, f *failure) {
+	if c.preemptions >= c.cfg.MaxPreemptionsPerCycle {
+		return false, nil
+	}
+	c.preemptions++
+	uUse := c.unitUse(u)
+	var cands, free []*victim
+	for _, v := range c.victimList() {
+		if v.gone {
+			continue
+		}
+		if v.why = c.eligible(u, v, uUse); v.why != "" {
+			cands = append(cands, v)
+		}
+	}
+	if len(cands) == 0 {
+		return false, nil
+	}
+	// Most preferred first: lower priority, checkpointable, most recently
+	// started (least work lost).
+	slices.SortStableFunc(cands, func(a, b *victim) int {
+		return cmp.Or(cmp.Compare(a.prio, b.prio), cmp.Compare(ckpt(b), ckpt(a)), b.start.Compare(a.start), cmp.Compare(a.key, b.key))
+	})
+	if len(cands) > c.cfg.MaxVictimCandidates {
+		cands = cands[:c.cfg.MaxVictimCandidates]
+	}
+	for _, v := range cands {
+		if v.pdb = c.pdbBlocking(v); v.pdb == "" {
+			free = append(free, v)
+		}
+	}
+	sr := &search{c: c, u: u}
+	vs := sr.find(free)
+	if vs == nil {
+		if len(free) == len(cands) {
+			return false, nil
+		}
+		sr.tests = 0
+		all := sr.find(cands)
+		if all == nil {
+			return false, nil
+		}
+		var pdbs []string
+		for _, v := range all {
+			if v.pdb != "" && !slices.Contains(pdbs, v.pdb) {
+				pdbs = append(pdbs, v.pdb)
+			}
+		}
+		return false, fail(CodePDB, "%s fits only by preempting pods whose PodDisruptionBudget %s allows no disruption now",
+			u.name(), strings.Join(pdbs, ", "))
+	}
+	// Verify: with the victims gone, u places whole, within its limits.
+	sr.free(vs)
+	pls, _ := c.placeUnit(u, true)
+	at := map[*plan.Pod]string{}
+	for _, pl := range pls {
+		at[pl.pod] = pl.node
+	}
+	c.undo(pls)
+	sr.hold(vs)
+	if pls == nil {
+		return false, nil
+	}
+	var names, nodes []string
+	n := 0
+	for _, v := range vs {
+		v.gone = true
+		for _, p := range v.pods {
+			n++
+			names = append(names, p.Key())
+			c.out.Evictions = append(c.out.Evictions, plan.Eviction{Victim: p, For: u.pods[0], Why: v.why})
+			for _, b := range c.s.PDBs {
+				if b == nil || b.Spec.Selector == nil {
+					continue
+				}
+				if sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector); err == nil && !sel.Empty() && pdbCovers(b, sel, []*plan.Pod{p}) > 0 {
+					c.pdbUsed[b.Namespace+"/"+b.Name]++
+				}
+			}
+			if node := p.Pod.Spec.NodeName; !slices.Contains(nodes, node) {
+				nodes = append(nodes, node)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	why := vs[0].why
+	c.nominate(u, at, pls[0].node, fmt.Sprintf("preempting %d %s on %s (%s): %s",
+		n, plural(n, "pod", "pods"), strings.Join(nodes, ", "), why, strings.Join(names, ", ")))
+	return true, nil
+}
+
+func ckpt(v *victim) int {
+	if v.ckpt {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,217 @@
+package decide
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+// run decides the cycle: units in policy order, each bound, preempted
+// for, backfilled or left pending.
+func (c *cycle) run() {
+	units := c.units()
+	c.typical = c.typicalRequests(units)
+	next := c.order(units)
+	considered := 0
+	for u := next(); u != nil; u = next() {
+		if considered >= c.cfg.MaxPodsPerCycle {
+			c.pend(u, jobs.CodeBlocked, fmt.Sprintf("not reached this cycle (more than %d pending pods considered); waits in order", c.cfg.MaxPodsPerCycle))
+			continue
+		}
+		considered += len(u.pods)
+		c.consider(u)
+	}
+}
+
+// typicalRequests are the pending pods' allocator requests (up to 32
+// distinct ones), the workload gpud's policy measures fragmentation
+// against.
+func (c *cycle) typicalRequests(units []*unit) []allocator.Request {
+	var out []allocator.Request
+	seen := map[string]bool{}
+	for _, u := range units {
+		for _, p := range u.pods {
+			items, err := c.demand(p)
+			if err != nil {
+				continue
+			}
+			for _, it := range items {
+				k := fmt.Sprint(it.Alloc)
+				if !seen[k] && len(out) < 32 {
+					seen[k] = true
+					out = append(out, it.Alloc)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// consider binds u, backfills it behind the blocked head, preempts for it,
+// or leaves it pending with the reason.
+func (c *cycle) consider(u *unit) {
+	if c.bf != nil {
+		c.bf.ensure()
+	}
+	pls, f := c.placeUnit(u, true)
+	if pls != nil {
+		if c.bf != nil {
+			if bf := c.bf.admit(u, pls); bf != nil {
+				c.undo(pls)
+				c.pend(u, bf.code, bf.msg)
+				return
+			}
+		}
+		c.commit(u, pls)
+		return
+	}
+	if !f.room {
+		c.pend(u, f.code, f.msg)
+		return
+	}
+	if node, n, ok := c.waitTerminating(u); ok {
+		c.nominate(u, map[*plan.Pod]string{u.pods[0]: node}, node,
+			fmt.Sprintf("waiting for %d terminating %s to free room on %s", n, plural(n, "pod", "pods"), node))
+		return
+	}
+	if c.head == nil {
+		if done, pf := c.preempt(u); done {
+			return
+		} else if pf != nil {
+			f = pf
+		}
+	}
+	c.pend(u, f.code, f.msg)
+	if c.head == nil && f.code != CodePDB {
+		c.head = u
+		c.bf = &shadow{c: c, head: u}
+	}
+}
+
+// commit emits u's binds and charges its queue. Gang members that did not
+// place (beyond minMember) wait.
+func (c *cycle) commit(u *unit, pls []*placed) {
+	got := map[*plan.Pod]bool{}
+	for _, pl := range pls {
+		got[pl.pod] = true
+		c.out.Binds = append(c.out.Binds, plan.Bind{Pod: pl.pod, Node: pl.node,
+			Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang()})
+		use, models := c.usageOf(pl.pod, resultsOf(pl.allocs))
+		c.q.Charge(u.queue, use, models, 1)
+	}
+	for _, p := range u.pods {
+		if !got[p] {
+			c.pendPod(p, jobs.CodeCapacity, fmt.Sprintf("gang %s bound %d members this cycle; this one did not fit with them", u.key, len(pls)))
+		}
+	}
+}
+
+// nominate leaves u's pods pending on their nominated nodes.
+func (c *cycle) nominate(u *unit, at map[*plan.Pod]string, fallback, msg string) {
+	for _, p := range u.pods {
+		node := at[p]
+		if node == "" {
+			node = fallback
+		}
+		c.out.Pending = append(c.out.Pending, plan.Pending{Pod: p, Code: CodePreempting, Message: msg + u.suffix, NominatedNode: node})
+	}
+}
+
+// relPod is a bound pod's hold on the view, for what-ifs that release it.
+type relPod struct {
+	pod    *plan.Pod
+	node   string
+	allocs []view.Allocation
+	// end is the estimated end in Unix seconds (now for terminating pods,
+	// never without an estimate).
+	end int64
+}
+
+// boundHolds lists every bound pod with the claims it alone is charged
+// for (a claim shared by several counts once, with the first).
+func (c *cycle) boundHolds() []relPod {
+	now := unixSeconds(c.s.Now)
+	seen := map[string]bool{}
+	var out []relPod
+	for _, p := range c.s.Bound {
+		r := relPod{pod: p, node: p.Pod.Spec.NodeName, end: never}
+		for _, cl := range p.Claims {
+			if cl == nil || cl.Status.Allocation == nil || seen[claimKey(cl)] {
+				continue
+			}
+			seen[claimKey(cl)] = true
+			r.allocs = append(r.allocs, view.Allocation{Claim: cl, Result: cl.Status.Allocation})
+		}
+		switch {
+		case p.Pod.DeletionTimestamp != nil:
+			r.end = now
+		case p.RuntimeEstimate > 0:
+			r.end = max(now, unixSeconds(startOf(p))+int64(p.RuntimeEstimate.Seconds()))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// never is an unknown end or start.
+const never = int64(1) << 62
+
+// without runs f with the holds released (their CPU and memory too) and
+// puts them back.
+func (c *cycle) without(holds []relPod, f func()) {
+	for _, h := range holds {
+		c.release(h.allocs...)
+		c.nodes.give(h.node, h.pod)
+	}
+	f()
+	for i := len(holds) - 1; i >= 0; i-- {
+		_ = c.assume(holds[i].allocs...)
+		c.nodes.take(holds[i].node, holds[i].pod)
+	}
+}
+
+// tryUnit reports whether u places now, changing nothing.
+func (c *cycle) tryUnit(u *unit, quota bool) ([]string, bool) {
+	pls, _ := c.placeUnit(u, quota)
+	if pls == nil {
+		return nil, false
+	}
+	nodes := make([]string, len(pls))
+	for i, pl := range pls {
+		nodes[i] = pl.node
+	}
+	c.undo(pls)
+	return nodes, true
+}
+
+// waitTerminating reports whether u fits once the terminating pods are
+// gone (victims of an earlier cycle): then it waits for them, nominated,
+// rather than preempting again.
+func (c *cycle) waitTerminating(u *unit) (string, int, bool) {
+	var term []relPod
+	for _, h := range c.boundHolds() {
+		if h.pod.Pod.DeletionTimestamp != nil && len(h.allocs) > 0 {
+			term = append(term, h)
+		}
+	}
+	if len(term) == 0 {
+		return "", 0, false
+	}
+	var nodes []string
+	ok := false
+	c.without(term, func() { nodes, ok = c.tryUnit(u, true) })
+	if !ok {
+		return "", 0, false
+	}
+	n := 0
+	for _, h := range term {
+		if slices.Contains(nodes, h.node) {
+			n++
+		}
+	}
+	return nodes[0], max(n, 1), true
+}

@@ -1,0 +1,402 @@
+package decide
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/dra"
+	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+	"github.com/gpud/gpud/pkg/simnode"
+)
+
+// states caches simulated node states by profile and MIG GPUs (reading a
+// simulated node is the slow part of a test cluster).
+var states sync.Map
+
+// simState reads a simulated node as the agent's wiring does (as
+// pkg/scheduler/view's tests do): the inventory from discovery and each
+// GPU's MIG catalog from pkg/mig; migOn turns MIG mode on for those GPUs.
+func simState(t testing.TB, profile string, migOn ...int) dra.NodeState {
+	t.Helper()
+	key := fmt.Sprint(profile, migOn)
+	if st, ok := states.Load(key); ok {
+		return st.(dra.NodeState)
+	}
+	n := simnode.NewBuiltin(profile)
+	defer n.Close()
+	inv, err := discovery.New(n, "sim", nil).Inventory()
+	if err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	st := dra.NodeState{Inventory: inv, MIG: map[string]dra.MIGCatalog{}}
+	devlib := device.New(n)
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		g.MIGEnabled = slices.Contains(migOn, g.Index)
+		if !g.MIGCapable {
+			continue
+		}
+		h, ret := n.DeviceGetHandleByIndex(g.Index)
+		if ret != nvml.SUCCESS {
+			t.Fatalf("gpu %d: %v", g.Index, ret)
+		}
+		c, err := mig.ReadCatalog(h, devlib)
+		if err != nil {
+			t.Fatalf("catalog of gpu %d: %v", g.Index, err)
+		}
+		cat := dra.MIGCatalog{MemorySlices: c.MemorySlices, ComputeSlices: c.ComputeSlices, LiveModeChange: dra.LiveMIGModeChange(g.Architecture)}
+		for _, p := range c.Profiles {
+			mp := dra.MIGProfile{Name: p.Name, ComputeSlices: p.Slices, MemoryBytes: p.MemoryMiB << 20}
+			for _, pl := range p.Placements {
+				mp.Placements = append(mp.Placements, dra.Placement{Start: pl.Start, Size: pl.Size})
+			}
+			cat.Profiles = append(cat.Profiles, mp)
+		}
+		st.MIG[g.UUID] = cat
+	}
+	states.Store(key, st)
+	return st
+}
+
+// toSlices turns a node's published pool into ResourceSlices as the
+// resourceslice controller publishes them.
+func toSlices(t testing.TB, name string, st dra.NodeState) []*resourceapi.ResourceSlice {
+	t.Helper()
+	pub, err := dra.Build(name, st)
+	if err != nil {
+		t.Fatalf("dra.Build: %v", err)
+	}
+	pool := pub.Resources.Pools[name]
+	var out []*resourceapi.ResourceSlice
+	for i, s := range pool.Slices {
+		node := name
+		out = append(out, &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-gpu.gpud.io-%d", name, i)},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver:         dra.DriverName,
+				Pool:           resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
+				NodeName:       &node,
+				Devices:        s.Devices,
+				SharedCounters: s.SharedCounters,
+			},
+		})
+	}
+	return out
+}
+
+var classesOnce struct {
+	sync.Once
+	c   []*resourceapi.DeviceClass
+	err error
+}
+
+// shippedClasses reads deploy/dra/deviceclasses.yaml.
+func shippedClasses(t testing.TB) []*resourceapi.DeviceClass {
+	t.Helper()
+	classesOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "dra", "deviceclasses.yaml"))
+		if err != nil {
+			classesOnce.err = err
+			return
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+		for {
+			var c resourceapi.DeviceClass
+			if err := dec.Decode(&c); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				classesOnce.err = err
+				return
+			}
+			if c.Name != "" {
+				classesOnce.c = append(classesOnce.c, &c)
+			}
+		}
+	})
+	if classesOnce.err != nil {
+		t.Fatal(classesOnce.err)
+	}
+	return classesOnce.c
+}
+
+// env is a test cluster: nodes with gpud's slices, pods with claims, and
+// the API server's state as the runtime would carry a plan out.
+type env struct {
+	t       testing.TB
+	now     time.Time
+	slices  []*resourceapi.ResourceSlice
+	nodes   []*corev1.Node
+	pending []*plan.Pod
+	bound   []*plan.Pod
+	groups  map[string]*plan.Group
+	queues  []jobs.Queue
+	res     []jobs.Reservation
+	pdbs    []*policyv1.PodDisruptionBudget
+	seq     int
+	ids     int
+}
+
+func newEnv(t testing.TB) *env {
+	return &env{t: t, now: time.Unix(1_800_000_000, 0), groups: map[string]*plan.Group{}}
+}
+
+// node adds a node of a simnode profile with labels; migOn turns MIG on.
+func (e *env) node(name, profile string, labels map[string]string, migOn ...int) {
+	e.t.Helper()
+	e.slices = append(e.slices, toSlices(e.t, name, simState(e.t, profile, migOn...))...)
+	e.nodes = append(e.nodes, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: labels},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("224"),
+			corev1.ResourceMemory: resource.MustParse("2Ti"),
+		}},
+	})
+}
+
+func exact(name, class string, count int64, sel ...string) resourceapi.DeviceRequest {
+	r := resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}
+	for _, s := range sel {
+		r.Exactly.Selectors = append(r.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
+	}
+	return r
+}
+
+func gpus(n int64) resourceapi.DeviceRequest { return exact("gpu", "gpu.gpud.io", n) }
+
+func fraction(mem string) resourceapi.DeviceRequest {
+	r := exact("gpu", "gpu.gpud.io", 1)
+	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+		"memory": resource.MustParse(mem)}}
+	return r
+}
+
+func migReq(profile string) resourceapi.DeviceRequest {
+	return exact("mig", "mig.gpud.io", 1, fmt.Sprintf(`device.attributes["gpu.gpud.io"].profile == %q`, profile))
+}
+
+// podOpt changes a test pod.
+type podOpt func(*plan.Pod)
+
+func prio(p int32) podOpt             { return func(x *plan.Pod) { x.Priority = p } }
+func queue(q string) podOpt           { return func(x *plan.Pod) { x.Queue = q } }
+func group(g string) podOpt           { return func(x *plan.Pod) { x.Group = "default/" + g } }
+func checkpointable() podOpt          { return func(x *plan.Pod) { x.Checkpointable = true } }
+func estimate(d time.Duration) podOpt { return func(x *plan.Pod) { x.RuntimeEstimate = d } }
+func labelled(k, v string) podOpt {
+	return func(x *plan.Pod) {
+		if x.Pod.Labels == nil {
+			x.Pod.Labels = map[string]string{}
+		}
+		x.Pod.Labels[k] = v
+	}
+}
+
+// pod adds a pending pod with one claim holding reqs (none: a CPU-only
+// pod).
+func (e *env) pod(name string, reqs []resourceapi.DeviceRequest, opts ...podOpt) *plan.Pod {
+	e.seq++
+	kp := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("pod-uid-" + name),
+			CreationTimestamp: metav1.NewTime(e.now.Add(time.Duration(e.seq) * time.Second))},
+		Spec: corev1.PodSpec{SchedulerName: "gpud-scheduler", Containers: []corev1.Container{{Name: "c",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}},
+	}
+	p := &plan.Pod{Pod: kp, Created: kp.CreationTimestamp.Time}
+	if len(reqs) > 0 {
+		c := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu", Namespace: "default", UID: types.UID("claim-uid-" + name)},
+			Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}},
+		}
+		p.Claims = []*resourceapi.ResourceClaim{c}
+		kp.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &c.Name}}
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	e.pending = append(e.pending, p)
+	return p
+}
+
+// gang adds a PodGroup with minMember.
+func (e *env) gang(name string, minMember int32) {
+	e.groups["default/"+name] = &plan.Group{Namespace: "default", Name: name, MinMember: minMember, Created: e.now}
+}
+
+// claims lists every pod's claims.
+func (e *env) claims() []*resourceapi.ResourceClaim {
+	var out []*resourceapi.ResourceClaim
+	for _, l := range [][]*plan.Pod{e.bound, e.pending} {
+		for _, p := range l {
+			out = append(out, p.Claims...)
+		}
+	}
+	return out
+}
+
+// snapshot builds the cycle's snapshot from a fresh view.
+func (e *env) snapshot() *plan.Snapshot {
+	e.t.Helper()
+	v, skips := view.Build(view.Inputs{Slices: e.slices, Claims: e.claims(), Classes: shippedClasses(e.t), Nodes: e.nodes})
+	if len(skips) > 0 {
+		e.t.Fatalf("skips: %v", skips)
+	}
+	s := &plan.Snapshot{Now: e.now, View: v, Pending: slices.Clone(e.pending), Bound: slices.Clone(e.bound),
+		Groups: e.groups, Queues: e.queues, Reservations: e.res, Policy: "gpud"}
+	s.PDBs = e.pdbs
+	return s
+}
+
+// decide runs one cycle with share IDs drawn in order.
+func (e *env) decide(cfg Config) plan.Plan {
+	e.t.Helper()
+	s := e.snapshot()
+	if cfg.NewShareID == nil {
+		cfg.NewShareID = func() types.UID { e.ids++; return types.UID(fmt.Sprintf("share-%d", e.ids)) }
+	}
+	p := New(cfg).Decide(s)
+	checkPlan(e.t, s, p)
+	return p
+}
+
+// apply carries a plan out as the runtime does: claims written, pods
+// bound, victims marked terminating.
+func (e *env) apply(p plan.Plan) {
+	e.t.Helper()
+	for _, b := range p.Binds {
+		for _, a := range b.Allocations {
+			if a.Claim.Status.Allocation != nil {
+				continue
+			}
+			st, err := a.Status(b.Pod.Pod, e.now)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			for i, c := range b.Pod.Claims {
+				if c == a.Claim {
+					b.Pod.Claims[i] = st
+				}
+			}
+		}
+		b.Pod.Pod.Spec.NodeName = b.Node
+		st := metav1.NewTime(e.now)
+		b.Pod.Pod.Status.StartTime = &st
+		e.pending = slices.DeleteFunc(e.pending, func(x *plan.Pod) bool { return x == b.Pod })
+		e.bound = append(e.bound, b.Pod)
+	}
+	for _, ev := range p.Evictions {
+		ts := metav1.NewTime(e.now)
+		ev.Victim.Pod.DeletionTimestamp = &ts
+	}
+}
+
+// finish removes bound pods (terminated), freeing their claims.
+func (e *env) finish(keys ...string) {
+	e.bound = slices.DeleteFunc(e.bound, func(p *plan.Pod) bool { return slices.Contains(keys, p.Key()) })
+}
+
+// checkPlan checks what every plan must hold: binds over-allocate nothing
+// on a fresh view, gangs bind at least minMember together, every pending
+// pod is in exactly one of binds and pending, and Decide left the view as
+// it was.
+func checkPlan(t testing.TB, s *plan.Snapshot, p plan.Plan) {
+	t.Helper()
+	var results []*resourceapi.AllocationResult
+	seen := map[*plan.Pod]int{}
+	gangs := map[string]int{}
+	for _, b := range p.Binds {
+		seen[b.Pod]++
+		if b.Gang != "" {
+			gangs[b.Gang]++
+		}
+		for _, a := range b.Allocations {
+			if a.Claim.Status.Allocation == nil {
+				results = append(results, a.Result)
+				if a.Node != b.Node {
+					t.Errorf("bind of %s on %s has a claim on %s", b.Pod.Key(), b.Node, a.Node)
+				}
+			}
+		}
+	}
+	if err := view.Check(s.View, results...); err != nil {
+		t.Errorf("plan over-allocates: %v", err)
+	}
+	for g, n := range gangs {
+		bound := 0
+		for _, x := range s.Bound {
+			if x.Group == g && x.Pod.DeletionTimestamp == nil {
+				bound++
+			}
+		}
+		if grp := s.Groups[g]; grp == nil || n+bound < int(grp.MinMember) {
+			t.Errorf("gang %s: %d binds + %d bound, below minMember", g, n, bound)
+		}
+	}
+	for _, x := range p.Pending {
+		seen[x.Pod]++
+		if x.Message == "" || x.Code == "" {
+			t.Errorf("pending %s without code or message: %+v", x.Pod.Key(), x)
+		}
+	}
+	for _, x := range s.Pending {
+		if seen[x] != 1 {
+			t.Errorf("pod %s appears %d times in binds and pending", x.Key(), seen[x])
+		}
+	}
+	for _, ev := range p.Evictions {
+		if !slices.Contains(s.Bound, ev.Victim) || ev.Victim.Pod.DeletionTimestamp != nil {
+			t.Errorf("eviction of %s: not a running bound pod", ev.Victim.Key())
+		}
+	}
+}
+
+// bindsOf maps bound pod names to nodes.
+func bindsOf(p plan.Plan) map[string]string {
+	out := map[string]string{}
+	for _, b := range p.Binds {
+		out[b.Pod.Pod.Name] = b.Node
+	}
+	return out
+}
+
+func pendingOf(p plan.Plan, name string) (plan.Pending, bool) {
+	for _, x := range p.Pending {
+		if x.Pod.Pod.Name == name {
+			return x, true
+		}
+	}
+	return plan.Pending{}, false
+}
+
+func evictedOf(p plan.Plan) []string {
+	var out []string
+	for _, ev := range p.Evictions {
+		out = append(out, ev.Victim.Pod.Name)
+	}
+	slices.Sort(out)
+	return out
+}

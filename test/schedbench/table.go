@@ -19,12 +19,17 @@ type Result struct {
 	// UnallocatedAfterBurst is the unallocated GPU % when the burst ended.
 	UnallocatedAfterBurst float64
 	// Fragmentation phase: pods fed in trace order, one at a time.
-	FedBound       int     // pods bound before the first that did not fit
-	Unallocated    float64 // unallocated GPU % at that point
-	FirstFailure   string  // that pod and the scheduler's reason
-	OverAllocated  int     // devices holding more than a whole GPU (must be 0)
-	FeedLatencyP50 time.Duration
-	FeedLatencyP99 time.Duration
+	FedBound     int     // pods bound before the first that did not fit
+	Unallocated  float64 // unallocated GPU % at that point
+	FirstFailure string  // that pod and the scheduler's reason
+	// FeedPlaced and FeedFailed count the whole feed (pods that did not
+	// fit are dropped and the feed goes on); UnallocatedEnd is the
+	// unallocated GPU % after it.
+	FeedPlaced, FeedFailed int
+	UnallocatedEnd         float64
+	OverAllocated          int // devices holding more than a whole GPU (must be 0)
+	FeedLatencyP50         time.Duration
+	FeedLatencyP99         time.Duration
 }
 
 // PodsPerSecond is the burst's binding rate: pods bound after the first,
@@ -42,7 +47,8 @@ func (r Result) PodsPerSecond() float64 {
 func Table(results []Result) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "scheduler\tpods\tbound\tbound/s\tratio\tfirst bind\tlast bind\tunalloc GPU % after burst\tunalloc GPU % at 1st failure\tbound before 1st failure\tfeed p50\tfeed p99\t")
+	fmt.Fprintln(w, "\tburst\t\t\t\t\t\tfeed in trace order\t\t\t\t\t\t")
+	fmt.Fprintln(w, "scheduler\tpods\tbound\tbound/s\tratio\tbinds from\tunalloc GPU %\tunalloc GPU % at 1st failure\tbound before 1st failure\tunalloc GPU % at end\tplaced/failed\tp50\tp99\t")
 	var base float64
 	for i, r := range results {
 		rate := r.PodsPerSecond()
@@ -53,9 +59,9 @@ func Table(results []Result) string {
 		if base > 0 {
 			ratio = fmt.Sprintf("%.2f", rate/base)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%.1f\t%s\t%.1fs\t%.1fs\t%.2f\t%.2f\t%d\t%s\t%s\t\n",
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.1f\t%s\t%.1f-%.1fs\t%.2f\t%.2f\t%d\t%.2f\t%d/%d\t%s\t%s\t\n",
 			r.Scheduler, r.Pods, r.Bound, rate, ratio, r.FirstBind.Seconds(), r.LastBind.Seconds(),
-			r.UnallocatedAfterBurst, r.Unallocated, r.FedBound,
+			r.UnallocatedAfterBurst, r.Unallocated, r.FedBound, r.UnallocatedEnd, r.FeedPlaced, r.FeedFailed,
 			r.FeedLatencyP50.Round(time.Millisecond), r.FeedLatencyP99.Round(time.Millisecond))
 	}
 	w.Flush()

@@ -117,6 +117,22 @@ func PickNodes(nodes []trace.Node, gpus int, seed uint64) []trace.Node {
 	return out
 }
 
+// Fitting returns the pods that fit on at least one of nodes when it is
+// empty (CPU, memory and GPU count), so that a pod no state of the cluster
+// could hold never counts as the first that did not fit.
+func Fitting(pods []trace.Pod, nodes []trace.Node) []trace.Pod {
+	var out []trace.Pod
+	for _, p := range pods {
+		for _, n := range nodes {
+			if p.CPUMilli <= n.CPUMilli && p.MemoryMiB <= n.MemoryMiB && p.NumGPU <= n.NumGPU {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // NodeName is the Kubernetes name (and DRA pool name) of a trace node.
 func NodeName(n trace.Node) string { return strings.ToLower(n.Name) }
 

@@ -72,6 +72,18 @@ func TestPickNodes(t *testing.T) {
 	if all := PickNodes(nodes, 1000, 1); len(all) != 3 {
 		t.Fatalf("PickNodes(1000 GPUs) = %d nodes, want the 3 GPU nodes", len(all))
 	}
+	pods := []trace.Pod{
+		{Name: "fits-g2", CPUMilli: 90000, MemoryMiB: 300000, NumGPU: 8, GPUMilli: 1000},
+		{Name: "too-much-cpu", CPUMilli: 120000, MemoryMiB: 1000, NumGPU: 1, GPUMilli: 1000},
+		{Name: "too-many-gpus", CPUMilli: 1000, MemoryMiB: 1000, NumGPU: 8, GPUMilli: 1000},
+	}
+	fit := Fitting(pods[:2], nodes)
+	if len(fit) != 1 || fit[0].Name != "fits-g2" {
+		t.Fatalf("Fitting = %v, want fits-g2", fit)
+	}
+	if fit := Fitting(pods[2:], nodes[:1]); len(fit) != 0 {
+		t.Fatalf("Fitting(8 GPUs on a 2-GPU node) = %v", fit)
+	}
 }
 
 func TestClaim(t *testing.T) {

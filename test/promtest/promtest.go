@@ -74,6 +74,9 @@ func Start(t testing.TB, dir string, interval time.Duration, targets ...string) 
 		}},
 	}
 	data, _ := json.Marshal(cfg) // YAML is a superset of JSON
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,9 @@ type cycle struct {
 	q     *jobs.QueueTree
 	// capacity is the cluster's total for DRF shares.
 	capacity jobs.Resources
-	out      plan.Plan
+	// gpuModels are the cluster's GPU models in node order.
+	gpuModels []string
+	out       plan.Plan
 	// journal undoes what-ifs and assumed binds on the view at the end.
 	journal []journalEntry
 	items   map[*plan.Pod][]*view.Item
@@ -122,6 +124,7 @@ func (c *cycle) buildQueues() {
 		t, _ = jobs.NewQueueTree([]jobs.Queue{{Name: unqueued}}, models)
 	}
 	c.q = t
+	c.gpuModels = models
 	charged := map[string]bool{}
 	for _, p := range c.s.Bound {
 		q, err := c.queueOf(p)

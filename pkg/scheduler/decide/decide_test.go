@@ -427,3 +427,55 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 }
+
+func TestReclaim(t *testing.T) {
+	e := newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.queues = []jobs.Queue{
+		{Name: "owner", Quota: jobs.Quota{Guaranteed: jobs.Resources{GPUMilli: 8000}}},
+		{Name: "borrower"},
+	}
+	e.pod("borrowed-1", reqs(gpus(4)), queue("borrower"), prio(5))
+	e.pod("borrowed-2", reqs(gpus(4)), queue("borrower"), prio(5), checkpointable())
+	e.fill(t)
+	e.pod("mine", reqs(gpus(4)), queue("owner"))
+	p := e.decide(Config{})
+	if got := evictedOf(p); !slices.Equal(got, []string{"borrowed-2"}) || p.Evictions[0].Why != "reclaim" {
+		t.Fatalf("evictions %+v, want borrowed-2 reclaimed", p.Evictions)
+	}
+	// Within its guarantee no one reclaims from the borrower's own share.
+	e = newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.queues = []jobs.Queue{
+		{Name: "owner", Quota: jobs.Quota{Guaranteed: jobs.Resources{GPUMilli: 8000}}},
+		{Name: "borrower", Quota: jobs.Quota{Guaranteed: jobs.Resources{GPUMilli: 8000}}},
+	}
+	e.pod("held", reqs(gpus(8)), queue("borrower"), prio(5))
+	e.fill(t)
+	e.pod("mine", reqs(gpus(4)), queue("owner"))
+	if p := e.decide(Config{}); len(p.Evictions) != 0 {
+		t.Errorf("evicted %v from a queue within its guarantee", evictedOf(p))
+	}
+}
+
+func TestModelLimitMessage(t *testing.T) {
+	e := newEnv(t)
+	e.node("h", "dgx-h100", nil)
+	e.node("a", "dgx-a100", nil)
+	h100 := "NVIDIA H100 80GB HBM3"
+	e.queues = []jobs.Queue{{Name: "team-a", Quota: jobs.Quota{ModelLimit: map[string]int64{h100: 1000}}}}
+	e.pod("one", reqs(gpus(1)), queue("team-a"))
+	p := e.decide(Config{})
+	if got := bindsOf(p); got["one"] == "" {
+		t.Fatalf("binds %v", got)
+	}
+	e.apply(p)
+	// Only an H100 holds 60Gi, and team-a's H100 limit is spent.
+	e.pod("big-frac", reqs(fraction("60Gi")), queue("team-a"))
+	p = e.decide(Config{})
+	w, _ := pendingOf(p, "big-frac")
+	if w.Code != jobs.CodeCapacity || !strings.HasPrefix(w.Message, "no GPU with 60Gi free on a ") || !strings.Contains(w.Message, "in queue team-a's limit") || strings.Contains(w.Message, h100+" in") {
+		t.Errorf("big-frac pending %+v", w)
+	}
+	t.Logf("big-frac: %s", w.Message)
+}

@@ -308,6 +308,9 @@ func (e *env) apply(p plan.Plan) {
 		e.pending = slices.DeleteFunc(e.pending, func(x *plan.Pod) bool { return x == b.Pod })
 		e.bound = append(e.bound, b.Pod)
 	}
+	for _, x := range p.Pending {
+		x.Pod.Pod.Status.NominatedNodeName = x.NominatedNode
+	}
 	for _, ev := range p.Evictions {
 		ts := metav1.NewTime(e.now)
 		ev.Victim.Pod.DeletionTimestamp = &ts
@@ -370,6 +373,12 @@ func checkPlan(t testing.TB, s *plan.Snapshot, p plan.Plan) {
 	for _, ev := range p.Evictions {
 		if !slices.Contains(s.Bound, ev.Victim) || ev.Victim.Pod.DeletionTimestamp != nil {
 			t.Errorf("eviction of %s: not a running bound pod", ev.Victim.Key())
+		}
+		if !slices.ContainsFunc(p.Pending, func(x plan.Pending) bool { return x.Pod == ev.For && x.NominatedNode != "" }) {
+			t.Errorf("eviction of %s for %s, which is not pending nominated", ev.Victim.Key(), ev.For.Key())
+		}
+		if ev.Why != "priority" && ev.Why != "reclaim" && ev.Why != "reservation" {
+			t.Errorf("eviction of %s: why %q", ev.Victim.Key(), ev.Why)
 		}
 	}
 }

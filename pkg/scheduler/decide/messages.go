@@ -105,7 +105,7 @@ func trimViewError(err error) string {
 	for _, t := range []string{view.ErrNoFit.Error() + ": ", allocator.ErrNoFit.Error() + ": "} {
 		s = strings.ReplaceAll(s, t, "")
 	}
-	return s
+	return strings.ReplaceAll(s, ": "+view.ErrOverAllocated.Error(), " (too small)")
 }
 
 // describe spells what items ask as a place: "GPU with 40Gi free",

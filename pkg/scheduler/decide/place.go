@@ -50,7 +50,14 @@ func (c *cycle) placeUnit(u *unit, quota bool) ([]*placed, *failure) {
 	var f *failure
 	if u.group == nil {
 		var pl *placed
-		if pl, f = c.placePod(u, u.pods[0], nil); pl != nil {
+		if nom := u.pods[0].Pod.Status.NominatedNodeName; nom != "" {
+			// Victims were evicted there for it: take that room first.
+			pl, _ = c.placePod(u, u.pods[0], map[string]bool{nom: true})
+		}
+		if pl == nil {
+			pl, f = c.placePod(u, u.pods[0], nil)
+		}
+		if pl != nil {
 			pls = []*placed{pl}
 		}
 	} else {
@@ -190,7 +197,14 @@ func (c *cycle) fillGang(u *unit, only map[string]bool) ([]*placed, *failure) {
 	var firstPod *plan.Pod
 	misses := 0
 	for _, p := range u.pods {
-		pl, f := c.placePod(u, p, only)
+		var pl *placed
+		var f *failure
+		if nom := p.Pod.Status.NominatedNodeName; nom != "" && (only == nil || only[nom]) {
+			pl, _ = c.placePod(u, p, map[string]bool{nom: true})
+		}
+		if pl == nil {
+			pl, f = c.placePod(u, p, only)
+		}
 		if pl != nil {
 			pls = append(pls, pl)
 			continue
@@ -234,21 +248,26 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		return nil, &failure{code: jobs.CodeModelQuota, msg: excessMessage(blocked[c.models()[0]], u)}
 	}
 	why := map[string]int{}
+	refused := map[string]bool{} // nodes counted in why (the view asks again on retries)
+	refuse := func(n *view.Node, r string) bool {
+		if !refused[n.Name] {
+			refused[n.Name] = true
+			why[r]++
+		}
+		return false
+	}
 	filter := func(n *view.Node) bool {
 		if (pin != "" && n.Name != pin) || (only != nil && !only[n.Name]) {
 			return false
 		}
 		if r := c.nodes.refuse(n, p); r != "" {
-			why[r]++
-			return false
+			return refuse(n, r)
 		}
 		if r := c.reservedFor(u, n.Name); r != "" {
-			why[r]++
-			return false
+			return refuse(n, r)
 		}
 		if len(blocked) > 0 && len(items) > 0 && !slices.ContainsFunc(n.GPUs, func(g view.GPU) bool { _, b := blocked[g.Model]; return !b }) {
-			why["queue "+u.queue+"'s model limits"]++
-			return false
+			return refuse(n, "queue "+u.queue+"'s model limits")
 		}
 		return true
 	}
@@ -307,17 +326,7 @@ func reserveOnly(p *plan.Pod) []view.Allocation {
 }
 
 // models lists the cluster's GPU models in node order.
-func (c *cycle) models() []string {
-	var out []string
-	for _, n := range c.v.Nodes() {
-		for _, g := range n.GPUs {
-			if !slices.Contains(out, g.Model) {
-				out = append(out, g.Model)
-			}
-		}
-	}
-	return out
-}
+func (c *cycle) models() []string { return c.gpuModels }
 
 // blockedModels are the GPU models on which queue q has no room left for
 // items (per-model limits), with the limit each breaks.

@@ -73,12 +73,14 @@ func (c *cycle) consider(u *unit) {
 		c.pend(u, f.code, f.msg)
 		return
 	}
-	if node, n, ok := c.waitTerminating(u); ok {
-		c.nominate(u, map[*plan.Pod]string{u.pods[0]: node}, node,
-			fmt.Sprintf("waiting for %d terminating %s to free room on %s", n, plural(n, "pod", "pods"), node))
-		return
-	}
 	if c.head == nil {
+		// Victims evicted earlier still terminating: wait for them rather
+		// than preempt again (as kube-scheduler does).
+		if node, n, ok := c.waitTerminating(u); ok {
+			c.nominate(u, map[*plan.Pod]string{u.pods[0]: node}, node,
+				fmt.Sprintf("waiting for %d terminating %s to free room on %s", n, plural(n, "pod", "pods"), node))
+			return
+		}
 		if done, pf := c.preempt(u); done {
 			return
 		} else if pf != nil {

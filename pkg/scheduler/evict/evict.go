@@ -1,0 +1,170 @@
+// Package evict removes running pods for gpud scheduler's preemption
+// through the policy/v1 Eviction API, so that PodDisruptionBudgets and
+// graceful termination hold exactly as for `kubectl drain`: the API
+// server refuses an eviction a budget forbids ([ErrBudget]), and the
+// kubelet gives the pod its grace period.
+//
+// [Allowed] mirrors the API server's budget check on what the informers
+// hold, so the policy can prefer victims whose eviction will succeed.
+// The package makes no decisions and keeps no state; it writes only
+// Evictions.
+package evict
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// MaxGracePeriodSeconds bounds Options.GracePeriodSeconds (one day).
+const MaxGracePeriodSeconds = 86400
+
+// ErrBudget is matched (errors.Is) by a *BudgetError: a
+// PodDisruptionBudget forbids the eviction now.
+var ErrBudget = errors.New("evict: a PodDisruptionBudget forbids the eviction")
+
+// Options tune one eviction. The zero value evicts with the pod's own
+// spec.terminationGracePeriodSeconds.
+type Options struct {
+	// GracePeriodSeconds, if not nil, overrides the pod's
+	// terminationGracePeriodSeconds (0..MaxGracePeriodSeconds; 0 asks
+	// for immediate termination).
+	GracePeriodSeconds *int64
+	// DryRun asks the API server to check the eviction (budgets
+	// included) without deleting the pod.
+	DryRun bool
+}
+
+// Validate reports an out-of-range grace period.
+func (o Options) Validate() error {
+	if g := o.GracePeriodSeconds; g != nil && (*g < 0 || *g > MaxGracePeriodSeconds) {
+		return fmt.Errorf("evict: grace period %ds is outside 0..%d", *g, MaxGracePeriodSeconds)
+	}
+	return nil
+}
+
+// BudgetError is a refusal by the Eviction API because of
+// PodDisruptionBudgets: none allows a disruption now (HTTP 429), a
+// budget's status is stale or broken (429 or 403 with a DisruptionBudget
+// cause), or more than one budget selects the pod (500; the Eviction API
+// does not support that). Retrying later may succeed for the first two.
+type BudgetError struct {
+	// Pod is "namespace/name".
+	Pod string
+	// PDBs are the names (in Pod's namespace) of the budgets the API
+	// server named; empty when it named none (several budgets).
+	PDBs []string
+	// Message is the API server's explanation.
+	Message string
+	// Err is the API server's error (an *apierrors.StatusError).
+	Err error
+}
+
+func (e *BudgetError) Error() string {
+	who := "a PodDisruptionBudget"
+	if len(e.PDBs) > 0 {
+		who = "PodDisruptionBudget " + strings.Join(e.PDBs, ", ")
+	}
+	return fmt.Sprintf("evict %s: %s forbids it now (%s); pick another victim or retry when the budget allows",
+		e.Pod, who, e.Message)
+}
+
+// Is makes errors.Is(err, ErrBudget) true.
+func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
+
+// Unwrap returns the API server's error.
+func (e *BudgetError) Unwrap() error { return e.Err }
+
+// Evict asks the API server to evict pod (policy/v1 Eviction). It
+// returns nil once the eviction is accepted (the pod then terminates
+// with its grace period; it is not waited for) or when the pod is gone
+// already. The eviction is for this pod's UID only: a pod recreated
+// under the same name is not touched (the API server answers Conflict,
+// returned wrapped). A budget refusal is a *BudgetError; any other
+// failure is returned wrapped with the pod's name.
+//
+// Bound ctx: when a budget's status is being processed the API server
+// asks to retry after 10s and client-go waits and retries on its own.
+func Evict(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, opts Options) error {
+	if pod == nil || pod.Name == "" || pod.Namespace == "" {
+		return errors.New("evict: a pod with a name and namespace is required")
+	}
+	if client == nil {
+		return errors.New("evict: nil client")
+	}
+	key := pod.Namespace + "/" + pod.Name
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("evict %s: %w", key, err)
+	}
+	del := &metav1.DeleteOptions{GracePeriodSeconds: opts.GracePeriodSeconds}
+	if pod.UID != "" {
+		uid := pod.UID
+		del.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	if opts.DryRun {
+		del.DryRun = []string{metav1.DryRunAll}
+	}
+	ev := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+		DeleteOptions: del,
+	}
+	err := client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, ev)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil // already gone: what the eviction was for
+	}
+	if be := budgetError(key, err); be != nil {
+		return be
+	}
+	return fmt.Errorf("evict %s: %w", key, err)
+}
+
+// budgetError recognises the Eviction API's budget refusals; nil for
+// other errors (a 429 from API priority and fairness has no
+// DisruptionBudget cause).
+func budgetError(key string, err error) *BudgetError {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return nil
+	}
+	st := se.Status()
+	be := &BudgetError{Pod: key, Message: st.Message, Err: err}
+	found := false
+	if st.Details != nil {
+		for _, c := range st.Details.Causes {
+			if c.Type != policyv1.DisruptionBudgetCause {
+				continue
+			}
+			found = true
+			be.Message = c.Message
+			if name := pdbName(c.Message); name != "" {
+				be.PDBs = append(be.PDBs, name)
+			}
+		}
+	}
+	if !found && !(st.Code == 500 && strings.Contains(st.Message, "more than one PodDisruptionBudget")) {
+		return nil
+	}
+	return be
+}
+
+// pdbName takes NAME out of the API server's "The disruption budget NAME
+// ..." cause messages; "" when the message has another form.
+func pdbName(msg string) string {
+	const prefix = "The disruption budget "
+	rest, ok := strings.CutPrefix(msg, prefix)
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, " ")
+	return name
+}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/trace"
 	"github.com/gpud/gpud/test/k8senv"
 )
@@ -39,8 +40,8 @@ var (
 	flagSeed       = flag.Uint64("seed", 42, "sampling seed")
 	flagGpud       = flag.String("gpud", "", "gpud binary; empty runs kube-scheduler alone")
 	flagSchedulers = flag.String("schedulers", "kube-scheduler,gpud", "schedulers to run, in order; the first is the ratio's baseline")
-	flagQPS        = flag.Float64("kube-qps", 100, "kube-scheduler's client QPS (clientConnection.qps)")
-	flagBurst      = flag.Int("kube-burst", 200, "kube-scheduler's client burst")
+	flagQPS        = flag.Float64("kube-qps", 200, "kube-scheduler's client QPS (clientConnection.qps): gpud scheduler's, so that neither is throttled more")
+	flagBurst      = flag.Int("kube-burst", 400, "kube-scheduler's client burst (gpud scheduler's)")
 	flagGpudArgs   = flag.String("gpud-args", "", "extra flags for gpud scheduler, space-separated")
 	flagIdle       = flag.Duration("idle", 10*time.Second, "the burst ends when no pod was bound for this long")
 	flagFeedWait   = flag.Duration("feed-timeout", 60*time.Second, "how long a fed pod may stay neither bound nor unschedulable")
@@ -95,6 +96,7 @@ func TestCompare(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newBench(t, env, pods, totalGPUs)
+	b.nodes, b.logDir = nodes, logDir
 	b.setup(nodes, classes)
 
 	var results []Result
@@ -124,6 +126,8 @@ type bench struct {
 	client    kubernetes.Interface
 	pods      []trace.Pod
 	totalGPUs int
+	nodes     []trace.Node
+	logDir    string
 	tr        *tracker
 }
 
@@ -237,7 +241,7 @@ func (b *bench) scheduler(name, logDir string) (sched, bool) {
 		}
 		return sched{name: "gpud scheduler", schedulerName: "gpud-scheduler", start: func() (*Proc, error) {
 			args := []string{"scheduler", "--kubeconfig=" + b.env.Kubeconfig, "--leader-elect=false",
-				"--metrics-addr=" + k8senv.FreeAddr(b.t)}
+				"--metrics-addr=127.0.0.1:0"}
 			args = append(args, strings.Fields(*flagGpudArgs)...)
 			return StartProc("gpud scheduler", *flagGpud, args, filepath.Join(logDir, "gpud-scheduler.log"))
 		}}, true
@@ -336,6 +340,7 @@ func (b *bench) run(s sched) Result {
 			r.Unallocated, over = b.unallocated()
 			r.OverAllocated += over
 			t.Logf("schedbench: %s: first pod that did not fit after %d bound: %.2f%% GPUs unallocated", s.name, placed, r.Unallocated)
+			b.dumpState(filepath.Join(b.logDir, strings.ReplaceAll(s.name, " ", "-")+"-at-first-failure.txt"))
 		}
 		b.drop(tp)
 	}
@@ -364,6 +369,43 @@ func (b *bench) unallocated() (float64, int) {
 		b.t.Fatal(err)
 	}
 	return UnallocatedPercent(claims.Items, b.totalGPUs)
+}
+
+// dumpState writes each node's CPU, memory and per-GPU allocation.
+func (b *bench) dumpState(path string) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	claims, err := b.client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	pods, err := b.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	cpu, mem, count := map[string]int64{}, map[string]int64{}, map[string]int{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		r := p.Spec.Containers[0].Resources.Requests
+		cpu[p.Spec.NodeName] += r.Cpu().MilliValue()
+		mem[p.Spec.NodeName] += r.Memory().Value() >> 20
+		count[p.Spec.NodeName]++
+	}
+	alloc := Allocated(claims.Items, GPUMemoryBytes)
+	var sb strings.Builder
+	for _, n := range b.nodes {
+		name := NodeName(n)
+		fmt.Fprintf(&sb, "%s %-8s pods %3d cpu %6d/%6d mem %7d/%7d gpus", name, n.Model, count[name], cpu[name], n.CPUMilli, mem[name], n.MemoryMiB)
+		for i := range n.NumGPU {
+			fmt.Fprintf(&sb, " %.2f", alloc[fmt.Sprintf("%s/%s", name, dra.GPUDeviceName(i))])
+		}
+		sb.WriteString("\n")
+	}
+	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+		b.t.Error(err)
+	}
 }
 
 // drop deletes p and its claim, as a simulator drops a pod that does not

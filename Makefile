@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list
+.PHONY: k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench
 
 all: build
 
@@ -105,3 +105,16 @@ fgd-table:
 			> /dev/null || exit 1; \
 	done 2>&1
 	GPUD_SIM_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestBaselinesMatchPublished|TestGpudBeatsFGD' ./pkg/simulate
+
+# sched-bench runs gpud scheduler and kube-scheduler in turn on one real API
+# server (test/schedbench; binaries from make k8s-bins), with the same nodes,
+# ResourceSlices and pods (SCHED_BENCH_PODS sampled from an openb trace, as
+# DRA claims), and prints pods bound per second, their ratio and unallocated
+# GPU % for each. Logs and the table go to .run/sched-bench.
+SCHED_BENCH_PODS ?= 2000
+sched-bench: build
+	@mkdir -p .run/sched-bench
+	$(GO) test -c -o bin/schedbench.test ./test/schedbench
+	GPUD_REQUIRE_K8S=1 ./bin/schedbench.test -test.run '^TestCompare$$' -test.v -test.timeout 30m -compare \
+		-gpud $(CURDIR)/$(BIN) -data $(FGD_DATA) -pods $(SCHED_BENCH_PODS) \
+		-logdir $(CURDIR)/.run/sched-bench -out $(CURDIR)/.run/sched-bench/table.txt $(SCHED_BENCH_ARGS)

@@ -43,6 +43,8 @@ type cycle struct {
 	// head is the first unit that did not fit; bf protects it.
 	head *unit
 	bf   *shadow
+	// memo holds lone pods' failures by shape (shapeKey).
+	memo map[string]*failure
 }
 
 type journalEntry struct {
@@ -51,7 +53,8 @@ type journalEntry struct {
 }
 
 func newCycle(cfg Config, s *plan.Snapshot) *cycle {
-	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{}, pdbUsed: map[string]int{}}
+	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{}, pdbUsed: map[string]int{},
+		memo: map[string]*failure{}}
 	c.buildQueues()
 	return c
 }

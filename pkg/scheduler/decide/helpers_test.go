@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/discovery"
@@ -158,10 +159,14 @@ type env struct {
 	pdbs    []*policyv1.PodDisruptionBudget
 	seq     int
 	ids     int
+	// matches and celCache carry across cycles as the runtime's do.
+	matches  *view.MatchCache
+	celCache *cel.Cache
 }
 
 func newEnv(t testing.TB) *env {
-	return &env{t: t, now: time.Unix(1_800_000_000, 0), groups: map[string]*plan.Group{}}
+	return &env{t: t, now: time.Unix(1_800_000_000, 0), groups: map[string]*plan.Group{},
+		matches: view.NewMatchCache(), celCache: cel.NewCache(256, cel.Features{EnableConsumableCapacity: true})}
 }
 
 // node adds a node of a simnode profile with labels; migOn turns MIG on.
@@ -261,7 +266,8 @@ func (e *env) claims() []*resourceapi.ResourceClaim {
 // snapshot builds the cycle's snapshot from a fresh view.
 func (e *env) snapshot() *plan.Snapshot {
 	e.t.Helper()
-	v, skips := view.Build(view.Inputs{Slices: e.slices, Claims: e.claims(), Classes: shippedClasses(e.t), Nodes: e.nodes})
+	v, skips := view.Build(view.Inputs{Slices: e.slices, Claims: e.claims(), Classes: shippedClasses(e.t), Nodes: e.nodes,
+		Matches: e.matches, CEL: e.celCache})
 	if len(skips) > 0 {
 		e.t.Fatalf("skips: %v", skips)
 	}

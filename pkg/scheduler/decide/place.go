@@ -172,12 +172,18 @@ func (c *cycle) placeGang(u *unit) ([]*placed, *failure) {
 	if len(u.pods) > 1 {
 		lvs = c.levels()
 	}
+	need := c.wholeGPUs(u)
 	var last *failure
 	for _, lv := range lvs {
-		for gi, g := range lv.groups {
-			if gi >= c.cfg.MaxGroupsPerLevel {
+		tried := 0
+		for _, g := range lv.groups {
+			if tried >= c.cfg.MaxGroupsPerLevel {
 				break
 			}
+			if g.nodes != nil && c.groupGPUs(g) < need {
+				continue // cannot hold the gang's whole GPUs at all
+			}
+			tried++
 			pls, f := c.fillGang(u, g.nodes)
 			if pls != nil {
 				return pls, nil
@@ -374,4 +380,40 @@ func (c *cycle) reservedFor(u *unit, node string) string {
 		return fmt.Sprintf("reserved for queue %s (%s)", r.Queue, r.Name)
 	}
 	return ""
+}
+
+// wholeGPUs is the whole GPUs the u.need smallest members of u ask.
+func (c *cycle) wholeGPUs(u *unit) int {
+	var per []int
+	for _, p := range u.pods {
+		n := 0
+		items, _ := c.demand(p)
+		for _, it := range items {
+			if it.Kind == view.Whole {
+				n += it.Count
+			}
+		}
+		per = append(per, n)
+	}
+	slices.Sort(per)
+	total := 0
+	for _, n := range per[:min(u.need, len(per))] {
+		total += n
+	}
+	return total
+}
+
+// groupGPUs counts the whole-GPU devices on g's nodes.
+func (c *cycle) groupGPUs(g nodeGroup) int {
+	n := 0
+	for name := range g.nodes {
+		if node := c.v.Node(name); node != nil {
+			for _, gp := range node.GPUs {
+				if gp.Whole != "" {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }

@@ -1,8 +1,13 @@
 package decide
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
@@ -57,17 +62,26 @@ func (c *cycle) consider(u *unit) {
 	if c.bf != nil {
 		c.bf.ensure()
 	}
-	pls, f := c.placeUnit(u, true)
-	if pls != nil {
-		if c.bf != nil {
-			if bf := c.bf.admit(u, pls); bf != nil {
-				c.undo(pls)
-				c.pend(u, bf.code, bf.msg)
-				return
+	// A lone pod shaped as one that failed earlier in the cycle fails
+	// alike: binds only fill the view (what-ifs are undone).
+	key := c.shapeKey(u)
+	f, seen := c.memo[key]
+	if !seen {
+		var pls []*placed
+		pls, f = c.placeUnit(u, true)
+		if pls != nil {
+			if c.bf != nil {
+				if bf := c.bf.admit(u, pls); bf != nil {
+					c.undo(pls)
+					c.remember(key, bf)
+					c.pend(u, bf.code, bf.msg)
+					return
+				}
 			}
+			c.commit(u, pls)
+			return
 		}
-		c.commit(u, pls)
-		return
+		c.remember(key, f)
 	}
 	if !f.room {
 		c.pend(u, f.code, f.msg)
@@ -216,4 +230,47 @@ func (c *cycle) waitTerminating(u *unit) (string, int, bool) {
 		}
 	}
 	return nodes[0], max(n, 1), true
+}
+
+// shapeKey identifies a lone pod by what decides where it fits: its
+// claims' requests (or allocated node), scheduling constraints, CPU and
+// memory, queue and estimate. "" for gangs, which are not memoized.
+func (c *cycle) shapeKey(u *unit) string {
+	if u.group != nil {
+		return ""
+	}
+	p := u.pods[0]
+	cpu, mem := requests(p.Pod)
+	pin, _ := view.AllocatedNode(p.Claims)
+	var devs []resourceapi.DeviceClaim
+	for _, cl := range p.Claims {
+		if cl != nil && cl.Status.Allocation == nil {
+			devs = append(devs, cl.Spec.Devices)
+		}
+	}
+	raw, err := json.Marshal(struct {
+		Devices     []resourceapi.DeviceClaim
+		Selector    map[string]string
+		Affinity    *corev1.Affinity
+		Tolerations []corev1.Toleration
+		CPU, Mem    int64
+		Pin, Queue  string
+		Nominated   string
+		Est         int64
+		Claims      int
+	}{devs, p.Pod.Spec.NodeSelector, p.Pod.Spec.Affinity, p.Pod.Spec.Tolerations, cpu, mem, pin, u.queue,
+		p.Pod.Status.NominatedNodeName, int64(u.est), len(p.Claims)})
+	if err != nil {
+		return ""
+	}
+	return string(raw)
+}
+
+// remember keeps a lone pod's failure for pods of the same shape. Invalid
+// claims are not kept (their messages name the claim).
+func (c *cycle) remember(key string, f *failure) {
+	if key == "" || f == nil || f.code == plan.CodeInvalid || strings.Contains(f.msg, "claim ") {
+		return
+	}
+	c.memo[key] = f
 }

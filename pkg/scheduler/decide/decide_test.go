@@ -479,3 +479,47 @@ func TestModelLimitMessage(t *testing.T) {
 	}
 	t.Logf("big-frac: %s", w.Message)
 }
+
+func TestGangBindsWhenANodeFrees(t *testing.T) {
+	e := newEnv(t)
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		e.node(n, "dgx-h100", nil)
+	}
+	e.pod("busy", reqs(gpus(1)), prio(5))
+	e.fill(t)
+	e.gang("train", 4)
+	for _, n := range []string{"w0", "w1", "w2", "w3"} {
+		e.pod(n, reqs(gpus(8)), group("train"))
+	}
+	e.pod("small", reqs(gpus(1)))
+	p := e.decide(Config{})
+	if len(p.Binds) != 0 || len(p.Evictions) != 0 {
+		t.Fatalf("binds %v evictions %v while one GPU is busy", bindsOf(p), evictedOf(p))
+	}
+	if w, _ := pendingOf(p, "small"); w.Code != jobs.CodeBackfill {
+		t.Errorf("small pending %+v (it would take room the blocked gang needs)", w)
+	}
+	e.finish("default/busy")
+	p = e.decide(Config{})
+	if got := bindsOf(p); len(got) != 4 || got["small"] != "" {
+		t.Fatalf("after the node frees: binds %v", got)
+	}
+}
+
+func TestInvalidClaims(t *testing.T) {
+	e := newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.pod("bad-class", reqs(exact("gpu", "no-such-class", 1)))
+	e.pod("no-device", reqs(exact("gpu", "gpu.gpud.io", 1, `device.attributes["gpu.gpud.io"].productName == "B300"`)))
+	e.pod("ok", reqs(gpus(1)))
+	p := e.decide(Config{})
+	if got := bindsOf(p); len(got) != 1 || got["ok"] == "" {
+		t.Errorf("binds %v", got)
+	}
+	if w, _ := pendingOf(p, "bad-class"); w.Code != plan.CodeInvalid || !strings.Contains(w.Message, "no-such-class") {
+		t.Errorf("bad-class pending %+v", w)
+	}
+	if w, _ := pendingOf(p, "no-device"); w.Code != jobs.CodeNeverFits {
+		t.Errorf("no-device pending %+v", w)
+	}
+}

@@ -87,7 +87,7 @@ func (c *cycle) consider(u *unit) {
 		c.pend(u, f.code, f.msg)
 		return
 	}
-	if c.head == nil {
+	if c.head == nil && c.preemptions < c.cfg.MaxPreemptionsPerCycle {
 		// Victims evicted earlier still terminating: wait for them rather
 		// than preempt again (as kube-scheduler does).
 		if node, n, ok := c.waitTerminating(u); ok {

@@ -1,0 +1,639 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	sigsjson "sigs.k8s.io/json"
+
+	"github.com/gpud/gpud/internal/manifest"
+	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/adminapi"
+	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/sharingfile"
+	"github.com/gpud/gpud/test/k8senv"
+)
+
+// The Helm chart (deploy/helm/gpud) is rendered with Helm's own Go SDK
+// (loader, values with values.schema.json, template engine, lint), as
+// `helm install` does, and every object it renders is decoded strictly
+// into its Kubernetes (or Prometheus Operator) type. The agent's args and
+// config keys are checked against the real `gpud agent` flags, and the
+// chart's DaemonSet, RBAC and DeviceClasses against deploy/daemonset and
+// deploy/dra, so the two ways to install cannot drift apart.
+
+const helmChartDir = "../deploy/helm/gpud"
+
+// helmKubeVersion is the cluster version the chart is rendered for: the
+// pinned k8s.io modules'.
+var helmKubeVersion = common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+
+// helmRender renders the chart as release "gpud" in namespace "gpud" with
+// values over the chart's defaults. monitoring says whether the cluster
+// serves the Prometheus Operator's monitoring.coreos.com/v1.
+func helmRender(t *testing.T, values map[string]any, monitoring bool) (map[string]runtime.Object, error) {
+	t.Helper()
+	ch, err := loader.Load(helmChartDir)
+	if err != nil {
+		t.Fatalf("load chart: %v", err)
+	}
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = helmKubeVersion
+	if monitoring {
+		caps.APIVersions = append(slices.Clone(caps.APIVersions),
+			"monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule")
+	}
+	vals, err := chartutil.ToRenderValuesWithSchemaValidation(ch, values,
+		common.ReleaseOptions{Name: "gpud", Namespace: "gpud", Revision: 1, IsInstall: true}, caps, false)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		return nil, err
+	}
+	objs := map[string]runtime.Object{}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue // NOTES.txt, _helpers.tpl
+		}
+		for i, doc := range bytes.Split([]byte(files[name]), []byte("\n---")) {
+			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+				continue
+			}
+			obj, err := helmDecode(doc)
+			if err != nil {
+				t.Fatalf("%s doc %d: %v\n%s", name, i, err, doc)
+			}
+			m := obj.(metav1.Object)
+			key := obj.GetObjectKind().GroupVersionKind().Kind + "/" + m.GetName()
+			if _, dup := objs[key]; dup {
+				t.Fatalf("%s rendered twice", key)
+			}
+			if ns := m.GetNamespace(); ns != "" && ns != "gpud" {
+				t.Errorf("%s in namespace %q, want the release's", key, ns)
+			}
+			objs[key] = obj
+		}
+	}
+	return objs, nil
+}
+
+// stripComments drops whole-line YAML comments (a template that renders
+// nothing but its comment is no object).
+func stripComments(doc []byte) []byte {
+	var out [][]byte
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
+			out = append(out, l)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
+}
+
+// helmDecode decodes one rendered document strictly: Kubernetes kinds
+// through internal/manifest, the Prometheus Operator's into its types.
+func helmDecode(doc []byte) (runtime.Object, error) {
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, err
+	}
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(js, &tm); err != nil {
+		return nil, err
+	}
+	var obj runtime.Object
+	switch {
+	case tm.APIVersion == "monitoring.coreos.com/v1" && tm.Kind == "ServiceMonitor":
+		obj = &monitoringv1.ServiceMonitor{}
+	case tm.APIVersion == "monitoring.coreos.com/v1" && tm.Kind == "PrometheusRule":
+		obj = &monitoringv1.PrometheusRule{}
+	default:
+		objs, err := manifest.Decode(doc)
+		if err != nil {
+			return nil, err
+		}
+		if len(objs) != 1 {
+			return nil, fmt.Errorf("%d objects in one document", len(objs))
+		}
+		obj = objs[0].Object.DeepCopyObject()
+	}
+	// The API server's strict decoding: field names are case-sensitive
+	// (encoding/json would take hostPId for hostPID), unknown and duplicate
+	// fields are errors.
+	strict, err := sigsjson.UnmarshalStrict(js, obj)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	if err := errors.Join(strict...); err != nil {
+		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	return obj, nil
+}
+
+func helmMustRender(t *testing.T, values map[string]any, monitoring bool) map[string]runtime.Object {
+	t.Helper()
+	objs, err := helmRender(t, values, monitoring)
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	return objs
+}
+
+// helmAgent returns the agent DaemonSet, its container and its config.
+func helmAgent(t *testing.T, objs map[string]runtime.Object) (*appsv1.DaemonSet, corev1.Container, *corev1.ConfigMap) {
+	t.Helper()
+	ds, ok := objs["DaemonSet/gpud"].(*appsv1.DaemonSet)
+	if !ok {
+		t.Fatalf("no DaemonSet gpud in %v", slices.Sorted(maps.Keys(objs)))
+	}
+	cm, ok := objs["ConfigMap/gpud-config"].(*corev1.ConfigMap)
+	if !ok {
+		t.Fatalf("no ConfigMap gpud-config in %v", slices.Sorted(maps.Keys(objs)))
+	}
+	return ds, ds.Spec.Template.Spec.Containers[0], cm
+}
+
+// helmCheckAgentFlags checks the container's args and config.yaml's keys
+// against the flags `gpud agent -h` lists.
+func helmCheckAgentFlags(t *testing.T, flags map[string]gpudFlag, c corev1.Container, cm *corev1.ConfigMap) {
+	t.Helper()
+	if len(c.Args) == 0 || c.Args[0] != "agent" {
+		t.Fatalf("args %v: want the agent subcommand first", c.Args)
+	}
+	for _, a := range c.Args[1:] {
+		name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f, ok := flags[name]
+		switch {
+		case !strings.HasPrefix(a, "-"):
+			t.Errorf("arg %q is not a flag", a)
+		case !ok:
+			t.Errorf("arg %q: gpud agent has no flag --%s", a, name)
+		case !f.bool && !hasVal:
+			t.Errorf("arg %q: --%s takes a value; write --%s=<value>", a, name, name)
+		}
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+		t.Fatalf("config.yaml: %v", err)
+	}
+	for k := range cfg {
+		if _, ok := flags[k]; !ok {
+			t.Errorf("config.yaml key %q is not a gpud agent flag", k)
+		}
+	}
+}
+
+// TestHelmChart renders the chart for the default values and the
+// combinations that change what it installs.
+func TestHelmChart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gpud to read its flags")
+	}
+	flags := gpudFlags(t, buildGpud(t), []string{"agent"})
+	layoutsData, err := os.ReadFile("../deploy/examples/mig-layouts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layouts map[string]any
+	if err := yaml.Unmarshal(layoutsData, &layouts); err != nil {
+		t.Fatal(err)
+	}
+	chartMeta, err := loader.Load(helmChartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appVersion := chartMeta.Metadata.AppVersion
+
+	tests := []struct {
+		name       string
+		values     map[string]any
+		monitoring bool
+		want       []string // objects beyond the agent's DaemonSet, ServiceAccount, ConfigMap
+		check      func(t *testing.T, objs map[string]runtime.Object)
+	}{
+		{
+			name: "defaults",
+			want: []string{"Service/gpud-metrics", "ConfigMap/gpud-dashboard"},
+			check: func(t *testing.T, objs map[string]runtime.Object) {
+				ds, c, _ := helmAgent(t, objs)
+				if want := "ghcr.io/gpud/gpud:" + appVersion; c.Image != want {
+					t.Errorf("image %s, want %s (the chart's appVersion, what make image tags)", c.Image, want)
+				}
+				if a := ds.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+					t.Error("device-plugin mode mounts a service account token; the agent needs no API access")
+				}
+				dash := objs["ConfigMap/gpud-dashboard"].(*corev1.ConfigMap)
+				file, _ := os.ReadFile("../deploy/monitoring/gpud-dashboard.json")
+				if dash.Labels["grafana_dashboard"] != "1" || dash.Data["gpud-dashboard.json"] != strings.TrimRight(string(file), "\n") {
+					t.Errorf("dashboard ConfigMap: labels %v, data equal to deploy/monitoring/gpud-dashboard.json: %v",
+						dash.Labels, dash.Data["gpud-dashboard.json"] == string(file))
+				}
+				svc := objs["Service/gpud-metrics"].(*corev1.Service)
+				if !helmSelects(svc.Spec.Selector, ds.Spec.Template.Labels) {
+					t.Errorf("Service selector %v does not select the agent's pods %v", svc.Spec.Selector, ds.Spec.Template.Labels)
+				}
+			},
+		},
+		{
+			name:       "with the Prometheus Operator",
+			monitoring: true,
+			want:       []string{"Service/gpud-metrics", "ConfigMap/gpud-dashboard", "ServiceMonitor/gpud", "PrometheusRule/gpud"},
+			check: func(t *testing.T, objs map[string]runtime.Object) {
+				var want monitoringv1.PrometheusRule
+				data, err := os.ReadFile("../deploy/monitoring/prometheusrule.yaml")
+				if err != nil {
+					t.Fatal(err)
+				}
+				obj, err := helmDecode(data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = *obj.(*monitoringv1.PrometheusRule)
+				got := objs["PrometheusRule/gpud"].(*monitoringv1.PrometheusRule)
+				if !reflect.DeepEqual(got.Spec, want.Spec) {
+					t.Error("the chart's PrometheusRule differs from deploy/monitoring/prometheusrule.yaml")
+				}
+				sm := objs["ServiceMonitor/gpud"].(*monitoringv1.ServiceMonitor)
+				svc := objs["Service/gpud-metrics"].(*corev1.Service)
+				if !helmSelects(sm.Spec.Selector.MatchLabels, svc.Labels) || len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" {
+					t.Errorf("ServiceMonitor %+v does not scrape the metrics port of Service %v", sm.Spec, svc.Labels)
+				}
+			},
+		},
+		{
+			name:   "monitoring off",
+			values: map[string]any{"service": map[string]any{"enabled": false}, "grafanaDashboard": map[string]any{"enabled": false}},
+		},
+		{
+			name:   "dra",
+			values: map[string]any{"mode": "dra"},
+			want: []string{"Service/gpud-metrics", "ConfigMap/gpud-dashboard", "ClusterRole/gpud", "ClusterRoleBinding/gpud",
+				"ValidatingAdmissionPolicy/gpud-resourceslices", "ValidatingAdmissionPolicyBinding/gpud-resourceslices",
+				"ValidatingAdmissionPolicy/gpud-node-labels", "ValidatingAdmissionPolicyBinding/gpud-node-labels",
+				"DeviceClass/gpu.gpud.io", "DeviceClass/mig.gpud.io"},
+			check: func(t *testing.T, objs map[string]runtime.Object) {
+				ds, c, _ := helmAgent(t, objs)
+				if !slices.Contains(c.Args, "--kubelet-api=dra") || slices.ContainsFunc(c.Args, func(a string) bool { return strings.Contains(a, "device-plugin") }) {
+					t.Errorf("DRA mode args %v", c.Args)
+				}
+				if a := ds.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || !*a {
+					t.Error("DRA mode needs the service account token")
+				}
+				for _, name := range []string{"gpud-resourceslices", "gpud-node-labels"} {
+					p := objs["ValidatingAdmissionPolicy/"+name].(*admissionv1.ValidatingAdmissionPolicy)
+					if !strings.Contains(p.Spec.MatchConditions[0].Expression, `"system:serviceaccount:gpud:gpud"`) {
+						t.Errorf("%s matches %q, want the agent's service account gpud/gpud", name, p.Spec.MatchConditions[0].Expression)
+					}
+				}
+			},
+		},
+		{
+			name:   "device-plugin with node labels",
+			values: map[string]any{"agent": map[string]any{"nodeLabels": true}},
+			want: []string{"Service/gpud-metrics", "ConfigMap/gpud-dashboard", "ClusterRole/gpud", "ClusterRoleBinding/gpud",
+				"ValidatingAdmissionPolicy/gpud-node-labels", "ValidatingAdmissionPolicyBinding/gpud-node-labels"},
+			check: func(t *testing.T, objs map[string]runtime.Object) {
+				ds, c, _ := helmAgent(t, objs)
+				for _, want := range []string{"--node-labels=true", "--node-name=$(NODE_NAME)", "--device-plugin-dir=/var/lib/kubelet/device-plugins"} {
+					if !slices.Contains(c.Args, want) {
+						t.Errorf("args %v lack %s", c.Args, want)
+					}
+				}
+				if a := ds.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || !*a {
+					t.Error("node labels need the service account token")
+				}
+				role := objs["ClusterRole/gpud"].(*rbacv1.ClusterRole)
+				if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get", "patch"}) {
+					t.Errorf("ClusterRole rules %+v, want get and patch nodes only", role.Rules)
+				}
+			},
+		},
+		{
+			name: "sharing and MIG layouts",
+			values: map[string]any{"agent": map[string]any{
+				"sharing":    map[string]any{"devices": map[string]any{"7": map[string]any{"replicas": 4, "limitMemory": true}}},
+				"migLayouts": layouts, "migConfig": "mixed", "migStrategy": "single", "enforceMemory": "kill",
+			}},
+			want: []string{"Service/gpud-metrics", "ConfigMap/gpud-dashboard"},
+			check: func(t *testing.T, objs map[string]runtime.Object) {
+				_, _, cm := helmAgent(t, objs)
+				cfg, err := sharingfile.ParseConfig([]byte(cm.Data["sharing.yaml"]))
+				if err != nil {
+					t.Fatalf("sharing.yaml: %v\n%s", err, cm.Data["sharing.yaml"])
+				}
+				if d, ok := cfg.Devices["7"]; !ok || d.Replicas != 4 || !d.LimitMemory {
+					t.Errorf("sharing.yaml = %+v, want GPU 7 in 4 replicas with memory limits", cfg)
+				}
+				lf, err := mig.ParseLayoutFile([]byte(cm.Data["mig-layouts.yaml"]))
+				if err != nil {
+					t.Fatalf("mig-layouts.yaml: %v", err)
+				}
+				if _, ok := lf.MigConfigs["mixed"]; !ok {
+					t.Errorf("mig-layouts.yaml has no layout mixed")
+				}
+				for _, want := range []string{"mig-config-file: /etc/gpud/mig-layouts.yaml", `mig-config: "mixed"`, "mig-strategy: single", "enforce-memory: kill"} {
+					if !strings.Contains(cm.Data["config.yaml"], want) {
+						t.Errorf("config.yaml lacks %q:\n%s", want, cm.Data["config.yaml"])
+					}
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := helmMustRender(t, tc.values, tc.monitoring)
+			want := append([]string{"DaemonSet/gpud", "ServiceAccount/gpud", "ConfigMap/gpud-config"}, tc.want...)
+			sort.Strings(want)
+			if got := slices.Sorted(maps.Keys(objs)); !slices.Equal(got, want) {
+				t.Errorf("rendered %v, want %v", got, want)
+			}
+			ds, c, cm := helmAgent(t, objs)
+			helmCheckAgentFlags(t, flags, c, cm)
+			if _, err := sharingfile.ParseConfig([]byte(cm.Data["sharing.yaml"])); err != nil {
+				t.Errorf("sharing.yaml: %v", err)
+			}
+			if sa := ds.Spec.Template.Spec.ServiceAccountName; objs["ServiceAccount/"+sa] == nil {
+				t.Errorf("DaemonSet runs as %q, which the chart does not create", sa)
+			}
+			if !helmSelects(ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
+				t.Errorf("DaemonSet selector %v does not select its pods %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
+			}
+			if tc.check != nil {
+				tc.check(t, objs)
+			}
+		})
+	}
+}
+
+func helmSelects(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// helmManifest decodes one object of a deploy/ manifest file by kind/name.
+func helmManifest(t *testing.T, path, key string) runtime.Object {
+	t.Helper()
+	docs, err := manifest.DecodeFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		if d.Object.GetObjectKind().GroupVersionKind().Kind+"/"+d.Object.(metav1.Object).GetName() == key {
+			return d.Object
+		}
+	}
+	t.Fatalf("%s: no %s", path, key)
+	return nil
+}
+
+// TestHelmChartMatchesManifests: the chart's agent equals deploy/daemonset's
+// (device-plugin) and deploy/dra's (dra) in everything that runs it, and
+// its DRA RBAC, admission policies and DeviceClasses equal deploy/dra's
+// (names aside).
+func TestHelmChartMatchesManifests(t *testing.T) {
+	for _, tc := range []struct {
+		mode, daemonset, name string
+	}{
+		{mode: "device-plugin", daemonset: "../deploy/daemonset/daemonset.yaml", name: "DaemonSet/gpud"},
+		{mode: "dra", daemonset: "../deploy/dra/daemonset.yaml", name: "DaemonSet/gpud-dra"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			objs := helmMustRender(t, map[string]any{"mode": tc.mode}, false)
+			chartDS, got, chartCM := helmAgent(t, objs)
+			rawDS := helmManifest(t, tc.daemonset, tc.name).(*appsv1.DaemonSet)
+			want := rawDS.Spec.Template.Spec.Containers[0]
+			repo := func(image string) string { r, _, _ := strings.Cut(image, ":"); return r }
+			if repo(got.Image) != repo(want.Image) {
+				t.Errorf("image %s, %s has %s", got.Image, tc.daemonset, want.Image)
+			}
+			// The ConfigMap's name differs by design (the release's).
+			for _, f := range []struct {
+				name      string
+				got, want any
+			}{
+				{"args", got.Args, want.Args},
+				{"env", got.Env, want.Env},
+				{"ports", got.Ports, want.Ports},
+				{"volumeMounts", got.VolumeMounts, want.VolumeMounts},
+				{"securityContext", got.SecurityContext, want.SecurityContext},
+				{"resources", got.Resources, want.Resources},
+				{"livenessProbe", got.LivenessProbe, want.LivenessProbe},
+				{"readinessProbe", got.ReadinessProbe, want.ReadinessProbe},
+				{"volumes", helmVolumes(chartDS), helmVolumes(rawDS)},
+				{"hostPID", chartDS.Spec.Template.Spec.HostPID, rawDS.Spec.Template.Spec.HostPID},
+				{"automountServiceAccountToken", chartDS.Spec.Template.Spec.AutomountServiceAccountToken, rawDS.Spec.Template.Spec.AutomountServiceAccountToken},
+				{"nodeSelector", chartDS.Spec.Template.Spec.NodeSelector, rawDS.Spec.Template.Spec.NodeSelector},
+				{"tolerations", chartDS.Spec.Template.Spec.Tolerations, rawDS.Spec.Template.Spec.Tolerations},
+				{"runtimeClassName", chartDS.Spec.Template.Spec.RuntimeClassName, rawDS.Spec.Template.Spec.RuntimeClassName},
+				{"priorityClassName", chartDS.Spec.Template.Spec.PriorityClassName, rawDS.Spec.Template.Spec.PriorityClassName},
+				{"updateStrategy", chartDS.Spec.UpdateStrategy, rawDS.Spec.UpdateStrategy},
+			} {
+				if !reflect.DeepEqual(f.got, f.want) {
+					gj, _ := json.Marshal(f.got)
+					wj, _ := json.Marshal(f.want)
+					t.Errorf("%s differs from %s:\nchart: %s\nfile:  %s", f.name, tc.daemonset, gj, wj)
+				}
+			}
+			// The raw ConfigMap's settings are the chart's defaults.
+			rawCM := helmManifest(t, "../deploy/daemonset/configmap.yaml", "ConfigMap/gpud-config").(*corev1.ConfigMap)
+			var chartCfg, rawCfg map[string]any
+			_ = yaml.Unmarshal([]byte(chartCM.Data["config.yaml"]), &chartCfg)
+			if err := yaml.Unmarshal([]byte(rawCM.Data["config.yaml"]), &rawCfg); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range rawCfg {
+				if fmt.Sprint(chartCfg[k]) != fmt.Sprint(v) {
+					t.Errorf("config.yaml %s: chart %v, deploy/daemonset/configmap.yaml %v", k, chartCfg[k], v)
+				}
+			}
+			if tc.mode != "dra" {
+				return
+			}
+			rawRole := helmManifest(t, "../deploy/dra/rbac.yaml", "ClusterRole/gpud-dra").(*rbacv1.ClusterRole)
+			if got := objs["ClusterRole/gpud"].(*rbacv1.ClusterRole).Rules; !reflect.DeepEqual(got, rawRole.Rules) {
+				t.Errorf("ClusterRole rules %+v, deploy/dra/rbac.yaml %+v", got, rawRole.Rules)
+			}
+			for chartName, rawName := range map[string]string{"gpud-resourceslices": "gpud-dra-resourceslices", "gpud-node-labels": "gpud-dra-node-labels"} {
+				got := objs["ValidatingAdmissionPolicy/"+chartName].(*admissionv1.ValidatingAdmissionPolicy).Spec
+				want := helmManifest(t, "../deploy/dra/rbac.yaml", "ValidatingAdmissionPolicy/"+rawName).(*admissionv1.ValidatingAdmissionPolicy).Spec
+				// Only the service account differs: the release's.
+				for i := range want.MatchConditions {
+					want.MatchConditions[i].Name = strings.ReplaceAll(want.MatchConditions[i].Name, "gpud-dra", "gpud-agent")
+					want.MatchConditions[i].Expression = strings.ReplaceAll(want.MatchConditions[i].Expression, "gpud:gpud-dra", "gpud:gpud")
+				}
+				if !reflect.DeepEqual(got, want) {
+					gj, _ := json.Marshal(got)
+					wj, _ := json.Marshal(want)
+					t.Errorf("ValidatingAdmissionPolicy %s differs from deploy/dra's %s:\nchart: %s\nfile:  %s", chartName, rawName, gj, wj)
+				}
+			}
+			for _, class := range []string{"gpu.gpud.io", "mig.gpud.io"} {
+				got := objs["DeviceClass/"+class].(*resourceapi.DeviceClass).Spec
+				want := helmManifest(t, "../deploy/dra/deviceclasses.yaml", "DeviceClass/"+class).(*resourceapi.DeviceClass).Spec
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("DeviceClass %s differs from deploy/dra/deviceclasses.yaml", class)
+				}
+			}
+		})
+	}
+}
+
+// helmVolumes is a DaemonSet's volumes with the ConfigMap's name left out
+// (the chart names it after the release).
+func helmVolumes(ds *appsv1.DaemonSet) []corev1.Volume {
+	out := slices.Clone(ds.Spec.Template.Spec.Volumes)
+	for i := range out {
+		if out[i].ConfigMap != nil {
+			cm := *out[i].ConfigMap
+			cm.Name = "<release>-config"
+			out[i].ConfigMap = &cm
+		}
+	}
+	return out
+}
+
+// TestHelmValuesSchema: a wrong value fails the install with a message
+// naming it.
+func TestHelmValuesSchema(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string // in the error
+	}{
+		{name: "unknown mode", values: map[string]any{"mode": "gpu-operator"}, want: "/mode"},
+		{name: "memory enforcement", values: map[string]any{"agent": map[string]any{"enforceMemory": "always"}}, want: "/agent/enforceMemory"},
+		{name: "MIG strategy", values: map[string]any{"agent": map[string]any{"migStrategy": "both"}}, want: "/agent/migStrategy"},
+		{name: "misspelt key", values: map[string]any{"agent": map[string]any{"migStrategyy": "mixed"}}, want: "migStrategyy"},
+		{name: "duration", values: map[string]any{"agent": map[string]any{"sampleInterval": "5 seconds"}}, want: "/agent/sampleInterval"},
+		{name: "xids", values: map[string]any{"agent": map[string]any{"healthIgnoreXids": "13;31"}}, want: "/agent/healthIgnoreXids"},
+		{name: "node labels", values: map[string]any{"agent": map[string]any{"nodeLabels": "yes"}}, want: "/agent/nodeLabels"},
+		{name: "port", values: map[string]any{"agent": map[string]any{"port": 70000}}, want: "/agent/port"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := helmRender(t, tc.values, false)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("render with %v: err = %v, want one naming %s", tc.values, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestHelmLint: `helm lint` finds nothing above INFO, with the default
+// values and in DRA mode.
+func TestHelmLint(t *testing.T) {
+	for _, vals := range []map[string]any{nil, {"mode": "dra"}} {
+		l := lint.RunAll(helmChartDir, vals, "gpud", lint.WithKubeVersion(&helmKubeVersion))
+		for _, m := range l.Messages {
+			if m.Severity > support.InfoSev {
+				t.Errorf("helm lint (values %v): %v", vals, m)
+			}
+		}
+	}
+}
+
+// TestHelmChartAgentStarts runs `gpud agent` on a simulated dgx-h100 with
+// exactly the chart's args and config (sharing on, a MIG layout applied),
+// its host paths moved under the test's dir as the pod's mounts would put
+// them, and waits for its metrics.
+func TestHelmChartAgentStarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gpud binary")
+	}
+	layouts := map[string]any{"version": "v1", "mig-configs": map[string]any{
+		"two": []any{map[string]any{"devices": []any{0}, "mig-enabled": true, "mig-devices": map[string]any{"3g.40gb": 2}}},
+	}}
+	objs := helmMustRender(t, map[string]any{"agent": map[string]any{
+		"sharing":    map[string]any{"devices": map[string]any{"7": map[string]any{"replicas": 4, "limitMemory": true}}},
+		"migLayouts": layouts, "migConfig": "two", "sampleInterval": "1s",
+	}}, false)
+	_, c, cm := helmAgent(t, objs)
+	bin := buildGpud(t)
+	dir := shortDir(t)
+	root := filepath.Join(dir, "h") // the host as the pod sees it
+	etc := filepath.Join(root, "etc", "gpud")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range cm.Data {
+		data = strings.ReplaceAll(data, "/etc/gpud/", etc+"/")
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := k8senv.FreeAddr(t)
+	var args []string
+	for _, a := range c.Args[1:] {
+		name, val, _ := strings.Cut(a, "=")
+		switch {
+		case name == "--http-addr":
+			val = addr
+		case strings.HasPrefix(val, "/"):
+			val = filepath.Join(root, val)
+			if err := os.MkdirAll(filepath.Dir(val), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args = append(args, name+"="+val)
+	}
+	args = append(args, "--simulate=dgx-h100", "--sim-state-file="+filepath.Join(dir, "sim.json"), "--mig-reset-gpus", "--node-labels=false")
+	startAgent(t, bin, dir, args...)
+	// The config's MIG layout is applied: its slices are on /metrics.
+	testwait.ForErr(t, waitTimeout, "the chart's MIG layout on /metrics", func() error {
+		mfs, err := monGather("http://" + addr + "/metrics")
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, l := range telLabels(mfs["gpud_mig_device_info"]) {
+			if l["GPU_I_PROFILE"] == "3g.40gb" && l["gpu"] == "0" {
+				n++
+			}
+		}
+		if n != 2 {
+			return fmt.Errorf("%d 3g.40gb slices on GPU 0, want 2", n)
+		}
+		return nil
+	})
+	// And its sharing config is the one in force.
+	admin := adminapi.NewClient(filepath.Join(root, "run", "gpud", "admin.sock"), 30*time.Second)
+	var got struct {
+		Devices map[string]struct{ Replicas int } `json:"devices"`
+	}
+	if err := admin.Call(t.Context(), "GET", "/v1/sharing", nil, &got); err != nil || got.Devices["7"].Replicas != 4 {
+		t.Errorf("GET /v1/sharing = %+v, %v; want GPU 7 in 4 replicas from the chart's sharing.yaml", got, err)
+	}
+}

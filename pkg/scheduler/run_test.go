@@ -1,0 +1,101 @@
+package scheduler
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// TestRunLeaderBinds runs the whole runtime on a fake clientset: the
+// informers sync, the replica takes the Lease, a cycle binds the pending
+// pod, the probes say ready, and Run returns nil when its context ends.
+func TestRunLeaderBinds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease and a cycle")
+	}
+	objs := append(l40sNode(t), wholeClaim("ns", "c", "gpu.gpud.io"), claimPod("ns", "p", t0, "c"))
+	ts := newTestScheduler(t, placeAll{}, objs...)
+	var mu sync.Mutex
+	bound := make(chan struct{})
+	ts.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" {
+			mu.Lock()
+			defer mu.Unlock()
+			select {
+			case <-bound:
+			default:
+				close(bound)
+			}
+		}
+		return false, nil, nil
+	})
+	s, err := New(Config{Client: ts.client, Decider: placeAll{}, Now: ts.cfg.Now, Debounce: time.Millisecond,
+		LeaderElection: &LeaderElection{Namespace: "kube-system", Identity: "test", LeaseDuration: 2 * time.Second,
+			RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	if code := get(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before Run = %d, want 503", code)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case <-bound:
+	case err := <-done:
+		t.Fatalf("Run returned early: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no Binding within 30s")
+	}
+	if code := get(t, srv.URL+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz while leading = %d, want 200", code)
+	}
+	if code := get(t, srv.URL+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d, want 200", code)
+	}
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := new(strings.Builder)
+	_, _ = io.Copy(body, resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"gpud_scheduler_binds_total 1", "gpud_scheduler_leader 1", `gpud_scheduler_gpu_memory_bytes{model="NVIDIA L40S",state="allocated"}`} {
+		if !strings.Contains(body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil after cancel", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if err := s.Run(t.Context()); err == nil {
+		t.Error("second Run succeeded")
+	}
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}

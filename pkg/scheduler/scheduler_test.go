@@ -1,0 +1,474 @@
+package scheduler
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+)
+
+func TestConfigValidate(t *testing.T) {
+	client := fake.NewClientset()
+	ok := Config{Client: client, Decider: placeAll{}}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string // "" valid
+	}{
+		{name: "defaults"},
+		{name: "no client", mutate: func(c *Config) { c.Client = nil }, want: "Client is required"},
+		{name: "no decider", mutate: func(c *Config) { c.Decider = nil }, want: "Decider is required"},
+		{name: "bad policy", mutate: func(c *Config) { c.Policy = "nope" }, want: `policy "nope"`},
+		{name: "bad name", mutate: func(c *Config) { c.SchedulerName = "Not_A_Name" }, want: "scheduler name"},
+		{name: "too many workers", mutate: func(c *Config) { c.Workers = MaxWorkers + 1 }, want: "workers"},
+		{name: "lease without identity", mutate: func(c *Config) { c.LeaderElection = &LeaderElection{Namespace: "kube-system"} }, want: "identity is required"},
+		{name: "lease shorter than renew", mutate: func(c *Config) {
+			c.LeaderElection = &LeaderElection{Namespace: "ns", Identity: "a", LeaseDuration: time.Second, RenewDeadline: 2 * time.Second}
+		}, want: "greater than the renew deadline"},
+		{name: "lease ok", mutate: func(c *Config) {
+			c.LeaderElection = &LeaderElection{Namespace: "ns", Identity: "a", LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: time.Second / 2}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			if tc.mutate != nil {
+				tc.mutate(&c)
+			}
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				if _, err := New(c); err != nil {
+					t.Fatalf("New() = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig) {
+				t.Fatalf("Validate() = %v, want %q matching ErrConfig", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestResolveClaims(t *testing.T) {
+	owned := wholeClaim("ns", "gen-1", "gpu.gpud.io")
+	owned.OwnerReferences = []metav1.OwnerReference{{UID: "pod-p", Name: "p", Kind: "Pod", APIVersion: "v1"}}
+	foreign := wholeClaim("ns", "gen-2", "gpu.gpud.io")
+	byName := map[string]*resourceapi.ResourceClaim{"ns/by-name": wholeClaim("ns", "by-name", "gpu.gpud.io"), "ns/gen-1": owned, "ns/gen-2": foreign}
+	tmpl := func(pod *corev1.Pod, podClaim, claim string, status bool) {
+		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: podClaim, ResourceClaimTemplateName: ptr.To("t")})
+		if status {
+			var name *string
+			if claim != "" {
+				name = ptr.To(claim)
+			}
+			pod.Status.ResourceClaimStatuses = append(pod.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: podClaim, ResourceClaimName: name})
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    func() *corev1.Pod
+		claims []string // names, "" for a missing one
+		why    string
+	}{
+		{name: "by name", pod: func() *corev1.Pod { return claimPod("ns", "p", t0, "by-name") }, claims: []string{"by-name"}},
+		{name: "by name missing", pod: func() *corev1.Pod { return claimPod("ns", "p", t0, "gone") }, claims: []string{""},
+			why: "waiting for ResourceClaim ns/gone"},
+		{name: "template resolved", pod: func() *corev1.Pod {
+			p := claimPod("ns", "p", t0, "by-name")
+			tmpl(p, "g", "gen-1", true)
+			return p
+		}, claims: []string{"by-name", "gen-1"}},
+		{name: "template not created yet", pod: func() *corev1.Pod {
+			p := claimPod("ns", "p", t0)
+			tmpl(p, "g", "", false)
+			return p
+		}, claims: []string{""}, why: "resourceclaim controller"},
+		{name: "template needs no claim", pod: func() *corev1.Pod {
+			p := claimPod("ns", "p", t0)
+			tmpl(p, "g", "", true)
+			return p
+		}},
+		{name: "template claim of another pod", pod: func() *corev1.Pod {
+			p := claimPod("ns", "p", t0)
+			tmpl(p, "g", "gen-2", true)
+			return p
+		}, claims: []string{""}, why: "not owned by the pod"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := resolveClaims(tc.pod(), byName)
+			if len(got) != len(tc.claims) {
+				t.Fatalf("claims = %d, want %d", len(got), len(tc.claims))
+			}
+			for i, c := range got {
+				name := ""
+				if c != nil {
+					name = c.Name
+				}
+				if name != tc.claims[i] {
+					t.Errorf("claim %d = %q, want %q", i, name, tc.claims[i])
+				}
+			}
+			if (tc.why == "") != (why == "") || !strings.Contains(why, tc.why) {
+				t.Errorf("why = %q, want %q", why, tc.why)
+			}
+		})
+	}
+}
+
+func TestSnapshotPendingAndBound(t *testing.T) {
+	ts := newTestScheduler(t, placeAll{})
+	mine := claimPod("ns", "mine", t0.Add(2*time.Second), "c1")
+	older := claimPod("ns", "older", t0, "c2")
+	missing := claimPod("ns", "missing", t0, "nope")
+	other := claimPod("ns", "other", t0)
+	other.Spec.SchedulerName = "default-scheduler"
+	deleting := claimPod("ns", "deleting", t0)
+	deleting.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+	bound := claimPod("ns", "bound", t0, "c3")
+	bound.Spec.NodeName = "n1"
+	done := claimPod("ns", "done", t0)
+	done.Spec.NodeName = "n1"
+	done.Status.Phase = corev1.PodSucceeded
+	assumed := claimPod("ns", "assumed", t0)
+	ts.assumed.bound(assumed.UID, "n2")
+
+	sn := ts.snapshotOf(inputs{
+		pods:   []*corev1.Pod{mine, older, missing, other, deleting, bound, done, assumed},
+		claims: []*resourceapi.ResourceClaim{wholeClaim("ns", "c1", "x"), wholeClaim("ns", "c2", "x"), wholeClaim("ns", "c3", "x")},
+	})
+	var pending, boundKeys []string
+	for _, p := range sn.Pending {
+		pending = append(pending, p.Key())
+	}
+	for _, p := range sn.Bound {
+		boundKeys = append(boundKeys, p.Key()+"@"+p.Pod.Spec.NodeName)
+	}
+	if strings.Join(pending, ",") != "ns/older,ns/mine" {
+		t.Errorf("pending = %v, want older then mine", pending)
+	}
+	if strings.Join(boundKeys, ",") != "ns/bound@n1,ns/assumed@n2" {
+		t.Errorf("bound = %v", boundKeys)
+	}
+	if len(sn.Bound[0].Claims) != 1 || sn.Bound[0].Claims[0].Name != "c3" {
+		t.Errorf("bound pod claims = %v", sn.Bound[0].Claims)
+	}
+	if len(sn.missing) != 1 || sn.missing[0].Pod.Key() != "ns/missing" || sn.missing[0].Code != CodeClaimMissing {
+		t.Errorf("missing = %+v", sn.missing)
+	}
+	if assumed.Spec.NodeName != "" {
+		t.Error("the informer's pod object was modified")
+	}
+
+	ts.snap.maxPending = 1
+	sn = ts.snapshotOf(inputs{pods: []*corev1.Pod{mine, older},
+		claims: []*resourceapi.ResourceClaim{wholeClaim("ns", "c1", "x"), wholeClaim("ns", "c2", "x")}})
+	if len(sn.Pending) != 1 || sn.Pending[0].Key() != "ns/older" || sn.deferred != 1 {
+		t.Errorf("capped: pending %d (first %s), deferred %d; want the oldest and 1 deferred", len(sn.Pending), sn.Pending[0].Key(), sn.deferred)
+	}
+}
+
+func TestNewPodAnnotations(t *testing.T) {
+	pod := claimPod("ns", "p", t0)
+	pod.Labels = map[string]string{plan.QueueLabel: "team-a", plan.PodGroupLabel: "g"}
+	pod.Annotations = map[string]string{plan.CheckpointableAnnotation: "true", plan.RuntimeEstimateAnnotation: "90m"}
+	pod.Spec.Priority = ptr.To(int32(7))
+	p := newPod(pod, nil)
+	if p.Queue != "team-a" || p.Group != "ns/g" || !p.Checkpointable || p.RuntimeEstimate != 90*time.Minute || p.Priority != 7 {
+		t.Errorf("newPod = %+v", p)
+	}
+	for in, want := range map[string]time.Duration{"5400": 90 * time.Minute, "-5": 0, "x": 0, "1e9": 0, "9999999h": 0, "": 0} {
+		if got := runtimeEstimate(in); got != want {
+			t.Errorf("runtimeEstimate(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestAssumeCacheMerge(t *testing.T) {
+	a := newAssumeCache()
+	informer := wholeClaim("ns", "c", "x") // RV 10
+	written := informer.DeepCopy()
+	written.ResourceVersion = "12"
+	written.Status.Allocation = &resourceapi.AllocationResult{}
+	a.claim(written, t0)
+
+	got := a.mergeClaims([]*resourceapi.ResourceClaim{informer}, t0)
+	if len(got) != 1 || got[0] != written {
+		t.Fatalf("lagging informer: got %v, want the written claim", got)
+	}
+	// An older write recorded later does not replace the newer one.
+	stale := informer.DeepCopy()
+	stale.ResourceVersion = "11"
+	a.claim(stale, t0)
+	if got := a.mergeClaims([]*resourceapi.ResourceClaim{informer}, t0); got[0] != written {
+		t.Fatalf("stale write replaced the newer one")
+	}
+	caught := written.DeepCopy()
+	if got := a.mergeClaims([]*resourceapi.ResourceClaim{caught}, t0); got[0] != caught || len(a.claims) != 0 {
+		t.Fatalf("caught-up informer: got %v, %d entries left", got, len(a.claims))
+	}
+
+	// A written claim the informer has not seen at all counts for a while.
+	fresh := wholeClaim("ns", "fresh", "x")
+	a.claim(fresh, t0)
+	if got := a.mergeClaims(nil, t0.Add(time.Second)); len(got) != 1 || got[0] != fresh {
+		t.Fatalf("absent claim within grace: %v", got)
+	}
+	if got := a.mergeClaims(nil, t0.Add(absentGrace+time.Second)); len(got) != 0 || len(a.claims) != 0 {
+		t.Fatalf("absent claim after grace: %v", got)
+	}
+}
+
+// twoGPUNode returns the objects of one 4-GPU node (L40S) and the class.
+func l40sNode(t *testing.T) []runtime.Object {
+	objs := []runtime.Object{kubeNode("n1"), gpuClass()}
+	for _, s := range nodeSlices(t, "pcie-l40s", "n1") {
+		objs = append(objs, s)
+	}
+	return objs
+}
+
+func viewInputs(t *testing.T, objs []runtime.Object, claims []*resourceapi.ResourceClaim, pods []*corev1.Pod) inputs {
+	in := inputs{claims: claims, pods: pods}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.Node:
+			in.nodes = append(in.nodes, o)
+		case *resourceapi.ResourceSlice:
+			in.slices = append(in.slices, o)
+		case *resourceapi.DeviceClass:
+			in.classes = append(in.classes, o)
+		}
+	}
+	return in
+}
+
+func TestExecuteBind(t *testing.T) {
+	base := l40sNode(t)
+	c := wholeClaim("ns", "c", "gpu.gpud.io")
+	pod := claimPod("ns", "p", t0, "c")
+	ts := newTestScheduler(t, placeAll{}, append(base, c, pod)...)
+	sn := ts.snapshotOf(viewInputs(t, base, []*resourceapi.ResourceClaim{c}, []*corev1.Pod{pod}))
+	p := ts.cfg.Decider.Decide(sn.Snapshot)
+	if len(p.Binds) != 1 {
+		t.Fatalf("plan = %+v", p)
+	}
+	ts.execute(t.Context(), sn, p)
+
+	if len(ts.bindings) != 1 || ts.bindings[0] != "ns/p=n1" {
+		t.Fatalf("bindings = %v", ts.bindings)
+	}
+	got := ts.claimFromAPI(t, "ns", "c")
+	if got.Status.Allocation == nil || len(got.Status.Allocation.Devices.Results) != 1 || len(got.Status.ReservedFor) != 1 || got.Status.ReservedFor[0].UID != pod.UID {
+		t.Fatalf("claim status = %+v", got.Status)
+	}
+	if n, ok := ts.assumed.boundNode(pod.UID); !ok || n != "n1" {
+		t.Errorf("assumed bound = %q %v", n, ok)
+	}
+	// The next cycle, before the informer catches up: the pod counts as
+	// bound and the claim as allocated, so nothing is decided twice.
+	sn = ts.snapshotOf(viewInputs(t, base, []*resourceapi.ResourceClaim{c}, []*corev1.Pod{pod}))
+	if len(sn.Pending) != 0 || len(sn.Bound) != 1 || sn.Bound[0].Claims[0].Status.Allocation == nil {
+		t.Fatalf("next cycle: pending %d bound %d", len(sn.Pending), len(sn.Bound))
+	}
+	if err := view.Check(sn.View); err != nil {
+		t.Fatal(err)
+	}
+	ev := <-ts.events.Events
+	if !strings.Contains(ev, "Scheduled") || !strings.Contains(ev, "ns/p to n1") {
+		t.Errorf("event %q", ev)
+	}
+}
+
+func TestExecuteGangRollback(t *testing.T) {
+	base := l40sNode(t)
+	c1, c2 := wholeClaim("ns", "c1", "gpu.gpud.io"), wholeClaim("ns", "c2", "gpu.gpud.io")
+	p1, p2 := claimPod("ns", "p1", t0, "c1"), claimPod("ns", "p2", t0.Add(time.Second), "c2")
+	ts := newTestScheduler(t, placeAll{gang: "ns/g"}, append(base, c1, c2, p1, p2)...)
+	ts.client.PrependReactor("update", "resourceclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		u := a.(k8stesting.UpdateAction)
+		if c := u.GetObject().(*resourceapi.ResourceClaim); c.Name == "c2" && c.Status.Allocation != nil {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaims"}, c.Name, errors.New("stale"))
+		}
+		return false, nil, nil
+	})
+	sn := ts.snapshotOf(viewInputs(t, base, []*resourceapi.ResourceClaim{c1, c2}, []*corev1.Pod{p1, p2}))
+	p := ts.cfg.Decider.Decide(sn.Snapshot)
+	if len(p.Binds) != 2 {
+		t.Fatalf("plan = %+v", p)
+	}
+	ts.execute(t.Context(), sn, p)
+	if len(ts.bindings) != 0 {
+		t.Errorf("bindings = %v, want none (gang all-or-nothing)", ts.bindings)
+	}
+	for _, name := range []string{"c1", "c2"} {
+		if got := ts.claimFromAPI(t, "ns", name); got.Status.Allocation != nil || len(got.Status.ReservedFor) != 0 {
+			t.Errorf("claim %s after rollback: %+v", name, got.Status)
+		}
+	}
+	if v := metricValue(t, ts.m.conflicts); v != 1 {
+		t.Errorf("conflicts = %v, want 1", v)
+	}
+	if v := metricValue(t, ts.m.rollbacks); v != 1 {
+		t.Errorf("rollbacks = %v, want 1 (c1)", v)
+	}
+	// The next cycle sees c1 free again (the rollback is assumed).
+	sn = ts.snapshotOf(viewInputs(t, base, []*resourceapi.ResourceClaim{c1, c2}, []*corev1.Pod{p1, p2}))
+	for _, c := range sn.claims {
+		if c.Status.Allocation != nil {
+			t.Errorf("claim %s still allocated in the next view", c.Name)
+		}
+	}
+}
+
+func TestExecuteBindingFailureRollsBack(t *testing.T) {
+	base := l40sNode(t)
+	// c is shared: allocated already for another pod; p adds itself.
+	shared := wholeClaim("ns", "shared", "gpu.gpud.io")
+	c := wholeClaim("ns", "c", "gpu.gpud.io")
+	pod := claimPod("ns", "p", t0, "c", "shared")
+	ts := newTestScheduler(t, placeAll{}, append(base, c, shared, pod)...)
+	ts.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" {
+			return true, nil, errors.New("node is gone")
+		}
+		return false, nil, nil
+	})
+	sn := ts.snapshotOf(viewInputs(t, base, []*resourceapi.ResourceClaim{c, shared}, []*corev1.Pod{pod}))
+	p := ts.cfg.Decider.Decide(sn.Snapshot)
+	ts.execute(t.Context(), sn, p)
+	for _, name := range []string{"c", "shared"} {
+		if got := ts.claimFromAPI(t, "ns", name); got.Status.Allocation != nil || len(got.Status.ReservedFor) != 0 {
+			t.Errorf("claim %s after a failed Binding: %+v", name, got.Status)
+		}
+	}
+	if _, ok := ts.assumed.boundNode(pod.UID); ok {
+		t.Error("pod assumed bound after a failed Binding")
+	}
+}
+
+func TestReserveOnlyKeepsAllocation(t *testing.T) {
+	base := l40sNode(t)
+	c := wholeClaim("ns", "c", "gpu.gpud.io")
+	other := claimPod("ns", "other", t0, "c")
+	ts := newTestScheduler(t, placeAll{}, append(base, other)...)
+	// Allocate c for another pod first.
+	sn := ts.snapshotOf(viewInputs(t, base, []*resourceapi.ResourceClaim{c}, []*corev1.Pod{other}))
+	allocs, err := sn.View.Place(must(sn.View.Demand([]*resourceapi.ResourceClaim{c})), view.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := allocs[0].Status(other, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.client.ResourceV1().ResourceClaims("ns").Create(t.Context(), st, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := claimPod("ns", "p", t0, "c")
+	b := plan.Bind{Pod: newPod(pod, []*resourceapi.ResourceClaim{st}), Node: "n1", Allocations: []view.Allocation{{Claim: st, Result: st.Status.Allocation}}}
+	ts.execute(t.Context(), &snapshot{Snapshot: &plan.Snapshot{}}, plan.Plan{Binds: []plan.Bind{b}})
+	got := ts.claimFromAPI(t, "ns", "c")
+	if len(got.Status.ReservedFor) != 2 || got.Status.ReservedFor[1].UID != pod.UID {
+		t.Fatalf("reservedFor = %+v, want other then p", got.Status.ReservedFor)
+	}
+	if len(ts.bindings) != 1 {
+		t.Fatalf("bindings = %v", ts.bindings)
+	}
+	// Again (the informer lagging): nothing is written twice.
+	b.Allocations[0].Claim = got
+	writes := 0
+	ts.client.PrependReactor("update", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		writes++
+		return false, nil, nil
+	})
+	if w, err := ts.writeClaims(t.Context(), b); err != nil || len(w) != 0 || writes != 0 {
+		t.Fatalf("second write: %v, %d written, %d API writes", err, len(w), writes)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestWritePending(t *testing.T) {
+	pod := claimPod("ns", "p", t0)
+	ts := newTestScheduler(t, placeAll{}, pod)
+	pd := plan.Pending{Pod: newPod(pod, nil), Code: "capacity", Message: "no GPU with 40Gi free on a H100", NominatedNode: "n1"}
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	got, err := ts.client.CoreV1().Pods("ns").Get(t.Context(), "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := podScheduled(got)
+	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable || c.Message != pd.Message {
+		t.Fatalf("condition = %+v", c)
+	}
+	if got.Status.NominatedNodeName != "n1" {
+		t.Errorf("nominatedNodeName = %q", got.Status.NominatedNodeName)
+	}
+	if ev := <-ts.events.Events; !strings.Contains(ev, "FailedScheduling") || !strings.Contains(ev, "40Gi") {
+		t.Errorf("event %q", ev)
+	}
+	// The same again (informer not caught up): no second patch, no event.
+	patches := 0
+	ts.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		return false, nil, nil
+	})
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	// And with the informer's pod showing it: none either.
+	pd.Pod = newPod(got, nil)
+	ts.forgetStatus(pod.UID)
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	if patches != 0 || len(ts.events.Events) != 0 {
+		t.Errorf("unchanged status: %d patches, %d events", patches, len(ts.events.Events))
+	}
+	pd.Message = "something else"
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	if patches != 1 {
+		t.Errorf("changed status: %d patches, want 1", patches)
+	}
+}
+
+func TestGangUnits(t *testing.T) {
+	p := func(n string) *plan.Pod { return newPod(claimPod("ns", n, t0), nil) }
+	units := gangUnits([]plan.Bind{{Pod: p("a"), Gang: "g"}, {Pod: p("b")}, {Pod: p("c"), Gang: "g"}, {Pod: p("d"), Gang: "h"}})
+	var got []string
+	for _, u := range units {
+		var names []string
+		for _, b := range u {
+			names = append(names, b.Pod.Pod.Name)
+		}
+		got = append(got, strings.Join(names, "+"))
+	}
+	if strings.Join(got, ",") != "a+c,b,d" {
+		t.Errorf("units = %v", got)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	if got := truncate("héllo wörld", 8); len(got) > 8 || !strings.HasSuffix(got, "...") {
+		t.Errorf("truncate = %q", got)
+	}
+	if got := truncate("short", 8); got != "short" {
+		t.Errorf("truncate = %q", got)
+	}
+}

@@ -61,6 +61,10 @@ type BudgetError struct {
 	// PDBs are the names (in Pod's namespace) of the budgets the API
 	// server named; empty when it named none (several budgets).
 	PDBs []string
+	// Multiple is set when more than one budget selects the pod: the
+	// Eviction API cannot evict it until the budgets are fixed, so a
+	// retry does not help (Allowed names them).
+	Multiple bool
 	// Message is the API server's explanation.
 	Message string
 	// Err is the API server's error (an *apierrors.StatusError).
@@ -68,6 +72,10 @@ type BudgetError struct {
 }
 
 func (e *BudgetError) Error() string {
+	if e.Multiple {
+		return fmt.Sprintf("evict %s: more than one PodDisruptionBudget selects the pod (%s); pick another victim, or leave one budget over it",
+			e.Pod, e.Message)
+	}
 	who := "a PodDisruptionBudget"
 	if len(e.PDBs) > 0 {
 		who = "PodDisruptionBudget " + strings.Join(e.PDBs, ", ")
@@ -151,8 +159,11 @@ func budgetError(key string, err error) *BudgetError {
 			}
 		}
 	}
-	if !found && !(st.Code == 500 && strings.Contains(st.Message, "more than one PodDisruptionBudget")) {
-		return nil
+	if !found {
+		if st.Code != 500 || !strings.Contains(st.Message, "more than one PodDisruptionBudget") {
+			return nil
+		}
+		be.Multiple = true
 	}
 	return be
 }

@@ -185,6 +185,9 @@ func TestEvict(t *testing.T) {
 				if be.Pod != "team-a/worker-0" || !slices.Equal(be.PDBs, tc.wantBudget) && len(be.PDBs)+len(tc.wantBudget) > 0 {
 					t.Fatalf("BudgetError = %+v, want PDBs %v", be, tc.wantBudget)
 				}
+				if be.Multiple != (tc.name == "two budgets") {
+					t.Fatalf("BudgetError.Multiple = %v", be.Multiple)
+				}
 				if !errors.Is(err, tc.apiErr) || !strings.Contains(err.Error(), "evict team-a/worker-0: ") {
 					t.Fatalf("Evict() = %v: does not wrap the API error or name the pod", err)
 				}

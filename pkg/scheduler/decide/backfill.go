@@ -105,7 +105,7 @@ func (b *shadow) admit(u *unit, pls []*placed) *failure {
 		b.early = append(b.early, pls...)
 		return nil
 	}
-	if b.tests >= b.c.cfg.MaxFitTests {
+	if b.tests >= b.c.cfg.MaxBackfillTests {
 		return fail(jobs.CodeBackfill, "fits now, but blocked %s waits ahead of it and this cycle's backfill checks are spent", b.head.name())
 	}
 	if b.fits(b.hi, b.all) {

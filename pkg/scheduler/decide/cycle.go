@@ -45,6 +45,9 @@ type cycle struct {
 	bf   *shadow
 	// memo holds lone pods' failures by shape (shapeKey).
 	memo map[string]*failure
+	// anyDomain: gangs skip the topology levels (what-ifs ask only
+	// whether they fit).
+	anyDomain bool
 }
 
 type journalEntry struct {

@@ -61,9 +61,13 @@ type Config struct {
 	MaxVictimCandidates int
 	// MaxPreemptionsPerCycle caps preemption searches per cycle; 0 is 8.
 	MaxPreemptionsPerCycle int
-	// MaxFitTests caps the what-if placements of one preemption search and
-	// of backfill in one cycle; 0 is 512.
+	// MaxFitTests caps the what-if placements of one preemption search;
+	// 0 is 512.
 	MaxFitTests int
+	// MaxBackfillTests caps the what-ifs backfill runs in one cycle (pods
+	// behind the blocked one without a short enough estimate wait once it
+	// is spent); 0 is 64.
+	MaxBackfillTests int
 	// MaxGroupsPerLevel caps the topology domains a gang tries per level;
 	// 0 is 64.
 	MaxGroupsPerLevel int
@@ -87,6 +91,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFitTests <= 0 {
 		c.MaxFitTests = 512
+	}
+	if c.MaxBackfillTests <= 0 {
+		c.MaxBackfillTests = 64
 	}
 	if c.MaxGroupsPerLevel <= 0 {
 		c.MaxGroupsPerLevel = 64

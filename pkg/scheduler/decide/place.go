@@ -169,7 +169,7 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 // keeping the first domain where at least u.need of them fit.
 func (c *cycle) placeGang(u *unit) ([]*placed, *failure) {
 	lvs := []level{{name: "cluster", groups: []nodeGroup{{name: "cluster"}}}}
-	if len(u.pods) > 1 {
+	if len(u.pods) > 1 && !c.anyDomain {
 		lvs = c.levels()
 	}
 	need := c.wholeGPUs(u)

@@ -293,12 +293,18 @@ func (sr *search) nodeVictims(p *plan.Pod, node string, cs []*victim) []*victim 
 			return best
 		}
 	}
-	greedy := []*victim{}
+	greedy, fit := []*victim{}, false
 	for _, v := range cs {
-		greedy = append(greedy, v)
-		if sr.spent() || sr.fitsOn(p, node, greedy) {
+		if sr.spent() {
 			break
 		}
+		greedy = append(greedy, v)
+		if fit = sr.fitsOn(p, node, greedy); fit {
+			break
+		}
+	}
+	if !fit {
+		return nil // the search budget ran out before a set was found
 	}
 	for k := len(greedy) - 1; k >= 0 && len(greedy) > 1 && !sr.spent(); k-- {
 		without := append(slices.Clone(greedy[:k]), greedy[k+1:]...)

@@ -190,9 +190,13 @@ func (c *cycle) without(holds []relPod, f func()) {
 	}
 }
 
-// tryUnit reports whether u places now, changing nothing.
+// tryUnit reports whether u places now, and where, changing nothing. A
+// gang is tried across the whole cluster only (whether it fits, not which
+// domain it prefers).
 func (c *cycle) tryUnit(u *unit, quota bool) ([]string, bool) {
+	c.anyDomain = true
 	pls, _ := c.placeUnit(u, quota)
+	c.anyDomain = false
 	if pls == nil {
 		return nil, false
 	}

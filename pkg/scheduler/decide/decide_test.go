@@ -523,3 +523,34 @@ func TestInvalidClaims(t *testing.T) {
 		t.Errorf("no-device pending %+v", w)
 	}
 }
+
+func TestReservationReclaimsItsNodes(t *testing.T) {
+	e := newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.queues = []jobs.Queue{{Name: "owner"}, {Name: "other"}}
+	e.pod("squatter", reqs(gpus(8)), queue("other"), prio(50))
+	e.fill(t)
+	now := e.now.Unix()
+	e.res = []jobs.Reservation{{Name: "demo", Queue: "owner", Nodes: []string{"a"}, Start: now - 60, End: now + 3600}}
+	e.pod("owner-pod", reqs(gpus(4)), queue("owner"))
+	p := e.decide(Config{})
+	if len(p.Evictions) != 1 || p.Evictions[0].Why != "reservation" || p.Evictions[0].Victim.Pod.Name != "squatter" {
+		t.Fatalf("evictions %+v, want squatter for the reservation", p.Evictions)
+	}
+}
+
+func TestPodsPerCycleCap(t *testing.T) {
+	e := newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	for i := range 5 {
+		e.pod(name("p", i), reqs(gpus(1)), prio(int32(i)))
+	}
+	p := e.decide(Config{MaxPodsPerCycle: 3})
+	got := bindsOf(p)
+	if len(got) != 3 || got["p-04"] == "" || got["p-00"] != "" {
+		t.Errorf("binds %v, want the three highest priorities", got)
+	}
+	if w, _ := pendingOf(p, "p-00"); w.Code != jobs.CodeBlocked {
+		t.Errorf("p-00 pending %+v", w)
+	}
+}

@@ -170,8 +170,10 @@ func TestPreemptMinimalSet(t *testing.T) {
 	t.Run("lowest priority first", func(t *testing.T) {
 		e := newEnv(t)
 		e.node("a", "dgx-h100", nil)
-		e.pod("p5", reqs(gpus(4)), prio(5))
 		e.pod("p1", reqs(gpus(4)), prio(1))
+		e.fill(t)
+		e.now = e.now.Add(time.Hour) // p5 loses less run time, yet p1 goes
+		e.pod("p5", reqs(gpus(4)), prio(5))
 		e.fill(t)
 		e.pod("high", reqs(gpus(4)), prio(100))
 		if got := evictedOf(e.decide(Config{})); !slices.Equal(got, []string{"p1"}) {

@@ -3,6 +3,7 @@ package decide
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -245,6 +246,28 @@ func (sr *search) fitsOn(p *plan.Pod, node string, vs []*victim) bool {
 	return pl != nil
 }
 
+// better reports whether victim set a is preferred to b: fewer pods, then
+// lower highest priority, then jobs' order (fewer that cannot resume from
+// a checkpoint, less run time lost).
+func (sr *search) better(a, b []*victim) bool {
+	ca, cb := sr.cost(a), sr.cost(b)
+	if ca.Victims != cb.Victims {
+		return ca.Victims < cb.Victims
+	}
+	if pa, pb := topPrio(a), topPrio(b); pa != pb {
+		return pa < pb
+	}
+	return ca.Less(cb)
+}
+
+func topPrio(vs []*victim) int32 {
+	p := int32(math.MinInt32)
+	for _, v := range vs {
+		p = max(p, v.prio)
+	}
+	return p
+}
+
 func (sr *search) cost(vs []*victim) jobs.VictimCost {
 	var k jobs.VictimCost
 	for _, v := range vs {
@@ -266,7 +289,7 @@ func (sr *search) nodeVictims(p *plan.Pod, node string, cs []*victim) []*victim 
 	}
 	var best []*victim
 	consider := func(set []*victim) {
-		if best == nil || sr.cost(set).Less(sr.cost(best)) {
+		if best == nil || sr.better(set, best) {
 			best = slices.Clone(set)
 		}
 	}
@@ -337,7 +360,7 @@ func (sr *search) bestFor(p *plan.Pod, cands []*victim, skip map[*victim]bool) [
 				cs = append(cs, v)
 			}
 		}
-		if set := sr.nodeVictims(p, n, cs); set != nil && (best == nil || sr.cost(set).Less(sr.cost(best))) {
+		if set := sr.nodeVictims(p, n, cs); set != nil && (best == nil || sr.better(set, best)) {
 			best = set
 		}
 	}

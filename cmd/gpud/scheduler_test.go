@@ -1,0 +1,98 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/gpud/gpud/internal/manifest"
+)
+
+func TestSchedulerFlags(t *testing.T) {
+	dir := t.TempDir()
+	queues := filepath.Join(dir, "queues.yaml")
+	if err := os.WriteFile(queues, []byte("queues:\n  - name: a\n  - name: b\n    parent: a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badQueues := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(badQueues, []byte("queues:\n  - name: a\n    parent: nowhere\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string // POD_NAMESPACE
+		want string // "" valid; else a substring of the error
+	}{
+		{name: "defaults"},
+		{name: "all set", args: []string{"--scheduler-name", "gpu-sched", "--policy", "FGD", "--queues", queues, "--metrics-addr", "127.0.0.1:0",
+			"--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms"}},
+		{name: "no leader election ignores lease flags", args: []string{"--leader-elect=false", "--leader-elect-namespace", "Bad_NS"}},
+		{name: "bad policy", args: []string{"--policy", "best"}, want: `--policy: "best": want one of`},
+		{name: "bad name", args: []string{"--scheduler-name", "Gpud Scheduler"}, want: "--scheduler-name"},
+		{name: "missing queue file", args: []string{"--queues", filepath.Join(dir, "none.yaml")}, want: "--queues"},
+		{name: "bad queue file", args: []string{"--queues", badQueues}, want: "bad.yaml:3"},
+		{name: "no metrics addr", args: []string{"--metrics-addr", ""}, want: "--metrics-addr: empty"},
+		{name: "bad metrics addr", args: []string{"--metrics-addr", "9402"}, want: "--metrics-addr"},
+		{name: "renew not below lease", args: []string{"--leader-elect-lease-duration", "5s", "--leader-elect-renew-deadline", "5s"},
+			want: "--leader-elect-renew-deadline: 5s: must be less than"},
+		{name: "retry too long", args: []string{"--leader-elect-retry-period", "9s"}, want: "--leader-elect-retry-period"},
+		{name: "bad lease namespace", args: []string{"--leader-elect-namespace", "Kube_System"}, want: "--leader-elect-namespace"},
+		{name: "bad lease namespace from the pod", env: "Not_Valid", want: "--leader-elect-namespace"},
+		{name: "bad kubeconfig", args: []string{"--kubeconfig", filepath.Join(dir, "none")}, want: "--kubeconfig"},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
+		{name: "argument", args: []string{"extra"}, want: "unexpected argument"},
+		{name: "two errors at once", args: []string{"--policy", "x", "--resync-period", "1ms"}, want: "--resync-period"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _, _, err := parseSchedulerFlags(tc.args, tc.env, io.Discard)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			_ = o
+		})
+	}
+	o, qs, _, err := parseSchedulerFlags([]string{"--queues", queues}, "gpud", io.Discard)
+	if err != nil || len(qs) != 2 || o.leaseNamespace != "gpud" || o.schedulerName != "gpud-scheduler" || o.policy != "gpud" || !o.leaderElect {
+		t.Errorf("defaults: %+v, %d queues, %v", o, len(qs), err)
+	}
+	if _, _, _, err := parseSchedulerFlags([]string{"-h"}, "", io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+// TestSchedulerDeploymentArgs parses deploy/scheduler's Deployment args
+// with the real flag set.
+func TestSchedulerDeploymentArgs(t *testing.T) {
+	objs, err := manifest.DecodeFile("../../deploy/scheduler/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		d, ok := o.Object.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		args := d.Spec.Template.Spec.Containers[0].Args
+		if len(args) == 0 || args[0] != "scheduler" {
+			t.Fatalf("args %v: want the scheduler subcommand first", args)
+		}
+		if _, _, _, err := parseSchedulerFlags(args[1:], "gpud", io.Discard); err != nil {
+			t.Fatalf("deployment args %v: %v", args, err)
+		}
+		return
+	}
+	t.Fatal("no Deployment in deploy/scheduler/deployment.yaml")
+}

@@ -362,6 +362,26 @@ func testEvict(t *testing.T, env *k8senv.Env) {
 		t.Fatalf("victim after a refused eviction: %v, deletionTimestamp %v", err, p.DeletionTimestamp)
 	}
 
+	// A budget whose status is older than its spec: the API server asks to
+	// retry after 10s; Evict does not sleep on it.
+	pdbs := env.Client.PolicyV1().PodDisruptionBudgets("default")
+	pdb.Spec.MinAvailable = ptr.To(intstr.FromInt32(0))
+	if pdb, err = pdbs.Update(ctx, pdb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pdb.Status.ObservedGeneration >= pdb.Generation {
+		t.Fatalf("PDB generation %d, observed %d: want a stale status", pdb.Generation, pdb.Status.ObservedGeneration)
+	}
+	if ok, blocking := evict.Allowed([]*policyv1.PodDisruptionBudget{pdb}, victim); ok || !slices.Equal(blocking, []string{"train-pdb"}) {
+		t.Fatalf("Allowed(stale status) = %v, %v", ok, blocking)
+	}
+	begin := time.Now()
+	err = evict.Evict(ctx, env.Client, victim, evict.Options{})
+	if !errors.Is(err, evict.ErrBudget) || time.Since(begin) > 5*time.Second {
+		t.Fatalf("Evict(stale budget status) = %v after %s, want ErrBudget at once", err, time.Since(begin))
+	}
+	t.Logf("stale budget refused in %s: %v", time.Since(begin).Round(time.Millisecond), err)
+
 	// Budget at one: a dry run leaves the pod, the eviction starts its
 	// graceful termination with its own 30s.
 	pdb = setBudget(t, env, "train-pdb", 1)
@@ -389,7 +409,7 @@ func testEvict(t *testing.T, env *k8senv.Env) {
 	}) {
 		t.Fatalf("victim has no DisruptionTarget condition: %+v", p.Status.Conditions)
 	}
-	got, err := env.Client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "train-pdb", metav1.GetOptions{})
+	got, err := pdbs.Get(ctx, "train-pdb", metav1.GetOptions{})
 	if _, disrupted := got.Status.DisruptedPods["victim"]; err != nil || got.Status.DisruptionsAllowed != 0 || !disrupted {
 		t.Fatalf("train-pdb after the eviction: %v, %+v; want 0 allowed and victim disrupted", err, got.Status)
 	}
@@ -425,7 +445,7 @@ func testEvict(t *testing.T, env *k8senv.Env) {
 	// Two budgets over one pod: the Eviction API does not support it.
 	both := map[string]string{"app": "both"}
 	two := runningReady(t, env, pgPod("two", both, "node-a"))
-	var pdbs []*policyv1.PodDisruptionBudget
+	var twoPDBs []*policyv1.PodDisruptionBudget
 	for _, name := range []string{"both-a", "both-b"} {
 		if _, err := env.Client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -434,9 +454,9 @@ func testEvict(t *testing.T, env *k8senv.Env) {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		pdbs = append(pdbs, setBudget(t, env, name, 1))
+		twoPDBs = append(twoPDBs, setBudget(t, env, name, 1))
 	}
-	if ok, blocking := evict.Allowed(pdbs, two); ok || !slices.Equal(blocking, []string{"both-a", "both-b"}) {
+	if ok, blocking := evict.Allowed(twoPDBs, two); ok || !slices.Equal(blocking, []string{"both-a", "both-b"}) {
 		t.Fatalf("Allowed(two budgets) = %v, %v", ok, blocking)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // MaxGracePeriodSeconds bounds Options.GracePeriodSeconds (one day).
@@ -98,8 +99,12 @@ func (e *BudgetError) Unwrap() error { return e.Err }
 // returned wrapped). A budget refusal is a *BudgetError; any other
 // failure is returned wrapped with the pod's name.
 //
-// Bound ctx: when a budget's status is being processed the API server
-// asks to retry after 10s and client-go waits and retries on its own.
+// Evict makes one request: client-go's own retries on 429 and 5xx with
+// Retry-After are off (a budget whose status the disruption controller
+// has not yet observed answers 429 "retry after 10s", and a scheduling
+// cycle must not sleep on it), so such a refusal comes back at once as a
+// *BudgetError for the caller's next cycle. Fakes without a REST client
+// (client-go's fake clientset) go through EvictV1.
 func Evict(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, opts Options) error {
 	if pod == nil || pod.Name == "" || pod.Namespace == "" {
 		return errors.New("evict: a pod with a name and namespace is required")
@@ -123,7 +128,7 @@ func Evict(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, op
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 		DeleteOptions: del,
 	}
-	err := client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, ev)
+	err := post(ctx, client, ev)
 	switch {
 	case err == nil:
 		return nil
@@ -134,6 +139,16 @@ func Evict(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, op
 		return be
 	}
 	return fmt.Errorf("evict %s: %w", key, err)
+}
+
+// post sends the eviction as Pods(ns).EvictV1 does, without retries.
+func post(ctx context.Context, client kubernetes.Interface, ev *policyv1.Eviction) error {
+	rc, ok := client.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil {
+		return client.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
+	}
+	return rc.Post().Namespace(ev.Namespace).Resource("pods").Name(ev.Name).SubResource("eviction").
+		Body(ev).MaxRetries(0).Do(ctx).Error()
 }
 
 // budgetError recognises the Eviction API's budget refusals; nil for

@@ -114,7 +114,7 @@ func Evict(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, op
 	}
 	key := pod.Namespace + "/" + pod.Name
 	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("evict %s: %w", key, err)
+		return fmt.Errorf("%w (pod %s)", err, key)
 	}
 	del := &metav1.DeleteOptions{GracePeriodSeconds: opts.GracePeriodSeconds}
 	if pod.UID != "" {

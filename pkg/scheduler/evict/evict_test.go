@@ -147,7 +147,7 @@ func TestEvict(t *testing.T) {
 		{name: "recreated pod", apiErr: apierrors.NewConflict(podsGR, "worker-0", errors.New("Precondition failed: UID in precondition: uid-1, UID in object meta: uid-2")),
 			wantErr: "evict team-a/worker-0: Operation cannot be fulfilled"},
 		{name: "forbidden by RBAC", apiErr: apierrors.NewForbidden(podsGR, "worker-0", errors.New("no RBAC")), wantErr: "evict team-a/worker-0: pods \"worker-0\" is forbidden"},
-		{name: "grace out of range", opts: Options{GracePeriodSeconds: ptr.To[int64](-1)}, wantErr: "evict team-a/worker-0: evict: grace period -1s is outside 0..86400"},
+		{name: "grace out of range", opts: Options{GracePeriodSeconds: ptr.To[int64](-1)}, wantErr: "evict: grace period -1s is outside 0..86400 (pod team-a/worker-0)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package podgroup
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -20,10 +19,6 @@ const (
 	MaxMinMember      = 10000
 	MaxTimeoutSeconds = 86400 // one day
 )
-
-// ErrInvalid is matched (errors.Is) by every error that refuses a PodGroup
-// or Workload PodGroup object as written.
-var ErrInvalid = errors.New("podgroup: invalid object")
 
 // Key is the plan.Snapshot.Groups key of a group: "namespace/name".
 func Key(namespace, name string) string { return namespace + "/" + name }

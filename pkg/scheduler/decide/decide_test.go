@@ -556,3 +556,35 @@ func TestPodsPerCycleCap(t *testing.T) {
 		t.Errorf("p-00 pending %+v", w)
 	}
 }
+
+// TestPreemptorKeepsItsRoom: the free GPUs a preemptor counts on next to
+// its victims' are not given to a later pod, in the preempting cycle nor
+// while the victims terminate.
+func TestPreemptorKeepsItsRoom(t *testing.T) {
+	e := newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.pod("six", reqs(gpus(6)), prio(50))
+	e.pod("victim", reqs(gpus(2)), prio(1))
+	e.fill(t)
+	e.finish("default/six")
+	e.pod("six-again", reqs(gpus(4)), prio(50)) // leaves 2 free next to the victim
+	e.fill(t)
+	e.pod("high", reqs(gpus(4)), prio(100))
+	e.pod("later", reqs(gpus(2)))
+	p := e.decide(Config{})
+	if got := evictedOf(p); !slices.Equal(got, []string{"victim"}) {
+		t.Fatalf("evicted %v, want [victim]", got)
+	}
+	if got := bindsOf(p); len(got) != 0 {
+		t.Fatalf("binds %v: later took the preemptor's room", got)
+	}
+	e.apply(p)
+	p = e.decide(Config{})
+	if got := bindsOf(p); len(got) != 0 || len(p.Evictions) != 0 {
+		t.Fatalf("while the victim terminates: binds %v evictions %v", got, evictedOf(p))
+	}
+	e.finish("default/victim")
+	if got := bindsOf(e.decide(Config{})); got["high"] != "a" || got["later"] != "" {
+		t.Errorf("after the victim is gone: binds %v", got)
+	}
+}

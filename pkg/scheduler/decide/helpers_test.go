@@ -264,14 +264,23 @@ func (e *env) claims() []*resourceapi.ResourceClaim {
 }
 
 // snapshot builds the cycle's snapshot from a fresh view.
-func (e *env) snapshot() *plan.Snapshot {
+func (e *env) snapshot() *plan.Snapshot { return e.snapshotOf(e.bound, e.pending) }
+
+// snapshotOf builds a snapshot of only these bound and pending pods.
+func (e *env) snapshotOf(bound, pending []*plan.Pod) *plan.Snapshot {
 	e.t.Helper()
-	v, skips := view.Build(view.Inputs{Slices: e.slices, Claims: e.claims(), Classes: shippedClasses(e.t), Nodes: e.nodes,
+	var claims []*resourceapi.ResourceClaim
+	for _, l := range [][]*plan.Pod{bound, pending} {
+		for _, p := range l {
+			claims = append(claims, p.Claims...)
+		}
+	}
+	v, skips := view.Build(view.Inputs{Slices: e.slices, Claims: claims, Classes: shippedClasses(e.t), Nodes: e.nodes,
 		Matches: e.matches, CEL: e.celCache})
 	if len(skips) > 0 {
 		e.t.Fatalf("skips: %v", skips)
 	}
-	s := &plan.Snapshot{Now: e.now, View: v, Pending: slices.Clone(e.pending), Bound: slices.Clone(e.bound),
+	s := &plan.Snapshot{Now: e.now, View: v, Pending: slices.Clone(pending), Bound: slices.Clone(bound),
 		Groups: e.groups, Queues: e.queues, Reservations: e.res, Policy: "gpud"}
 	s.PDBs = e.pdbs
 	return s

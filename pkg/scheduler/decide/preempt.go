@@ -480,23 +480,28 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 	// Verify: with the victims gone, u places whole, within its limits.
 	sr.free(vs)
 	pls, _ := c.placeUnit(u, true)
-	at := map[*plan.Pod]string{}
-	for _, pl := range pls {
-		at[pl.pod] = pl.node
-	}
-	c.undo(pls)
+	// The placement stays held for the rest of the cycle, and the victims
+	// too (they run until evicted): the room is u's, not a later pod's.
 	sr.hold(vs)
 	if pls == nil {
 		return false, nil
 	}
+	at := c.holdNominated(u, pls)
 	var names, nodes []string
 	n := 0
+	forPod := u.pods[0]
+	for _, p := range u.pods {
+		if at[p] != "" {
+			forPod = p
+			break
+		}
+	}
 	for _, v := range vs {
 		v.gone = true
 		for _, p := range v.pods {
 			n++
 			names = append(names, p.Key())
-			c.out.Evictions = append(c.out.Evictions, plan.Eviction{Victim: p, For: u.pods[0], Why: v.why})
+			c.out.Evictions = append(c.out.Evictions, plan.Eviction{Victim: p, For: forPod, Why: v.why})
 			for _, b := range c.s.PDBs {
 				if b == nil || b.Spec.Selector == nil {
 					continue
@@ -512,7 +517,7 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 	}
 	slices.Sort(nodes)
 	why := vs[0].why
-	c.nominate(u, at, pls[0].node, fmt.Sprintf("preempting %d %s on %s (%s): %s",
+	c.nominate(u, at, fmt.Sprintf("preempting %d %s on %s (%s): %s",
 		n, plural(n, "pod", "pods"), strings.Join(nodes, ", "), why, strings.Join(names, ", ")))
 	return true, nil
 }

@@ -2,13 +2,17 @@ package decide
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
 // TestPropertyRandomCycles runs random clusters through several cycles,
@@ -17,6 +21,9 @@ import (
 // answered once, evictions only of running pods, the view restored).
 func TestPropertyRandomCycles(t *testing.T) {
 	seeds := 12
+	if n, err := strconv.Atoi(os.Getenv("DECIDE_SEEDS")); err == nil {
+		seeds = n
+	}
 	if testing.Short() {
 		seeds = 3
 	}
@@ -66,6 +73,9 @@ func TestPropertyRandomCycles(t *testing.T) {
 				}
 				p := e.decide(Config{})
 				t.Logf("cycle %d: %d binds, %d evictions, %d pending", cycle, len(p.Binds), len(p.Evictions), len(p.Pending))
+				if len(p.Evictions) > 0 {
+					verifyPreemptors(t, e, p)
+				}
 				// Terminating pods of the last cycle are gone now.
 				var gone []string
 				for _, b := range e.bound {
@@ -91,4 +101,52 @@ func randomRequest(r *rand.Rand) resourceapi.DeviceRequest {
 		return migReq([]string{"1g.10gb", "2g.20gb", "3g.40gb", "1g.5gb", "3g.20gb"}[r.IntN(5)])
 	}
 	return gpus(1)
+}
+
+// verifyPreemptors: with the plan's binds done and every victim (and
+// terminating pod) gone, each preemptor the plan nominated binds, alone.
+func verifyPreemptors(t *testing.T, e *env, p plan.Plan) {
+	t.Helper()
+	gone := map[*plan.Pod]bool{}
+	for _, ev := range p.Evictions {
+		gone[ev.Victim] = true
+	}
+	var bound, pre []*plan.Pod
+	for _, b := range e.bound {
+		if !gone[b] && b.Pod.DeletionTimestamp == nil {
+			bound = append(bound, b)
+		}
+	}
+	for _, b := range p.Binds {
+		bound = append(bound, b.Pod) // claims not written yet: the view counts them through Assume below
+	}
+	for _, x := range p.Pending {
+		if x.Code == CodePreempting && strings.HasPrefix(x.Message, "preempting") {
+			pre = append(pre, x.Pod)
+		}
+	}
+	s := e.snapshotOf(bound, pre)
+	for _, b := range p.Binds {
+		if err := s.View.Assume(b.Allocations...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, x := range pre {
+		for _, y := range p.Pending {
+			if y.Pod == x {
+				x.Pod.Status.NominatedNodeName = y.NominatedNode
+			}
+		}
+	}
+	p2 := New(Config{}).Decide(s)
+	got := map[*plan.Pod]bool{}
+	for _, b := range p2.Binds {
+		got[b.Pod] = true
+	}
+	for _, x := range pre {
+		if !got[x] {
+			w, _ := pendingOf(p2, x.Pod.Name)
+			t.Errorf("preemptor %s does not bind once its victims are gone: %s", x.Key(), w.Message)
+		}
+	}
 }

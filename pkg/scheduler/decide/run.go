@@ -3,6 +3,7 @@ package decide
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -90,9 +91,11 @@ func (c *cycle) consider(u *unit) {
 	if c.head == nil && c.preemptions < c.cfg.MaxPreemptionsPerCycle {
 		// Victims evicted earlier still terminating: wait for them rather
 		// than preempt again (as kube-scheduler does).
-		if node, n, ok := c.waitTerminating(u); ok {
-			c.nominate(u, map[*plan.Pod]string{u.pods[0]: node}, node,
-				fmt.Sprintf("waiting for %d terminating %s to free room on %s", n, plural(n, "pod", "pods"), node))
+		if at, n, ok := c.waitTerminating(u); ok {
+			nodes := slices.Sorted(maps.Values(at))
+			nodes = slices.Compact(nodes)
+			c.nominate(u, at,
+				fmt.Sprintf("waiting for %d terminating %s to free room on %s", n, plural(n, "pod", "pods"), strings.Join(nodes, ", ")))
 			return
 		}
 		if done, pf := c.preempt(u); done {
@@ -126,12 +129,14 @@ func (c *cycle) commit(u *unit, pls []*placed) {
 	}
 }
 
-// nominate leaves u's pods pending on their nominated nodes.
-func (c *cycle) nominate(u *unit, at map[*plan.Pod]string, fallback, msg string) {
+// nominate leaves u's pods pending on their nominated nodes (at); gang
+// members beyond minMember that did not place wait without a node.
+func (c *cycle) nominate(u *unit, at map[*plan.Pod]string, msg string) {
 	for _, p := range u.pods {
 		node := at[p]
 		if node == "" {
-			node = fallback
+			c.pendPod(p, jobs.CodeCapacity, fmt.Sprintf("gang %s: room is being made for %d members; this one did not fit with them", u.key, len(at)))
+			continue
 		}
 		c.out.Pending = append(c.out.Pending, plan.Pending{Pod: p, Code: CodePreempting, Message: msg + u.suffix, NominatedNode: node})
 	}
@@ -211,7 +216,7 @@ func (c *cycle) tryUnit(u *unit, quota bool) ([]string, bool) {
 // waitTerminating reports whether u fits once the terminating pods are
 // gone (victims of an earlier cycle): then it waits for them, nominated,
 // rather than preempting again.
-func (c *cycle) waitTerminating(u *unit) (string, int, bool) {
+func (c *cycle) waitTerminating(u *unit) (map[*plan.Pod]string, int, bool) {
 	var term []relPod
 	for _, h := range c.boundHolds() {
 		if h.pod.Pod.DeletionTimestamp != nil && len(h.allocs) > 0 {
@@ -219,21 +224,35 @@ func (c *cycle) waitTerminating(u *unit) (string, int, bool) {
 		}
 	}
 	if len(term) == 0 {
-		return "", 0, false
+		return nil, 0, false
 	}
-	var nodes []string
-	ok := false
-	c.without(term, func() { nodes, ok = c.tryUnit(u, true) })
-	if !ok {
-		return "", 0, false
+	var pls []*placed
+	c.without(term, func() { pls, _ = c.placeUnit(u, true) })
+	if pls == nil {
+		return nil, 0, false
 	}
+	at := c.holdNominated(u, pls)
 	n := 0
 	for _, h := range term {
-		if slices.Contains(nodes, h.node) {
+		if slices.ContainsFunc(pls, func(pl *placed) bool { return pl.node == h.node }) {
 			n++
 		}
 	}
-	return nodes[0], max(n, 1), true
+	return at, max(n, 1), true
+}
+
+// holdNominated keeps u's placement pls on the view for the rest of the
+// cycle (over the pods it waits for, so later pods cannot take that room;
+// a node held twice takes no new pod this cycle), charges u's queue, and
+// returns each pod's nominated node.
+func (c *cycle) holdNominated(u *unit, pls []*placed) map[*plan.Pod]string {
+	at := map[*plan.Pod]string{}
+	for _, pl := range pls {
+		at[pl.pod] = pl.node
+		use, models := c.usageOf(pl.pod, resultsOf(pl.allocs))
+		c.q.Charge(u.queue, use, models, 1)
+	}
+	return at
 }
 
 // shapeKey identifies a lone pod by what decides where it fits: its

@@ -111,7 +111,7 @@ fgd-table:
 # ResourceSlices and pods (SCHED_BENCH_PODS sampled from an openb trace, as
 # DRA claims), and prints pods bound per second, their ratio and unallocated
 # GPU % for each. Logs and the table go to .run/sched-bench.
-SCHED_BENCH_PODS ?= 2000
+SCHED_BENCH_PODS ?= 1500
 sched-bench: build
 	@mkdir -p .run/sched-bench
 	$(GO) test -c -o bin/schedbench.test ./test/schedbench

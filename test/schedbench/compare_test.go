@@ -39,7 +39,7 @@ var (
 	flagFill       = flag.Float64("fill", 0.8, "cluster GPUs as a fraction of the sample's GPU demand (below 1 overfills the cluster)")
 	flagSeed       = flag.Uint64("seed", 42, "sampling seed")
 	flagGpud       = flag.String("gpud", "", "gpud binary; empty runs kube-scheduler alone")
-	flagSchedulers = flag.String("schedulers", "kube-scheduler,gpud", "schedulers to run, in order; the first is the ratio's baseline")
+	flagSchedulers = flag.String("schedulers", "kube-scheduler,gpud", "schedulers to run, in order (kube-scheduler, gpud); the ratio divides by kube-scheduler's rate")
 	flagQPS        = flag.Float64("kube-qps", 200, "kube-scheduler's client QPS (clientConnection.qps): gpud scheduler's, so that neither is throttled more")
 	flagBurst      = flag.Int("kube-burst", 400, "kube-scheduler's client burst (gpud scheduler's)")
 	flagGpudArgs   = flag.String("gpud-args", "", "extra flags for gpud scheduler, space-separated")

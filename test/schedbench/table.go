@@ -42,19 +42,27 @@ func (r Result) PodsPerSecond() float64 {
 	return float64(r.Bound-1) / span
 }
 
-// Table prints results with each scheduler's throughput ratio to the first
-// result's (the baseline: kube-scheduler).
+// BaselineName is the scheduler the ratio divides by.
+const BaselineName = "kube-scheduler"
+
+// Table prints results with each scheduler's throughput ratio to
+// kube-scheduler's ([BaselineName]; the first result's when it is absent).
 func Table(results []Result) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "\tburst\t\t\t\t\t\tfeed in trace order\t\t\t\t\t\t")
 	fmt.Fprintln(w, "scheduler\tpods\tbound\tbound/s\tratio\tbinds from\tunalloc GPU %\tunalloc GPU % at 1st failure\tbound before 1st failure\tunalloc GPU % at end\tplaced/failed\tp50\tp99\t")
-	var base float64
-	for i, r := range results {
-		rate := r.PodsPerSecond()
-		if i == 0 {
-			base = rate
+	base := 0.0
+	if len(results) > 0 {
+		base = results[0].PodsPerSecond()
+	}
+	for _, r := range results {
+		if r.Scheduler == BaselineName {
+			base = r.PodsPerSecond()
 		}
+	}
+	for _, r := range results {
+		rate := r.PodsPerSecond()
 		ratio := "-"
 		if base > 0 {
 			ratio = fmt.Sprintf("%.2f", rate/base)

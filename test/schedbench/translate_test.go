@@ -213,8 +213,8 @@ func TestUnallocatedPercent(t *testing.T) {
 
 func TestTable(t *testing.T) {
 	out := Table([]Result{
-		{Scheduler: "kube-scheduler", Pods: 10, Bound: 11, FirstBind: time.Second, LastBind: 3 * time.Second, Unallocated: 12.5, FedBound: 9, FirstFailure: "x"},
 		{Scheduler: "gpud scheduler", Pods: 10, Bound: 11, FirstBind: time.Second, LastBind: 2 * time.Second, Unallocated: 5, FedBound: 10, FirstFailure: "y"},
+		{Scheduler: "kube-scheduler", Pods: 10, Bound: 11, FirstBind: time.Second, LastBind: 3 * time.Second, Unallocated: 12.5, FedBound: 9, FirstFailure: "x"},
 	})
 	for _, want := range []string{"5.0", "10.0", "2.00", "12.50"} {
 		if !strings.Contains(out, want) {

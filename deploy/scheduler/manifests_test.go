@@ -95,9 +95,9 @@ func TestSchedulerRBAC(t *testing.T) {
 	want := map[string][]string{
 		"/nodes": read, "/pods": read, "/pods/binding": {"create"}, "/pods/eviction": {"create"}, "/pods/status": {"patch"},
 		"resource.k8s.io/resourceslices": read, "resource.k8s.io/resourceclaims": read, "resource.k8s.io/deviceclasses": read,
-		"resource.k8s.io/resourceclaims/status": {"update"},
-		"policy/poddisruptionbudgets":           read,
-		"scheduling.x-k8s.io/podgroups":         read, "scheduling.k8s.io/podgroups": read,
+		"resource.k8s.io/resourceclaims/status": {"update"}, "resource.k8s.io/resourceclaims/binding": {"update"},
+		"policy/poddisruptionbudgets":   read,
+		"scheduling.x-k8s.io/podgroups": read, "scheduling.k8s.io/podgroups": read,
 		"events.k8s.io/events": {"create", "patch"},
 	}
 	for k, v := range want {

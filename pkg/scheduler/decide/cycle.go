@@ -45,6 +45,8 @@ type cycle struct {
 	bf   *shadow
 	// memo holds lone pods' failures by shape (shapeKey).
 	memo map[string]*failure
+	// nominated are the nodes a preemptor holds room on this cycle.
+	nominated map[string]bool
 	// anyDomain: gangs skip the topology levels (what-ifs ask only
 	// whether they fit).
 	anyDomain bool
@@ -57,7 +59,7 @@ type journalEntry struct {
 
 func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{}, pdbUsed: map[string]int{},
-		memo: map[string]*failure{}}
+		memo: map[string]*failure{}, nominated: map[string]bool{}}
 	c.buildQueues()
 	return c
 }

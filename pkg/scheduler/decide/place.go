@@ -172,32 +172,52 @@ func (c *cycle) placeGang(u *unit) ([]*placed, *failure) {
 	if len(u.pods) > 1 && !c.anyDomain {
 		lvs = c.levels()
 	}
-	need := c.wholeGPUs(u)
+	// Nominated members (room was made for them) try their nodes first.
+	nominated := map[string]bool{}
+	for _, p := range u.pods {
+		if n := p.Pod.Status.NominatedNodeName; n != "" {
+			nominated[n] = true
+		}
+	}
+	if len(nominated) > 0 {
+		lvs = append([]level{{name: "nominated", groups: []nodeGroup{{name: "nominated", nodes: nominated}}}}, lvs...)
+	}
+	// Every member in one domain first; then, for a gang with more
+	// members than it needs, as many as minMember asks.
+	needs := []int{len(u.pods)}
+	if u.need < len(u.pods) {
+		needs = append(needs, u.need)
+	}
 	var last *failure
-	for _, lv := range lvs {
-		tried := 0
-		for _, g := range lv.groups {
-			if tried >= c.cfg.MaxGroupsPerLevel {
-				break
+	for _, need := range needs {
+		gpus := c.wholeGPUs(u, need)
+		for _, lv := range lvs {
+			tried := 0
+			for _, g := range lv.groups {
+				if tried >= c.cfg.MaxGroupsPerLevel {
+					break
+				}
+				if g.nodes != nil && c.groupGPUs(g) < gpus {
+					continue // cannot hold the gang's whole GPUs at all
+				}
+				tried++
+				pls, f := c.fillGang(u, g.nodes, need)
+				if pls != nil {
+					return pls, nil
+				}
+				if last == nil || need == u.need {
+					last = f
+				}
 			}
-			if g.nodes != nil && c.groupGPUs(g) < need {
-				continue // cannot hold the gang's whole GPUs at all
-			}
-			tried++
-			pls, f := c.fillGang(u, g.nodes)
-			if pls != nil {
-				return pls, nil
-			}
-			last = f
 		}
 	}
 	return nil, last
 }
 
 // fillGang places u's members on only (nil: any node) one by one; fewer
-// than u.need placed undoes them all. Members beyond need that do not fit
+// than need placed undoes them all. Members beyond need that do not fit
 // are left out (they wait).
-func (c *cycle) fillGang(u *unit, only map[string]bool) ([]*placed, *failure) {
+func (c *cycle) fillGang(u *unit, only map[string]bool, need int) ([]*placed, *failure) {
 	var pls []*placed
 	var first *failure
 	var firstPod *plan.Pod
@@ -218,11 +238,11 @@ func (c *cycle) fillGang(u *unit, only map[string]bool) ([]*placed, *failure) {
 		if first == nil {
 			first, firstPod = f, p
 		}
-		if misses++; misses > len(u.pods)-u.need {
+		if misses++; misses > len(u.pods)-need {
 			break
 		}
 	}
-	if len(pls) >= u.need {
+	if len(pls) >= need {
 		return pls, nil
 	}
 	c.undo(pls)
@@ -231,7 +251,7 @@ func (c *cycle) fillGang(u *unit, only map[string]bool) ([]*placed, *failure) {
 		code = plan.CodeGang
 	}
 	return nil, &failure{code: code, room: first.room, msg: fmt.Sprintf("gang %s needs %d pods placed together, %d fit; pod %s: %s",
-		u.key, u.need, len(pls), firstPod.Key(), first.msg)}
+		u.key, need, len(pls), firstPod.Key(), first.msg)}
 }
 
 // placePod places one pod on the view (on only's nodes, if set): the
@@ -382,8 +402,8 @@ func (c *cycle) reservedFor(u *unit, node string) string {
 	return ""
 }
 
-// wholeGPUs is the whole GPUs the u.need smallest members of u ask.
-func (c *cycle) wholeGPUs(u *unit) int {
+// wholeGPUs is the whole GPUs the need smallest members of u ask.
+func (c *cycle) wholeGPUs(u *unit, need int) int {
 	var per []int
 	for _, p := range u.pods {
 		n := 0
@@ -397,7 +417,7 @@ func (c *cycle) wholeGPUs(u *unit) int {
 	}
 	slices.Sort(per)
 	total := 0
-	for _, n := range per[:min(u.need, len(per))] {
+	for _, n := range per[:min(need, len(per))] {
 		total += n
 	}
 	return total

@@ -434,8 +434,8 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 	uUse := c.unitUse(u)
 	var cands, free []*victim
 	for _, v := range c.victimList() {
-		if v.gone {
-			continue
+		if v.gone || slices.ContainsFunc(v.nodes, func(n string) bool { return c.nominated[n] }) {
+			continue // one preemptor per node a cycle: plans made side by side could collide
 		}
 		if v.why = c.eligible(u, v, uUse); v.why != "" {
 			cands = append(cands, v)

@@ -2,14 +2,16 @@ package decide
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
@@ -45,6 +47,18 @@ func TestPropertyRandomCycles(t *testing.T) {
 					{Name: "q1", Quota: jobs.Quota{Guaranteed: jobs.Resources{GPUMilli: 4000}}},
 				}
 			}
+			if e.queues != nil && r.IntN(2) == 0 {
+				now := e.now.Unix()
+				start := now + int64(r.IntN(3)-1)*1800
+				e.res = []jobs.Reservation{{Name: "r", Queue: "q1", Nodes: []string{e.nodes[0].Name}, Start: start, End: start + 3600}}
+			}
+			if r.IntN(2) == 0 {
+				e.pdbs = []*policyv1.PodDisruptionBudget{{
+					ObjectMeta: metav1.ObjectMeta{Name: "pdb", Namespace: "default"},
+					Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "kept"}}},
+					Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: int32(r.IntN(2))},
+				}}
+			}
 			id := 0
 			for cycle := range 5 {
 				for range 4 + r.IntN(12) {
@@ -55,6 +69,9 @@ func TestPropertyRandomCycles(t *testing.T) {
 					}
 					if r.IntN(3) == 0 {
 						opts = append(opts, checkpointable())
+					}
+					if r.IntN(4) == 0 {
+						opts = append(opts, labelled("app", "kept"))
 					}
 					if r.IntN(2) == 0 {
 						opts = append(opts, estimate(time.Duration(1+r.IntN(120))*time.Minute))
@@ -147,6 +164,26 @@ func verifyPreemptors(t *testing.T, e *env, p plan.Plan) {
 		if !got[x] {
 			w, _ := pendingOf(p2, x.Pod.Name)
 			t.Errorf("preemptor %s does not bind once its victims are gone: %s", x.Key(), w.Message)
+			for _, y := range p.Pending {
+				if y.Pod == x {
+					t.Logf("its plan: %s nominated %s queue %q", y.Message, y.NominatedNode, x.Queue)
+				}
+			}
+			for _, ev := range p.Evictions {
+				t.Logf("evict %s on %s for %s (%s)", ev.Victim.Key(), ev.Victim.Pod.Spec.NodeName, ev.For.Key(), ev.Why)
+			}
+			t.Logf("reservations %+v now %d", e.res, e.now.Unix())
+			for _, y := range p.Pending {
+				if y.NominatedNode != "" {
+					t.Logf("nominated %s on %s: %s", y.Pod.Key(), y.NominatedNode, y.Message)
+				}
+			}
+			for _, b := range p2.Binds {
+				t.Logf("verify bind %s on %s", b.Pod.Key(), b.Node)
+			}
+			for _, y := range p2.Pending {
+				t.Logf("verify pending %s: %s", y.Pod.Key(), y.Message)
+			}
 		}
 	}
 }

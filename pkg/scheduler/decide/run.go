@@ -249,6 +249,7 @@ func (c *cycle) holdNominated(u *unit, pls []*placed) map[*plan.Pod]string {
 	at := map[*plan.Pod]string{}
 	for _, pl := range pls {
 		at[pl.pod] = pl.node
+		c.nominated[pl.node] = true
 		use, models := c.usageOf(pl.pod, resultsOf(pl.allocs))
 		c.q.Charge(u.queue, use, models, 1)
 	}

@@ -118,3 +118,28 @@ sched-bench: build
 	GPUD_REQUIRE_K8S=1 ./bin/schedbench.test -test.run '^TestCompare$$' -test.v -test.timeout 30m -compare \
 		-gpud $(CURDIR)/$(BIN) -data $(FGD_DATA) -pods $(SCHED_BENCH_PODS) \
 		-logdir $(CURDIR)/.run/sched-bench -out $(CURDIR)/.run/sched-bench/table.txt $(SCHED_BENCH_ARGS)
+
+## image: gpud's container image without a container engine (hack/image):
+## an OCI image layout in bin/image/oci and a `docker load` tarball
+## bin/image/gpud.tar. IMAGE defaults to ghcr.io/gpud/gpud:<the chart's
+## appVersion>, the image the Helm chart deploys; its tag is the version
+## built in. `make image IMAGE=registry.example.com/gpud:1.2.3`; push with
+## `crane push bin/image/oci <ref>` or `skopeo copy oci:bin/image/oci ...`.
+## With Docker, the Dockerfile builds the same image.
+.PHONY: image
+image:
+	@set -e; \
+	app=$$(sed -n 's/^appVersion: *"*\([^"]*\)"* *$$/\1/p' deploy/helm/gpud/Chart.yaml); \
+	image="$(IMAGE)"; image="$${image:-ghcr.io/gpud/gpud:$$app}"; \
+	last="$${image##*/}"; \
+	case "$$last" in *:*) version="$${last##*:}";; *) version="$$app"; image="$$image:$$app";; esac; \
+	echo "image: gpud $$version as $$image"; \
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags "-s -w -X main.version=$$version" -o bin/image/gpud ./cmd/gpud; \
+	$(GO) run ./hack/image --binary bin/image/gpud --image "$$image" --layout bin/image/oci --tar bin/image/gpud.tar \
+		--revision "$$(git rev-parse HEAD 2>/dev/null || true)"
+
+## promtool-rules: the alerts' promtool unit tests and the dashboard's
+## PromQL check (deploy/monitoring), needing Debian's prometheus package.
+.PHONY: promtool-rules
+promtool-rules:
+	GPUD_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./deploy/monitoring

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -168,12 +169,20 @@ func TestSchedulerEndToEnd(t *testing.T) {
 	for _, n := range nodes {
 		prepareAsKubelet(t, n, claims)
 	}
-	metrics := scrape(t, next.addr)
-	for _, want := range []string{"gpud_scheduler_leader 1", "gpud_scheduler_binds_total", `gpud_scheduler_gpu_memory_bytes{model="NVIDIA H100 80GB HBM3",state="allocated"}`} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("the new leader's /metrics lack %s", want)
+	// The metrics follow the view: a pool the agent is republishing (its
+	// MIG slices just created by prepare) is left out until it is whole.
+	h100 := draAttr(draDevices(t, env, "node-h100")["gpu-7"], "productName")
+	wants := []string{"gpud_scheduler_leader 1", "gpud_scheduler_binds_total", `gpud_scheduler_gpu_memory_bytes{model="` + h100 + `",state="allocated"}`,
+		`gpud_scheduler_pending_pods{reason="invalid"} 1`, `gpud_scheduler_pending_pods{reason="claim-missing"} 1`}
+	testwait.ForErr(t, 30*time.Second, "the new leader's metrics", func() error {
+		metrics := scrape(t, next.addr)
+		for _, want := range wants {
+			if !strings.Contains(metrics, want) {
+				return fmt.Errorf("no %s", want)
+			}
 		}
-	}
+		return nil
+	})
 	t.Logf("total %s", time.Since(begin).Round(time.Millisecond))
 }
 

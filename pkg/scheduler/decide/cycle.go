@@ -1,7 +1,6 @@
 package decide
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -274,8 +273,4 @@ func startOf(p *plan.Pod) time.Time {
 		return p.Pod.Status.StartTime.Time
 	}
 	return p.Created
-}
-
-func podOrder(a, b *plan.Pod) int {
-	return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created), cmp.Compare(a.Key(), b.Key()))
 }

@@ -252,17 +252,6 @@ func (e *env) gang(name string, minMember int32) {
 	e.groups["default/"+name] = &plan.Group{Namespace: "default", Name: name, MinMember: minMember, Created: e.now}
 }
 
-// claims lists every pod's claims.
-func (e *env) claims() []*resourceapi.ResourceClaim {
-	var out []*resourceapi.ResourceClaim
-	for _, l := range [][]*plan.Pod{e.bound, e.pending} {
-		for _, p := range l {
-			out = append(out, p.Claims...)
-		}
-	}
-	return out
-}
-
 // snapshot builds the cycle's snapshot from a fresh view.
 func (e *env) snapshot() *plan.Snapshot { return e.snapshotOf(e.bound, e.pending) }
 

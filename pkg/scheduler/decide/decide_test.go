@@ -355,7 +355,7 @@ func TestReservation(t *testing.T) {
 		t.Fatalf("binds %v, want short on b (ends before the reservation)", got)
 	}
 	w, _ := pendingOf(p, "long")
-	if !strings.Contains(w.Message, "reserved for queue owner") {
+	if w.Code != CodeReserved || !strings.Contains(w.Message, "reserved for queue owner") {
 		t.Errorf("long pending %+v", w)
 	}
 }
@@ -586,5 +586,34 @@ func TestPreemptorKeepsItsRoom(t *testing.T) {
 	e.finish("default/victim")
 	if got := bindsOf(e.decide(Config{})); got["high"] != "a" || got["later"] != "" {
 		t.Errorf("after the victim is gone: binds %v", got)
+	}
+}
+
+func TestGangNVLinkDomainAndTimeout(t *testing.T) {
+	e := newEnv(t)
+	clique := func(c string) map[string]string { return map[string]string{jobs.LabelNVLinkDomain: c} }
+	e.node("a", "dgx-h100", clique("c1"))
+	e.node("b", "dgx-h100", clique("c2"))
+	e.node("c", "dgx-h100", clique("c1"))
+	e.node("d", "dgx-h100", clique("c2"))
+	e.pod("busy", reqs(gpus(1)), prio(9), onNode("a"))
+	e.fill(t) // clique c1 has one whole free node left
+	e.gang("g", 2)
+	e.pod("g0", reqs(gpus(8)), group("g"))
+	e.pod("g1", reqs(gpus(8)), group("g"))
+	got := bindsOf(e.decide(Config{}))
+	if len(got) != 2 || !(got["g0"] == "b" && got["g1"] == "d" || got["g0"] == "d" && got["g1"] == "b") {
+		t.Errorf("gang on %v, want NVLink domain c2 (b and d)", got)
+	}
+	// A gang past its scheduleTimeout says so.
+	e = newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.gang("late", 3)
+	e.groups["default/late"].ScheduleTimeout = time.Minute
+	e.pod("l0", reqs(gpus(1)), group("late"))
+	e.now = e.now.Add(time.Hour)
+	w, _ := pendingOf(e.decide(Config{}), "l0")
+	if w.Code != plan.CodeGang || !strings.Contains(w.Message, "scheduleTimeout of 1m0s has passed") {
+		t.Errorf("l0 pending %+v", w)
 	}
 }

@@ -212,6 +212,17 @@ func queue(q string) podOpt           { return func(x *plan.Pod) { x.Queue = q }
 func group(g string) podOpt           { return func(x *plan.Pod) { x.Group = "default/" + g } }
 func checkpointable() podOpt          { return func(x *plan.Pod) { x.Checkpointable = true } }
 func estimate(d time.Duration) podOpt { return func(x *plan.Pod) { x.RuntimeEstimate = d } }
+
+// onNode pins a pod to a node with required affinity on metadata.name.
+func onNode(n string) podOpt {
+	return func(x *plan.Pod) {
+		x.Pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n}}},
+			}}}}}
+	}
+}
+
 func labelled(k, v string) podOpt {
 	return func(x *plan.Pod) {
 		if x.Pod.Labels == nil {

@@ -35,6 +35,8 @@ import (
 	"github.com/gpud/gpud/internal/manifest"
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/adminapi"
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/jobsim"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/sharingfile"
 	"github.com/gpud/gpud/test/k8senv"
@@ -187,18 +189,7 @@ func helmCheckAgentFlags(t *testing.T, flags map[string]gpudFlag, c corev1.Conta
 	if len(c.Args) == 0 || c.Args[0] != "agent" {
 		t.Fatalf("args %v: want the agent subcommand first", c.Args)
 	}
-	for _, a := range c.Args[1:] {
-		name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		f, ok := flags[name]
-		switch {
-		case !strings.HasPrefix(a, "-"):
-			t.Errorf("arg %q is not a flag", a)
-		case !ok:
-			t.Errorf("arg %q: gpud agent has no flag --%s", a, name)
-		case !f.bool && !hasVal:
-			t.Errorf("arg %q: --%s takes a value; write --%s=<value>", a, name, name)
-		}
-	}
+	helmCheckFlags(t, "agent", flags, c.Args[1:])
 	var cfg map[string]any
 	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
 		t.Fatalf("config.yaml: %v", err)
@@ -206,6 +197,23 @@ func helmCheckAgentFlags(t *testing.T, flags map[string]gpudFlag, c corev1.Conta
 	for k := range cfg {
 		if _, ok := flags[k]; !ok {
 			t.Errorf("config.yaml key %q is not a gpud agent flag", k)
+		}
+	}
+}
+
+// helmCheckFlags checks args against the flags `gpud <sub> -h` lists.
+func helmCheckFlags(t *testing.T, sub string, flags map[string]gpudFlag, args []string) {
+	t.Helper()
+	for _, a := range args {
+		name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f, ok := flags[name]
+		switch {
+		case !strings.HasPrefix(a, "-"):
+			t.Errorf("arg %q is not a flag", a)
+		case !ok:
+			t.Errorf("arg %q: gpud %s has no flag --%s", a, sub, name)
+		case !f.bool && !hasVal:
+			t.Errorf("arg %q: --%s takes a value; write --%s=<value>", a, name, name)
 		}
 	}
 }
@@ -223,6 +231,14 @@ func TestHelmChart(t *testing.T) {
 	}
 	var layouts map[string]any
 	if err := yaml.Unmarshal(layoutsData, &layouts); err != nil {
+		t.Fatal(err)
+	}
+	queuesData, err := os.ReadFile("../deploy/scheduler/examples/queues.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queues map[string]any
+	if err := yaml.Unmarshal(queuesData, &queues); err != nil {
 		t.Fatal(err)
 	}
 	chartMeta, err := loader.Load(helmChartDir)
@@ -332,6 +348,42 @@ func TestHelmChart(t *testing.T) {
 				role := objs["ClusterRole/gpud"].(*rbacv1.ClusterRole)
 				if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get", "patch"}) {
 					t.Errorf("ClusterRole rules %+v, want get and patch nodes only", role.Rules)
+				}
+			},
+		},
+		{
+			name:       "scheduler",
+			values:     map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true, "queues": queues}},
+			monitoring: true,
+			want: []string{"Service/gpud-metrics", "ConfigMap/gpud-dashboard", "ServiceMonitor/gpud", "PrometheusRule/gpud",
+				"ClusterRole/gpud", "ClusterRoleBinding/gpud",
+				"ValidatingAdmissionPolicy/gpud-resourceslices", "ValidatingAdmissionPolicyBinding/gpud-resourceslices",
+				"ValidatingAdmissionPolicy/gpud-node-labels", "ValidatingAdmissionPolicyBinding/gpud-node-labels",
+				"DeviceClass/gpu.gpud.io", "DeviceClass/mig.gpud.io",
+				"ServiceAccount/gpud-scheduler", "ClusterRole/gpud-scheduler", "ClusterRoleBinding/gpud-scheduler",
+				"Role/gpud-scheduler-leader-election", "RoleBinding/gpud-scheduler-leader-election", "ConfigMap/gpud-scheduler-queues",
+				"Deployment/gpud-scheduler", "Service/gpud-scheduler-metrics", "ServiceMonitor/gpud-scheduler"},
+			check: func(t *testing.T, objs map[string]runtime.Object) {
+				d := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment)
+				c := d.Spec.Template.Spec.Containers[0]
+				schedFlags := gpudFlags(t, buildGpud(t), []string{"scheduler"})
+				if len(c.Args) == 0 || c.Args[0] != "scheduler" {
+					t.Fatalf("scheduler args %v: want the scheduler subcommand first", c.Args)
+				}
+				helmCheckFlags(t, "scheduler", schedFlags, c.Args[1:])
+				if !slices.Contains(c.Args, "--queues=/etc/gpud-scheduler/queues.yaml") {
+					t.Errorf("args %v lack the queue file", c.Args)
+				}
+				cm := objs["ConfigMap/gpud-scheduler-queues"].(*corev1.ConfigMap)
+				if qs, _, err := jobsim.ParseQueueFile([]byte(cm.Data["queues.yaml"]), "queues.yaml"); err != nil || len(qs) == 0 {
+					t.Errorf("queues.yaml: %d queues, %v\n%s", len(qs), err, cm.Data["queues.yaml"])
+				}
+				if d.Spec.Template.Spec.ServiceAccountName != "gpud-scheduler" || !helmSelects(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+					t.Errorf("Deployment runs as %q, selector %v, pod labels %v", d.Spec.Template.Spec.ServiceAccountName, d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+				}
+				agent := objs["DaemonSet/gpud"].(*appsv1.DaemonSet)
+				if helmSelects(agent.Spec.Selector.MatchLabels, d.Spec.Template.Labels) || helmSelects(d.Spec.Selector.MatchLabels, agent.Spec.Template.Labels) {
+					t.Error("the agent's and the scheduler's selectors overlap")
 				}
 			},
 		},
@@ -542,6 +594,7 @@ func TestHelmValuesSchema(t *testing.T) {
 		{name: "xids", values: map[string]any{"agent": map[string]any{"healthIgnoreXids": "13;31"}}, want: "/agent/healthIgnoreXids"},
 		{name: "node labels", values: map[string]any{"agent": map[string]any{"nodeLabels": "yes"}}, want: "/agent/nodeLabels"},
 		{name: "port", values: map[string]any{"agent": map[string]any{"port": 70000}}, want: "/agent/port"},
+		{name: "scheduler policy", values: map[string]any{"scheduler": map[string]any{"policy": "fastest"}}, want: "/scheduler/policy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmRender(t, tc.values, false)
@@ -555,7 +608,7 @@ func TestHelmValuesSchema(t *testing.T) {
 // TestHelmLint: `helm lint` finds nothing above INFO, with the default
 // values and in DRA mode.
 func TestHelmLint(t *testing.T) {
-	for _, vals := range []map[string]any{nil, {"mode": "dra"}} {
+	for _, vals := range []map[string]any{nil, {"mode": "dra", "scheduler": map[string]any{"enabled": true}}} {
 		l := lint.RunAll(helmChartDir, vals, "gpud", lint.WithKubeVersion(&helmKubeVersion))
 		for _, m := range l.Messages {
 			if m.Severity > support.InfoSev {
@@ -635,5 +688,88 @@ func TestHelmChartAgentStarts(t *testing.T) {
 	}
 	if err := admin.Call(t.Context(), "GET", "/v1/sharing", nil, &got); err != nil || got.Devices["7"].Replicas != 4 {
 		t.Errorf("GET /v1/sharing = %+v, %v; want GPU 7 in 4 replicas from the chart's sharing.yaml", got, err)
+	}
+}
+
+// TestHelmChartSchedulerMatchesManifests: the chart's scheduler equals
+// deploy/scheduler in everything that runs it and in its RBAC, its crds/
+// holds deploy/scheduler's PodGroup CRD, and values.schema.json offers
+// exactly the allocator's policies.
+func TestHelmChartSchedulerMatchesManifests(t *testing.T) {
+	objs := helmMustRender(t, map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true}}, false)
+	got := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment)
+	want := helmManifest(t, "../deploy/scheduler/deployment.yaml", "Deployment/gpud-scheduler").(*appsv1.Deployment)
+	gc, wc := got.Spec.Template.Spec.Containers[0], want.Spec.Template.Spec.Containers[0]
+	gs, ws := got.Spec.Template.Spec, want.Spec.Template.Spec
+	repo := func(image string) string { r, _, _ := strings.Cut(image, ":"); return r }
+	for _, f := range []struct {
+		name      string
+		got, want any
+	}{
+		{"image repository", repo(gc.Image), repo(wc.Image)},
+		{"args", gc.Args, wc.Args},
+		{"env", gc.Env, wc.Env},
+		{"ports", gc.Ports, wc.Ports},
+		{"livenessProbe", gc.LivenessProbe, wc.LivenessProbe},
+		{"readinessProbe", gc.ReadinessProbe, wc.ReadinessProbe},
+		{"resources", gc.Resources, wc.Resources},
+		{"securityContext", gc.SecurityContext, wc.SecurityContext},
+		{"pod securityContext", gs.SecurityContext, ws.SecurityContext},
+		{"priorityClassName", gs.PriorityClassName, ws.PriorityClassName},
+		{"replicas", got.Spec.Replicas, want.Spec.Replicas},
+		{"strategy", got.Spec.Strategy, want.Spec.Strategy},
+	} {
+		if !reflect.DeepEqual(f.got, f.want) {
+			gj, _ := json.Marshal(f.got)
+			wj, _ := json.Marshal(f.want)
+			t.Errorf("scheduler %s differs from deploy/scheduler/deployment.yaml:\nchart: %s\nfile:  %s", f.name, gj, wj)
+		}
+	}
+	for _, key := range []string{"ClusterRole/gpud-scheduler", "Role/gpud-scheduler-leader-election"} {
+		var g, w []rbacv1.PolicyRule
+		switch o := objs[key].(type) {
+		case *rbacv1.ClusterRole:
+			g, w = o.Rules, helmManifest(t, "../deploy/scheduler/rbac.yaml", key).(*rbacv1.ClusterRole).Rules
+		case *rbacv1.Role:
+			g, w = o.Rules, helmManifest(t, "../deploy/scheduler/rbac.yaml", key).(*rbacv1.Role).Rules
+		default:
+			t.Fatalf("no %s", key)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("%s rules %+v, deploy/scheduler/rbac.yaml %+v", key, g, w)
+		}
+	}
+	ch, err := loader.Load(helmChartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd, err := os.ReadFile("../deploy/scheduler/podgroup-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := ch.CRDObjects()
+	if len(crds) != 1 || !bytes.Equal(crds[0].File.Data, crd) {
+		t.Errorf("the chart's crds/ (%d files) is not deploy/scheduler/podgroup-crd.yaml", len(crds))
+	}
+	var schema struct {
+		Properties struct {
+			Scheduler struct {
+				Properties struct {
+					Policy struct {
+						Enum []string `json:"enum"`
+					} `json:"policy"`
+				} `json:"properties"`
+			} `json:"scheduler"`
+		} `json:"properties"`
+	}
+	data, err := os.ReadFile(filepath.Join(helmChartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if got := schema.Properties.Scheduler.Properties.Policy.Enum; !slices.Equal(got, allocator.PolicyNames) {
+		t.Errorf("values.schema.json scheduler.policy %v, the allocator's policies %v", got, allocator.PolicyNames)
 	}
 }

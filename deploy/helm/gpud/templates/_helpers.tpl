@@ -64,3 +64,10 @@ node labels asked for explicitly.
 {{- define "gpud.monitoring" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end -}}
 {{- end -}}
+
+{{/* gpud.schedulerSelectorLabels: what the scheduler's Deployment and Service select on. */}}
+{{- define "gpud.schedulerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpud.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: scheduler
+{{- end -}}

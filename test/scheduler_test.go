@@ -114,11 +114,25 @@ func TestSchedulerEndToEnd(t *testing.T) {
 		{name: "frac-5", example: "fraction-20gi"}, {name: "mig-h100-2", example: "mig-1g10gb", migProf: "1g.10gb"},
 		{name: "mig-a100-2", example: "mig-1g10gb", migProf: "1g.5gb"}, {name: "nvlink-2", example: "two-gpus-nvlink"},
 	}
-	for _, p := range batch2 {
+	// The leader binds the first three, then dies while the rest arrive.
+	for _, p := range batch2[:3] {
+		createSchedPod(t, env, p)
+	}
+	for _, p := range batch2[:3] {
+		env.WaitForPodBound(t, metav1.NamespaceDefault, p.name, schedTimeout)
+	}
+	for _, p := range batch2[3:] {
 		createSchedPod(t, env, p)
 	}
 	leader.kill(t)
 	killed := time.Now()
+	before := 0
+	for _, p := range batch2[3:] {
+		if pod, err := c.CoreV1().Pods(metav1.NamespaceDefault).Get(t.Context(), p.name, metav1.GetOptions{}); err == nil && pod.Spec.NodeName != "" {
+			before++
+		}
+	}
+	t.Logf("leader %s SIGKILLed with %d of the last %d pods bound", leader.name, before, len(batch2)-3)
 	next := waitForLeader(t, scheds, leader)
 	t.Logf("scheduler %s took over %s after the SIGKILL of %s", next.name, time.Since(killed).Round(time.Millisecond), leader.name)
 	for _, p := range batch2 {

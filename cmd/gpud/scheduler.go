@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
@@ -189,6 +190,8 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		return err
 	}
 	log, _ := newLogger(stderr, o.logFormat, o.logLevel) // validated
+	// client-go (leader election, informers) logs through klog.
+	klog.SetSlogLogger(log.With("component", "client-go"))
 	restCfg, err := o.restConfig()
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)

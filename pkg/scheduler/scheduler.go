@@ -394,13 +394,14 @@ func (s *Scheduler) cycle(ctx context.Context) {
 		}
 	}
 	s.execute(ctx, sn, p)
+	bound := make(map[types.UID]*corev1.Pod, len(sn.Bound))
+	for _, b := range sn.Bound {
+		bound[b.Pod.UID] = b.Pod
+	}
+	// An assumed pod stays until the informer shows it bound or gone.
 	s.assumed.prunePods(func(uid types.UID) bool {
-		for _, b := range sn.Bound {
-			if b.Pod.UID == uid {
-				return b.Pod.Spec.NodeName != "" && !s.informerBound(b.Pod)
-			}
-		}
-		return false
+		p, ok := bound[uid]
+		return ok && !s.informerBound(p)
 	})
 	d := time.Since(start)
 	s.m.cycle.Observe(d.Seconds())

@@ -1,12 +1,14 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -470,5 +472,58 @@ func TestTruncate(t *testing.T) {
 	}
 	if got := truncate("short", 8); got != "short" {
 		t.Errorf("truncate = %q", got)
+	}
+}
+
+func TestEvictions(t *testing.T) {
+	victim := claimPod("ns", "victim", t0)
+	victim.Spec.NodeName = "n1"
+	gone := claimPod("ns", "gone", t0)
+	gone.Spec.NodeName = "n1"
+	gone.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+	preemptor := claimPod("ns", "big", t0)
+	ts := newTestScheduler(t, placeAll{}, victim, gone, preemptor)
+	var evicted []string
+	ts.cfg.Evict = func(_ context.Context, p *corev1.Pod) error {
+		evicted = append(evicted, p.Name)
+		return nil
+	}
+	big := newPod(preemptor, nil)
+	p := plan.Plan{
+		Evictions: []plan.Eviction{{Victim: newPod(victim, nil), For: big, Why: "priority"}, {Victim: newPod(gone, nil), For: big, Why: "priority"}},
+		Pending:   []plan.Pending{{Pod: big, Code: "preempting", Message: "evicting 1 pod on n1", NominatedNode: "n1"}},
+	}
+	ts.execute(t.Context(), &snapshot{Snapshot: &plan.Snapshot{}}, p)
+	if strings.Join(evicted, ",") != "victim" {
+		t.Errorf("evicted %v, want the victim only (the other one is terminating)", evicted)
+	}
+	if v, w := metricValue(t, ts.m.victims), metricValue(t, ts.m.preempts); v != 1 || w != 1 {
+		t.Errorf("victims %v preemptions %v, want 1 and 1", v, w)
+	}
+	got, err := ts.client.CoreV1().Pods("ns").Get(t.Context(), "big", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.NominatedNodeName != "n1" {
+		t.Errorf("preemptor nominated to %q, want n1", got.Status.NominatedNodeName)
+	}
+}
+
+func TestDefaultEvictUsesEvictionAPI(t *testing.T) {
+	victim := claimPod("ns", "victim", t0)
+	ts := newTestScheduler(t, placeAll{}, victim)
+	var got *policyv1.Eviction
+	ts.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "eviction" {
+			got = a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+			return true, got, nil
+		}
+		return false, nil, nil
+	})
+	if err := ts.evict(t.Context(), victim); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Name != "victim" || got.DeleteOptions.Preconditions.UID == nil || *got.DeleteOptions.Preconditions.UID != victim.UID {
+		t.Errorf("eviction = %+v, want one for the victim with its UID as precondition", got)
 	}
 }

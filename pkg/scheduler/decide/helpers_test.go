@@ -295,6 +295,7 @@ func (e *env) decide(cfg Config) plan.Plan {
 	}
 	p := New(cfg).Decide(s)
 	checkPlan(e.t, s, p)
+	oracle(e.t, e, p)
 	return p
 }
 

@@ -28,8 +28,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/gpud/gpud/internal/manifest"
@@ -773,3 +779,135 @@ func TestHelmChartSchedulerMatchesManifests(t *testing.T) {
 		t.Errorf("values.schema.json scheduler.policy %v, the allocator's policies %v", got, allocator.PolicyNames)
 	}
 }
+
+// TestHelmChartServerSideDryRun applies what the chart renders to a real
+// kube-apiserver (test/k8senv) with server-side apply, dry run and strict
+// field validation, the way `helm install` then the API server would see
+// it: the chart's CRDs first (really applied, as Helm installs crds/), then
+// every object of each render. The Prometheus Operator's kinds are left
+// out: the test API server has no monitoring.coreos.com CRDs (they are
+// decoded strictly into the operator's types in TestHelmChart).
+func TestHelmChartServerSideDryRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver")
+	}
+	env := k8senv.Start(t, k8senv.WithoutScheduler())
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Client.Discovery()))
+	apply := func(t *testing.T, doc []byte, dryRun bool) error {
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return err
+		}
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(js); err != nil {
+			return err
+		}
+		gvk := u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			mapper.Reset()
+			if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+				return fmt.Errorf("%s: %w", gvk, err)
+			}
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+		}
+		opts := metav1.PatchOptions{FieldManager: "helm-test", Force: ptrTo(true), FieldValidation: "Strict"}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = ri.Patch(t.Context(), u.GetName(), types.ApplyPatchType, js, opts)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
+		}
+		return nil
+	}
+
+	ch, err := loader.Load(helmChartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range ch.CRDObjects() {
+		for _, doc := range bytes.Split(crd.File.Data, []byte("\n---")) {
+			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+				continue
+			}
+			if err := apply(t, doc, false); err != nil {
+				t.Fatalf("CRD %s: %v", crd.Filename, err)
+			}
+		}
+	}
+	if err := apply(t, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: gpud}\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	queues, err := os.ReadFile("../deploy/scheduler/examples/queues.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q map[string]any
+	if err := yaml.Unmarshal(queues, &q); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+	}{
+		{name: "defaults"},
+		{name: "dra with the scheduler", values: map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true, "queues": q}}},
+		{name: "node labels", values: map[string]any{"agent": map[string]any{"nodeLabels": true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files := helmRenderFiles(t, tc.values)
+			n := 0
+			for _, name := range slices.Sorted(maps.Keys(files)) {
+				for _, doc := range bytes.Split([]byte(files[name]), []byte("\n---")) {
+					if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+						continue
+					}
+					if err := apply(t, doc, true); err != nil {
+						t.Errorf("%s: %v", name, err)
+					}
+					n++
+				}
+			}
+			if n < 5 {
+				t.Errorf("applied %d objects, want the chart's", n)
+			}
+		})
+	}
+}
+
+// helmRenderFiles renders the chart (no Prometheus Operator) and returns
+// the YAML templates' output by file.
+func helmRenderFiles(t *testing.T, values map[string]any) map[string]string {
+	t.Helper()
+	ch, err := loader.Load(helmChartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = helmKubeVersion
+	vals, err := chartutil.ToRenderValuesWithSchemaValidation(ch, values,
+		common.ReleaseOptions{Name: "gpud", Namespace: "gpud", Revision: 1, IsInstall: true}, caps, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		if !strings.HasSuffix(name, ".yaml") {
+			delete(files, name)
+		}
+	}
+	return files
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -20,9 +20,10 @@ type Proc struct {
 	err     error
 }
 
-// StartProc runs path with args, stdout and stderr appended to logPath.
+// StartProc runs path with args, stdout and stderr written to logPath
+// (truncated first).
 func StartProc(name, path string, args []string, logPath string) (*Proc, error) {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("schedbench: %s log: %w", name, err)
 	}

@@ -33,15 +33,19 @@ func BenchmarkDecide(b *testing.B) {
 		e.pod(fmt.Sprint("p", i), reqs(randomRequest(r)), prio(int32(r.IntN(4))))
 	}
 	b.Logf("%d bound, %d pending", len(e.bound), len(e.pending))
-	b.ResetTimer()
-	var last int
-	for b.Loop() {
-		b.StopTimer()
-		s := e.snapshot()
-		b.StartTimer()
-		out := New(Config{}).Decide(s)
-		last = len(out.Binds)
-		_ = out
+	for _, tc := range []struct {
+		name    string
+		typical int
+	}{{"typical", 0}, {"no-typical", -1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var last int
+			for b.Loop() {
+				b.StopTimer()
+				s := e.snapshot()
+				b.StartTimer()
+				last = len(New(Config{TypicalRequests: tc.typical}).Decide(s).Binds)
+			}
+			b.ReportMetric(float64(last), "binds")
+		})
 	}
-	b.ReportMetric(float64(last), "binds")
 }

@@ -71,6 +71,10 @@ type Config struct {
 	// MaxGroupsPerLevel caps the topology domains a gang tries per level;
 	// 0 is 64.
 	MaxGroupsPerLevel int
+	// TypicalRequests is how many of the oldest pending pods' requests form
+	// the typical workload the allocator policy measures fragmentation
+	// against; 0 is 256, negative none.
+	TypicalRequests int
 	// NewShareID draws share IDs of fractional allocations; nil is a
 	// fresh UUID each (as kube-scheduler draws them).
 	NewShareID func() types.UID
@@ -94,6 +98,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackfillTests <= 0 {
 		c.MaxBackfillTests = 64
+	}
+	if c.TypicalRequests == 0 {
+		c.TypicalRequests = 256
 	}
 	if c.MaxGroupsPerLevel <= 0 {
 		c.MaxGroupsPerLevel = 64

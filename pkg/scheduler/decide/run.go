@@ -20,7 +20,7 @@ import (
 // for, backfilled or left pending.
 func (c *cycle) run() {
 	units := c.units()
-	c.typical = c.typicalRequests(units)
+	c.typical = c.typicalRequests()
 	next := c.order(units)
 	considered := 0
 	for u := next(); u != nil; u = next() {
@@ -33,25 +33,27 @@ func (c *cycle) run() {
 	}
 }
 
-// typicalRequests are the pending pods' allocator requests (up to 32
-// distinct ones), the workload gpud's policy measures fragmentation
-// against.
-func (c *cycle) typicalRequests(units []*unit) []allocator.Request {
+// typicalRequests are the oldest pending pods' allocator requests (up to
+// Config.TypicalRequests, repeats kept: the workload weighs requests by
+// frequency), the workload gpud's policy measures fragmentation against.
+func (c *cycle) typicalRequests() []allocator.Request {
+	if c.cfg.TypicalRequests < 0 {
+		return nil
+	}
 	var out []allocator.Request
-	seen := map[string]bool{}
-	for _, u := range units {
-		for _, p := range u.pods {
-			items, err := c.demand(p)
-			if err != nil {
-				continue
-			}
-			for _, it := range items {
-				k := fmt.Sprint(it.Alloc)
-				if !seen[k] && len(out) < 32 {
-					seen[k] = true
-					out = append(out, it.Alloc)
-				}
-			}
+	for _, p := range c.s.Pending {
+		if len(out) >= c.cfg.TypicalRequests {
+			break
+		}
+		if p == nil || p.Pod == nil {
+			continue
+		}
+		items, err := c.demand(p)
+		if err != nil {
+			continue
+		}
+		for _, it := range items {
+			out = append(out, it.Alloc)
 		}
 	}
 	return out

@@ -29,6 +29,9 @@ type shadow struct {
 	// gone by then, so the shadow releases them too.
 	early []*placed
 	tests int
+	// headNodes are where the head places in the shadow: a unit that
+	// touches none of them leaves that placement intact.
+	headNodes map[string]bool
 }
 
 func (b *shadow) ensure() {
@@ -49,6 +52,7 @@ func (b *shadow) ensure() {
 	if !b.fits(n, false) {
 		if b.fits(0, true) {
 			b.active, b.all = true, true
+			b.headNodes = b.nodesAt(0, true)
 		}
 		return
 	}
@@ -63,6 +67,7 @@ func (b *shadow) ensure() {
 		}
 	}
 	b.hi = hi
+	b.headNodes = b.nodesAt(hi, false)
 	b.start = unixSeconds(c.s.Now)
 	if hi > 0 {
 		b.start = b.order[hi-1].end
@@ -71,26 +76,35 @@ func (b *shadow) ensure() {
 
 // fits reports whether the head places with order[:k] (or every running
 // pod) and the early units gone.
-func (b *shadow) fits(k int, all bool) bool {
+func (b *shadow) fits(k int, all bool) bool { return b.nodesAt(k, all) != nil }
+
+// nodesAt is where the head places with order[:k] (or every running pod)
+// and the early units gone; nil if it does not.
+func (b *shadow) nodesAt(k int, all bool) map[string]bool {
 	b.tests++
 	rel := b.order[:k]
 	if all {
 		rel = b.order
 	}
 	c := b.c
-	ok := false
+	var out map[string]bool
 	c.without(rel, func() {
 		for _, pl := range b.early {
 			c.release(pl.allocs...)
 			c.nodes.give(pl.node, pl.pod)
 		}
-		_, ok = c.tryUnit(b.head, false)
+		if nodes, ok := c.tryUnit(b.head, false); ok {
+			out = map[string]bool{}
+			for _, n := range nodes {
+				out[n] = true
+			}
+		}
 		for i := len(b.early) - 1; i >= 0; i-- {
 			_ = c.assume(b.early[i].allocs...)
 			c.nodes.take(b.early[i].node, b.early[i].pod)
 		}
 	})
-	return ok
+	return out
 }
 
 // admit decides whether u, placed now at pls, leaves the head's start
@@ -105,10 +119,14 @@ func (b *shadow) admit(u *unit, pls []*placed) *failure {
 		b.early = append(b.early, pls...)
 		return nil
 	}
+	if !slices.ContainsFunc(pls, func(pl *placed) bool { return b.headNodes[pl.node] }) {
+		return nil // away from where the head will go
+	}
 	if b.tests >= b.c.cfg.MaxBackfillTests {
 		return fail(jobs.CodeBackfill, "fits now, but blocked %s waits ahead of it and this cycle's backfill checks are spent", b.head.name())
 	}
-	if b.fits(b.hi, b.all) {
+	if nodes := b.nodesAt(b.hi, b.all); nodes != nil {
+		b.headNodes = nodes // where the head goes now, u held
 		return nil
 	}
 	if b.start == never {

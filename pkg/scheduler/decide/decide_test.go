@@ -617,3 +617,23 @@ func TestGangNVLinkDomainAndTimeout(t *testing.T) {
 		t.Errorf("l0 pending %+v", w)
 	}
 }
+
+func TestBackfillAwayFromTheHead(t *testing.T) {
+	e := newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.node("b", "dgx-h100", nil)
+	e.pod("run-a", reqs(gpus(4)), prio(10), estimate(time.Hour), onNode("a"))
+	e.pod("run-b", reqs(gpus(6)), prio(10), onNode("b"))
+	e.fill(t)
+	e.pod("head", reqs(gpus(8)), prio(10))
+	e.pod("fits-b", reqs(gpus(2)))
+	e.pod("fits-a", reqs(gpus(2)), onNode("a"))
+	p := e.decide(Config{})
+	got := bindsOf(p)
+	if got["fits-b"] != "b" || got["fits-a"] != "" {
+		t.Fatalf("binds %v, want fits-b on b only", got)
+	}
+	if w, _ := pendingOf(p, "fits-a"); w.Code != jobs.CodeBackfill {
+		t.Errorf("fits-a pending %+v", w)
+	}
+}

@@ -21,10 +21,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/scheduler"
+	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/test/k8senv"
@@ -35,11 +40,13 @@ import (
 // (Debian's prometheus package) scrapes `gpud agent --simulate dgx-h100`
 // and every query of a dashboard must return series.
 //
-// Two targets are scraped. The agent binary, with MIG on GPUs 0 and 1 (so
-// the per-MIG-instance series and the MIG layout exist). And an in-process
+// Three targets are scraped. The agent binary, with MIG on GPUs 0 and 1
+// (so the per-MIG-instance series and the MIG layout exist). An in-process
 // sampler over a second simulated H100 ("events-node") that has had what
 // an idle simulated node never has: an Xid 79 on GPU 2 and a compute
 // process on GPU 0, so the Xid and per-pod memory panels have data too.
+// And pkg/scheduler on a real kube-apiserver with a pod it cannot place,
+// for the scheduler panels.
 
 // monMIGLayouts puts two 3g.40gb slices on GPUs 0 and 1.
 const monMIGLayouts = `version: v1
@@ -144,6 +151,40 @@ func monEventsNode(t *testing.T) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
+// monScheduler runs pkg/scheduler in-process against a real kube-apiserver
+// (test/k8senv) with a pod it cannot place (the cluster has no nodes), and
+// serves its /metrics: the scheduler panels' and alerts' source.
+func monScheduler(t *testing.T) string {
+	t.Helper()
+	env := k8senv.Start(t, k8senv.WithoutScheduler())
+	s, err := scheduler.New(scheduler.Config{Client: env.Client, Decider: decide.New(decide.Config{}), Resync: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Run(t, "scheduler", s.Run)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "waits", Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{SchedulerName: scheduler.DefaultSchedulerName, Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}},
+	}
+	if _, err := env.Client.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	testwait.ForErr(t, waitTimeout, "the scheduler's pending pod on /metrics", func() error {
+		mfs, err := monGather(srv.URL + "/metrics")
+		if err != nil {
+			return err
+		}
+		if mfs["gpud_scheduler_pending_pods"] == nil || mfs["gpud_scheduler_schedule_attempts_total"] == nil {
+			return errNotYet
+		}
+		return nil
+	})
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
 // monQuery is one dashboard query to run.
 type monQuery struct {
 	dashboard string
@@ -195,7 +236,8 @@ func TestDashboardsOnSimulatedH100(t *testing.T) {
 	dir := shortDir(t)
 	agent, hostname := monAgent(t, dir)
 	events := monEventsNode(t)
-	prom := promtest.Start(t, filepath.Join(dir, "prometheus"), time.Second, agent, events)
+	sched := monScheduler(t)
+	prom := promtest.Start(t, filepath.Join(dir, "prometheus"), time.Second, agent, events, sched)
 	prom.WaitScrapes(t, 4, "1m", waitTimeout)
 
 	data, err := os.ReadFile("../deploy/monitoring/gpud-dashboard.json")
@@ -246,7 +288,7 @@ func TestDashboardsOnSimulatedH100(t *testing.T) {
 
 	t.Run("alerts name exported metrics", func(t *testing.T) {
 		names := map[string]bool{}
-		for _, target := range []string{agent, events} {
+		for _, target := range []string{agent, events, sched} {
 			mfs, err := monGather("http://" + target + "/metrics")
 			if err != nil {
 				t.Fatal(err)

@@ -637,3 +637,35 @@ func TestBackfillAwayFromTheHead(t *testing.T) {
 		t.Errorf("fits-a pending %+v", w)
 	}
 }
+
+// TestOddInputs: odd but possible snapshots never panic and answer every
+// pod.
+func TestOddInputs(t *testing.T) {
+	e := newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.queues = []jobs.Queue{{Name: "parent"}, {Name: "leaf", Parent: "parent"}}
+	now := e.now.Unix()
+	e.res = []jobs.Reservation{{Name: "ghost", Queue: "nobody", Nodes: []string{"a", "zz"}, Start: now - 10, End: now + 10}}
+	e.pdbs = []*policyv1.PodDisruptionBudget{{ObjectMeta: metav1.ObjectMeta{Name: "nosel", Namespace: "default"}}, nil}
+	e.pod("to-parent", reqs(gpus(1)), queue("parent"))
+	e.pod("no-label", reqs(gpus(1)))
+	e.pod("cpu-only", nil)
+	e.pod("orphan", reqs(gpus(1)), group("missing"))
+	e.gang("zero", 0)
+	e.pod("z0", reqs(gpus(1)), group("zero"))
+	x := e.pod("nil-claim", reqs(gpus(1)))
+	x.Claims = append(x.Claims, nil)
+	p := e.decide(Config{})
+	if w, _ := pendingOf(p, "to-parent"); w.Code != plan.CodeInvalid {
+		t.Errorf("to-parent pending %+v", w)
+	}
+	if w, _ := pendingOf(p, "orphan"); w.Code != plan.CodeGang || !strings.Contains(w.Message, "not found") {
+		t.Errorf("orphan pending %+v", w)
+	}
+	got := bindsOf(p)
+	for _, n := range []string{"no-label", "cpu-only", "z0", "nil-claim"} {
+		if got[n] != "a" {
+			t.Errorf("%s not bound: %v", n, got)
+		}
+	}
+}

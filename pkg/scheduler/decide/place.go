@@ -387,11 +387,11 @@ func (c *cycle) blockedModels(q string, items []*view.Item) map[string]jobs.Queu
 
 // reservedFor says why node is closed to u now ("" if it is not): a
 // reservation for another queue that is on, or that starts before u's
-// estimated end.
+// estimated end. Reservations for undefined queues are ignored.
 func (c *cycle) reservedFor(u *unit, node string) string {
 	now := unixSeconds(c.s.Now)
 	for _, r := range c.s.Reservations {
-		if !slices.Contains(r.Nodes, node) || now >= r.End || c.q.Within(u.queue, r.Queue) {
+		if !c.q.Has(r.Queue) || !slices.Contains(r.Nodes, node) || now >= r.End || c.q.Within(u.queue, r.Queue) {
 			continue
 		}
 		if now < r.Start && u.est > 0 && now+int64(u.est.Seconds()) <= r.Start {

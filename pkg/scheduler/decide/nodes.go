@@ -1,10 +1,10 @@
 package decide
 
 import (
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-	"k8s.io/klog/v2"
 
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -63,7 +63,7 @@ func (u *nodeUse) refuse(n *view.Node, p *plan.Pod) string {
 	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(p.Pod).Match(kn); !ok {
 		return "node affinity or selector"
 	}
-	if _, bad := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Taints, p.Pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+	if _, bad := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Taints, p.Pod.Spec.Tolerations, func(t *corev1.Taint) bool {
 		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
 	}, false); bad {
 		return "untolerated taint"

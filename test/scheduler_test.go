@@ -15,9 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -174,9 +176,32 @@ func TestSchedulerEndToEnd(t *testing.T) {
 		t.Fatalf("scheduler %s exited after the unplaceable pods", next.name)
 	}
 
+	// Gangs (scheduling.k8s.io/v1beta1 PodGroups, members naming theirs in
+	// spec.schedulingGroup): one that fits binds whole; one that cannot
+	// fit holds nothing.
+	gangFit := []schedPod{{name: "gang-fit-0", example: "fraction-20gi"}, {name: "gang-fit-1", example: "fraction-20gi"}}
+	gangNoFit := []schedPod{{name: "gang-nofit-0", example: "two-gpus-nvlink", count: 8}, {name: "gang-nofit-1", example: "two-gpus-nvlink", count: 8},
+		{name: "gang-nofit-2", example: "two-gpus-nvlink", count: 8}}
+	createGang(t, env, "gang-fit", gangFit)
+	createGang(t, env, "gang-nofit", gangNoFit)
+	for _, p := range gangFit {
+		env.WaitForPodBound(t, metav1.NamespaceDefault, p.name, schedTimeout)
+	}
+	for _, p := range gangNoFit {
+		msg := env.WaitForPodUnschedulable(t, metav1.NamespaceDefault, p.name, schedTimeout)
+		t.Logf("pending %s: %s", p.name, msg)
+		cl, err := c.ResourceV1().ResourceClaims(metav1.NamespaceDefault).Get(t.Context(), p.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cl.Status.Allocation != nil || len(cl.Status.ReservedFor) > 0 {
+			t.Errorf("claim %s of a gang that does not fit holds %+v", p.name, cl.Status)
+		}
+	}
+
 	// Nothing lost, nothing doubled: every claim allocated once, reserved
 	// for its pod only, and no device over-allocated.
-	all := append(slices.Clone(batch1), batch2...)
+	all := append(append(slices.Clone(batch1), batch2...), gangFit...)
 	claims := checkSchedAllocations(t, env, all)
 
 	// The agents prepare what the scheduler allocated.
@@ -376,6 +401,26 @@ type schedPod struct {
 	name, example string
 	// migProf replaces the example's 1g.10gb profile.
 	migProf string
+	// count, if set, replaces the example's device count.
+	count int64
+	// group names the pod's scheduling.k8s.io PodGroup.
+	group string
+}
+
+// createGang creates a gang PodGroup of all the pods (minCount = their
+// number), then the pods in it.
+func createGang(t *testing.T, env *k8senv.Env, name string, pods []schedPod) {
+	t.Helper()
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(len(pods))}}}}
+	if _, err := env.Client.SchedulingV1beta1().PodGroups(pg.Namespace).Create(t.Context(), pg, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("PodGroup %s: %v", name, err)
+	}
+	for _, p := range pods {
+		p.group = name
+		createSchedPod(t, env, p)
+	}
 }
 
 func createSchedPod(t *testing.T, env *k8senv.Env, p schedPod) {
@@ -385,7 +430,13 @@ func createSchedPod(t *testing.T, env *k8senv.Env, p schedPod) {
 		sel := &claim.Spec.Devices.Requests[0].Exactly.Selectors[0].CEL.Expression
 		*sel = strings.ReplaceAll(*sel, "1g.10gb", p.migProf)
 	}
+	if p.count > 0 {
+		claim.Spec.Devices.Requests[0].Exactly.Count = p.count
+	}
 	pod.Spec.SchedulerName = schedName
+	if p.group != "" {
+		pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(p.group)}
+	}
 	if _, err := env.Client.ResourceV1().ResourceClaims(claim.Namespace).Create(t.Context(), claim, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("claim %s: %v", claim.Name, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -125,9 +126,7 @@ func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
 	p := &plan.Pod{Pod: pod, Claims: claims, Queue: pod.Labels[plan.QueueLabel], Created: pod.CreationTimestamp.Time,
 		Checkpointable:  pod.Annotations[plan.CheckpointableAnnotation] == "true",
 		RuntimeEstimate: runtimeEstimate(pod.Annotations[plan.RuntimeEstimateAnnotation])}
-	if g := pod.Labels[plan.PodGroupLabel]; g != "" {
-		p.Group = pod.Namespace + "/" + g
-	}
+	p.Group = podgroup.KeyOf(pod) // spec.schedulingGroup, else the coscheduling label
 	if pod.Spec.Priority != nil {
 		p.Priority = *pod.Spec.Priority
 	}

@@ -40,8 +40,9 @@ type cycle struct {
 	preemptions int
 	pdbUsed     map[string]int
 	// head is the first unit that did not fit; bf protects it.
-	head *unit
-	bf   *shadow
+	head      *unit
+	bf        *shadow
+	headTries int
 	// memo holds lone pods' failures by shape (shapeKey).
 	memo map[string]*failure
 	// nominated are the nodes a preemptor holds room on this cycle.

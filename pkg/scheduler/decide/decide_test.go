@@ -669,3 +669,25 @@ func TestOddInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestNeverFitsBlocksNobody: a pod that fits nowhere even on an empty
+// cluster neither stops preemption nor holds back later pods.
+func TestNeverFitsBlocksNobody(t *testing.T) {
+	e := newEnv(t)
+	e.node("a", "dgx-h100", nil)
+	e.pod("low", reqs(gpus(4)), prio(1))
+	e.fill(t)
+	e.pod("too-big", reqs(gpus(9)), prio(1000))
+	e.pod("high", reqs(gpus(8)), prio(100))
+	e.pod("cpu", nil)
+	p := e.decide(Config{})
+	if got := evictedOf(p); !slices.Equal(got, []string{"low"}) {
+		t.Errorf("evicted %v, want [low] for high", got)
+	}
+	if got := bindsOf(p); got["cpu"] == "" {
+		t.Errorf("binds %v, want cpu", got)
+	}
+	if w, _ := pendingOf(p, "too-big"); w.Code != jobs.CodeCapacity || !strings.Contains(w.Message, "9 free GPUs") {
+		t.Errorf("too-big pending %+v", w)
+	}
+}

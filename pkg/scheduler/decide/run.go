@@ -107,11 +107,21 @@ func (c *cycle) consider(u *unit) {
 		}
 	}
 	c.pend(u, f.code, f.msg)
-	if c.head == nil && f.code != CodePDB {
-		c.head = u
-		c.bf = &shadow{c: c, head: u}
+	// The first unit that waits for room becomes the head backfill
+	// protects (and preemption stops for the cycle), unless it would not
+	// fit even with every running pod gone: such a unit blocks nobody.
+	if c.head == nil && f.code != CodePDB && c.headTries < maxHeadTries {
+		c.headTries++
+		bf := &shadow{c: c, head: u}
+		bf.ensure()
+		if bf.active {
+			c.head, c.bf = u, bf
+		}
 	}
 }
+
+// maxHeadTries caps the units a cycle checks as the backfill head.
+const maxHeadTries = 8
 
 // commit emits u's binds and charges its queue. Gang members that did not
 // place (beyond minMember) wait.

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -98,4 +99,52 @@ func get(t *testing.T, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestRunLostLease: a leader whose lease renewals fail stops deciding and
+// Run returns ErrLostLease (the process exits; its Deployment restarts it).
+func TestRunLostLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease to expire")
+	}
+	ts := newTestScheduler(t, placeAll{}, l40sNode(t)...)
+	var mu sync.Mutex
+	failRenew := false
+	ts.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failRenew {
+			return true, nil, errors.New("apiserver unreachable")
+		}
+		return false, nil, nil
+	})
+	s, err := New(Config{Client: ts.client, Decider: placeAll{}, Now: ts.cfg.Now,
+		LeaderElection: &LeaderElection{Namespace: "kube-system", Identity: "test", LeaseDuration: 1500 * time.Millisecond,
+			RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(t.Context()) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !s.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("never led")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	failRenew = true
+	mu.Unlock()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLostLease) {
+			t.Fatalf("Run = %v, want ErrLostLease", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run kept going after its lease could not be renewed")
+	}
+	if s.Ready() {
+		t.Error("ready after losing the lease")
+	}
 }

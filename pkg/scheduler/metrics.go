@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -30,6 +31,9 @@ type metrics struct {
 	gpuMemory  *prometheus.GaugeVec
 	skipped    *prometheus.GaugeVec
 	leader     prometheus.Gauge
+	queueUsed  *prometheus.GaugeVec
+	queueGuar  *prometheus.GaugeVec
+	queueLimit *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -85,11 +89,64 @@ func newMetrics() *metrics {
 			Name: "gpud_scheduler_leader",
 			Help: "1 while this replica holds the lease (or runs without leader election).",
 		}),
+		queueUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_queue_used",
+			Help: "What a queue (--queues) holds after the last decision, per resource (cpu_milli, memory_mib, gpu_milli, gpu_memory_mib, mig_slices).",
+		}, []string{"queue", "resource"}),
+		queueGuar: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_queue_guaranteed",
+			Help: "A queue's guarantee (--queues), per resource; absent when zero.",
+		}, []string{"queue", "resource"}),
+		queueLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_queue_limit",
+			Help: "A queue's limit (--queues), per resource; absent when unlimited.",
+		}, []string{"queue", "resource"}),
 	}
 	m.reg.MustRegister(m.attempts, m.cycle, m.podLatency, m.pending, m.preempts, m.victims, m.binds,
-		m.conflicts, m.rollbacks, m.gpuMemory, m.skipped, m.leader,
+		m.conflicts, m.rollbacks, m.gpuMemory, m.skipped, m.leader, m.queueUsed, m.queueGuar, m.queueLimit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// resourceValues names the fields of jobs.Resources for metric labels.
+func resourceValues(r jobs.Resources) [5]struct {
+	name  string
+	value int64
+} {
+	return [5]struct {
+		name  string
+		value int64
+	}{{"cpu_milli", r.CPUMilli}, {"memory_mib", r.MemoryMiB}, {"gpu_milli", r.GPUMilli}, {"gpu_memory_mib", r.GPUMemoryMiB}, {"mig_slices", r.MIGSlices}}
+}
+
+// setQuotas exports the queues' guarantees and limits (zero fields left
+// out).
+func (m *metrics) setQuotas(queues []jobs.Queue) {
+	for _, q := range queues {
+		for _, r := range resourceValues(q.Quota.Guaranteed) {
+			if r.value > 0 {
+				m.queueGuar.WithLabelValues(q.Name, r.name).Set(float64(r.value))
+			}
+		}
+		for _, r := range resourceValues(q.Quota.Limit) {
+			if r.value > 0 {
+				m.queueLimit.WithLabelValues(q.Name, r.name).Set(float64(r.value))
+			}
+		}
+	}
+}
+
+// setQueueUsage exports what the decider counted per queue.
+func (m *metrics) setQueueUsage(use map[string]jobs.Resources) {
+	if use == nil {
+		return
+	}
+	m.queueUsed.Reset()
+	for q, u := range use {
+		for _, r := range resourceValues(u) {
+			m.queueUsed.WithLabelValues(q, r.name).Set(float64(r.value))
+		}
+	}
 }
 
 // observeView sets the GPU memory and skip gauges from a cycle's view and

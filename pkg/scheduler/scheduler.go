@@ -82,6 +82,7 @@ func New(cfg Config) (*Scheduler, error) {
 	s := &Scheduler{cfg: cfg, log: cfg.Log.With("component", "scheduler"), m: newMetrics(), assumed: newAssumeCache(),
 		trigger: make(chan struct{}, 1), written: map[types.UID]string{}}
 	s.snap = newSnapshotter(cfg, s.assumed)
+	s.m.setQuotas(cfg.Queues)
 
 	strip := informers.WithTransform(stripManagedFields)
 	s.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
@@ -386,7 +387,9 @@ func (s *Scheduler) cycle(ctx context.Context) {
 		s.log.Debug("object left out of the view", "kind", sk.Kind, "name", sk.Name, "reason", sk.Reason)
 	}
 	var p plan.Plan
-	if len(sn.Pending) > 0 {
+	// With queues the decider also runs without pending pods, so that
+	// the queues' usage stays current.
+	if len(sn.Pending) > 0 || len(s.cfg.Queues) > 0 {
 		p, err = s.decide(sn.Snapshot)
 		if err != nil {
 			s.log.Error("decider failed: no decision this cycle", "pending", len(sn.Pending), "err", err)
@@ -394,6 +397,7 @@ func (s *Scheduler) cycle(ctx context.Context) {
 		}
 	}
 	s.execute(ctx, sn, p)
+	s.m.setQueueUsage(p.QueueUsage)
 	bound := make(map[types.UID]*corev1.Pod, len(sn.Bound))
 	for _, b := range sn.Bound {
 		bound[b.Pod.UID] = b.Pod

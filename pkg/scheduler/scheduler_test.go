@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
@@ -525,5 +526,43 @@ func TestDefaultEvictUsesEvictionAPI(t *testing.T) {
 	}
 	if got == nil || got.Name != "victim" || got.DeleteOptions.Preconditions.UID == nil || *got.DeleteOptions.Preconditions.UID != victim.UID {
 		t.Errorf("eviction = %+v, want one for the victim with its UID as precondition", got)
+	}
+}
+
+func TestQueueMetrics(t *testing.T) {
+	m := newMetrics()
+	m.setQuotas([]jobs.Queue{{Name: "team-a", Quota: jobs.Quota{Guaranteed: jobs.Resources{GPUMilli: 8000}, Limit: jobs.Resources{GPUMilli: 16000, CPUMilli: 64000}}}})
+	m.setQueueUsage(map[string]jobs.Resources{"team-a": {GPUMilli: 2500, MIGSlices: 1}})
+	m.setQueueUsage(nil) // a decider that does not track queues leaves the last values
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if !strings.HasPrefix(f.GetName(), "gpud_scheduler_queue_") {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range mt.GetLabel() {
+				key += "," + l.GetValue()
+			}
+			got[key] = mt.GetGauge().GetValue()
+		}
+	}
+	want := map[string]float64{
+		"gpud_scheduler_queue_guaranteed,team-a,gpu_milli": 8000,
+		"gpud_scheduler_queue_limit,team-a,gpu_milli":      16000, "gpud_scheduler_queue_limit,team-a,cpu_milli": 64000,
+		"gpud_scheduler_queue_used,team-a,gpu_milli": 2500, "gpud_scheduler_queue_used,team-a,mig_slices": 1,
+		"gpud_scheduler_queue_used,team-a,cpu_milli": 0, "gpud_scheduler_queue_used,team-a,memory_mib": 0, "gpud_scheduler_queue_used,team-a,gpu_memory_mib": 0,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("queue metrics %v, want %v", got, want)
 	}
 }

@@ -104,6 +104,11 @@ type Plan struct {
 	Evictions []Eviction
 	// Pending pods stay unbound this cycle, each with the reason.
 	Pending []Pending
+	// QueueUsage, if the decider tracks queues, is what each queue of
+	// Snapshot.Queues (leaves and ancestors) holds once the plan is
+	// carried out, by queue name; the runtime exports it as metrics next
+	// to the queues' guarantees and limits. Nil: not tracked.
+	QueueUsage map[string]jobs.Resources
 }
 
 // Bind places one pod.

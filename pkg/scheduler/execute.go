@@ -131,6 +131,9 @@ func (s *Scheduler) bindUnit(ctx context.Context, unit []plan.Bind) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
 		}, metav1.CreateOptions{})
+		if err != nil && s.boundAnyway(ctx, pod, b.Node) {
+			err = nil // the request failed on our side (a timeout, a cancel) after the API server bound it
+		}
 		if err != nil {
 			s.rollback(ctx, pod, written[i])
 			s.m.attempts.WithLabelValues(resultError).Inc()
@@ -149,6 +152,16 @@ func (s *Scheduler) bindUnit(ctx context.Context, unit []plan.Bind) {
 		s.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonScheduled, actionBinding,
 			"Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, b.Node)
 	}
+}
+
+// boundAnyway reports whether pod is bound to node after all: a Binding
+// whose response was lost (the context ended, a timeout) may have been
+// carried out, and its claims must then not be rolled back.
+func (s *Scheduler) boundAnyway(ctx context.Context, pod *corev1.Pod, node string) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	cur, err := s.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	return err == nil && cur.UID == pod.UID && cur.Spec.NodeName == node
 }
 
 // writeClaims writes a bind's claims: status.allocation plus reservedFor

@@ -566,3 +566,36 @@ func TestQueueMetrics(t *testing.T) {
 		t.Errorf("queue metrics %v, want %v", got, want)
 	}
 }
+
+// TestBindingLostResponse: a Binding that the API server carried out but
+// whose response was lost counts as bound; its claims stay.
+func TestBindingLostResponse(t *testing.T) {
+	base := l40sNode(t)
+	c := wholeClaim("ns", "c", "gpu.gpud.io")
+	pod := claimPod("ns", "p", t0, "c")
+	ts := newTestScheduler(t, placeAll{}, append(base, c, pod)...)
+	ts.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
+		p, err := ts.client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		bound := p.(*corev1.Pod).DeepCopy()
+		bound.Spec.NodeName = b.Target.Name
+		if err := ts.client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), bound, b.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, nil, context.DeadlineExceeded
+	})
+	sn := ts.snapshotOf(viewInputs(t, base, []*resourceapi.ResourceClaim{c}, []*corev1.Pod{pod}))
+	ts.execute(t.Context(), sn, ts.cfg.Decider.Decide(sn.Snapshot))
+	if got := ts.claimFromAPI(t, "ns", "c"); got.Status.Allocation == nil || len(got.Status.ReservedFor) != 1 {
+		t.Fatalf("claim of a bound pod rolled back: %+v", got.Status)
+	}
+	if n, ok := ts.assumed.boundNode(pod.UID); !ok || n != "n1" {
+		t.Errorf("assumed bound = %q %v", n, ok)
+	}
+}

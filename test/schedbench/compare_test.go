@@ -308,6 +308,8 @@ func (b *bench) run(s sched) Result {
 		}
 		if n == len(uids) || (n > 0 && time.Since(lastChange) > *flagIdle) {
 			r.Bound, r.FirstBind, r.LastBind = n, first.Sub(begin), last.Sub(begin)
+			times := b.tr.bindTimes(uids)
+			r.Bind90 = times[Count90(n)-1].Sub(begin)
 			break
 		}
 		if n == 0 && time.Since(begin) > 3*time.Minute {
@@ -592,6 +594,20 @@ func (tr *tracker) boundStats(uids []types.UID) (n int, first, last time.Time) {
 		}
 	}
 	return n, first, last
+}
+
+// bindTimes are the bind times of uids, sorted.
+func (tr *tracker) bindTimes(uids []types.UID) []time.Time {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []time.Time
+	for _, u := range uids {
+		if at, ok := tr.bound[u]; ok {
+			out = append(out, at)
+		}
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
 }
 
 // waitDecided waits until uid is bound (true) or marked unschedulable

@@ -221,6 +221,13 @@ func TestTable(t *testing.T) {
 			t.Fatalf("table lacks %q:\n%s", want, out)
 		}
 	}
+	if got := Count90(11); got != 10 {
+		t.Fatalf("Count90(11) = %d, want 10", got)
+	}
+	r := Result{Bound: 11, FirstBind: time.Second, Bind90: 4 * time.Second}
+	if got := r.PodsPerSecond90(); got != 3 {
+		t.Fatalf("PodsPerSecond90 = %v, want 3 (9 pods after the first in 3s)", got)
+	}
 }
 
 func TestShippedClasses(t *testing.T) {

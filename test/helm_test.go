@@ -62,10 +62,11 @@ const helmChartDir = "../deploy/helm/gpud"
 // pinned k8s.io modules'.
 var helmKubeVersion = common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
 
-// helmRender renders the chart as release "gpud" in namespace "gpud" with
-// values over the chart's defaults. monitoring says whether the cluster
-// serves the Prometheus Operator's monitoring.coreos.com/v1.
-func helmRender(t *testing.T, values map[string]any, monitoring bool) (map[string]runtime.Object, error) {
+// helmTemplate renders the chart as release "gpud" in namespace "gpud"
+// with values over the chart's defaults, as `helm template` does, and
+// returns the YAML templates' output by file. monitoring says whether the
+// cluster serves the Prometheus Operator's monitoring.coreos.com/v1.
+func helmTemplate(t *testing.T, values map[string]any, monitoring bool) (map[string]string, error) {
 	t.Helper()
 	ch, err := loader.Load(helmChartDir)
 	if err != nil {
@@ -86,11 +87,24 @@ func helmRender(t *testing.T, values map[string]any, monitoring bool) (map[strin
 	if err != nil {
 		return nil, err
 	}
+	for name := range files {
+		if !strings.HasSuffix(name, ".yaml") {
+			delete(files, name) // NOTES.txt, _helpers.tpl
+		}
+	}
+	return files, nil
+}
+
+// helmRender is helmTemplate's objects, decoded strictly, keyed
+// "<kind>/<name>".
+func helmRender(t *testing.T, values map[string]any, monitoring bool) (map[string]runtime.Object, error) {
+	t.Helper()
+	files, err := helmTemplate(t, values, monitoring)
+	if err != nil {
+		return nil, err
+	}
 	objs := map[string]runtime.Object{}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		if !strings.HasSuffix(name, ".yaml") {
-			continue // NOTES.txt, _helpers.tpl
-		}
 		for i, doc := range bytes.Split([]byte(files[name]), []byte("\n---")) {
 			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 				continue
@@ -863,7 +877,10 @@ func TestHelmChartServerSideDryRun(t *testing.T) {
 		{name: "node labels", values: map[string]any{"agent": map[string]any{"nodeLabels": true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			files := helmRenderFiles(t, tc.values)
+			files, err := helmTemplate(t, tc.values, false)
+			if err != nil {
+				t.Fatal(err)
+			}
 			n := 0
 			for _, name := range slices.Sorted(maps.Keys(files)) {
 				for _, doc := range bytes.Split([]byte(files[name]), []byte("\n---")) {
@@ -881,33 +898,6 @@ func TestHelmChartServerSideDryRun(t *testing.T) {
 			}
 		})
 	}
-}
-
-// helmRenderFiles renders the chart (no Prometheus Operator) and returns
-// the YAML templates' output by file.
-func helmRenderFiles(t *testing.T, values map[string]any) map[string]string {
-	t.Helper()
-	ch, err := loader.Load(helmChartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caps := common.DefaultCapabilities.Copy()
-	caps.KubeVersion = helmKubeVersion
-	vals, err := chartutil.ToRenderValuesWithSchemaValidation(ch, values,
-		common.ReleaseOptions{Name: "gpud", Namespace: "gpud", Revision: 1, IsInstall: true}, caps, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := engine.Render(ch, vals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name := range files {
-		if !strings.HasSuffix(name, ".yaml") {
-			delete(files, name)
-		}
-	}
-	return files
 }
 
 func ptrTo[T any](v T) *T { return &v }

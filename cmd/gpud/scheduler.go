@@ -60,6 +60,8 @@ type schedulerOptions struct {
 	renewDeadline  time.Duration
 	retryPeriod    time.Duration
 	resync         time.Duration
+	qps            float64
+	burst          int
 	logLevel       string
 	logFormat      string
 }
@@ -81,6 +83,8 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", scheduler.DefaultRenewDeadline, "how long the leader keeps trying to renew before it gives up leading (and exits); less than the lease duration")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", scheduler.DefaultRetryPeriod, "how often replicas try to acquire or renew the lease")
 	fs.DurationVar(&o.resync, "resync-period", scheduler.DefaultResync, "period of decision cycles without API events (pending pods are also decided on every relevant change)")
+	fs.Float64Var(&o.qps, "kube-api-qps", 200, "API requests per second the scheduler may send (claim writes and Bindings come in bursts; client-go's default 5 would throttle a cycle of a few hundred pods for a minute)")
+	fs.IntVar(&o.burst, "kube-api-burst", 400, "API requests the scheduler may send at once above --kube-api-qps")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 }
@@ -128,6 +132,12 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 	}
 	if o.resync < 100*time.Millisecond || o.resync > time.Hour {
 		errs = append(errs, flagErr("resync-period", "%s: want 100ms to 1h", o.resync))
+	}
+	if !(o.qps >= 1 && o.qps <= 100000) { // NaN fails too
+		errs = append(errs, flagErr("kube-api-qps", "%g: want 1 to 100000", o.qps))
+	}
+	if o.burst < 1 || o.burst > 100000 {
+		errs = append(errs, flagErr("kube-api-burst", "%d: want 1 to 100000", o.burst))
 	}
 	if _, err := newLogger(io.Discard, o.logFormat, o.logLevel); err != nil {
 		errs = append(errs, err)
@@ -197,9 +207,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	restCfg.UserAgent = "gpud-scheduler/" + version
-	// Binds and claim writes come in bursts; client-go's default 5 QPS
-	// would throttle a cycle of a few hundred pods for a minute.
-	restCfg.QPS, restCfg.Burst = 200, 400
+	restCfg.QPS, restCfg.Burst = float32(o.qps), o.burst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: API client: %w", err)

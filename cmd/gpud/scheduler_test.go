@@ -48,6 +48,8 @@ func TestSchedulerFlags(t *testing.T) {
 		{name: "bad kubeconfig", args: []string{"--kubeconfig", filepath.Join(dir, "none")}, want: "--kubeconfig"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
 		{name: "argument", args: []string{"extra"}, want: "unexpected argument"},
+		{name: "bad qps", args: []string{"--kube-api-qps", "NaN"}, want: "--kube-api-qps"},
+		{name: "bad burst", args: []string{"--kube-api-burst", "0"}, want: "--kube-api-burst"},
 		{name: "two errors at once", args: []string{"--policy", "x", "--resync-period", "1ms"}, want: "--resync-period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

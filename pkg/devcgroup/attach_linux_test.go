@@ -21,10 +21,20 @@ import (
 // "path errno" line per node ("ok" when the open succeeded).
 const childEnv = "GPUD_DEVCGROUP_TEST_OPEN"
 
+// joinEnv makes the child first move itself into this cgroup v1
+// directory (cgroup v1 has no CLONE_INTO_CGROUP).
+const joinEnv = "GPUD_DEVCGROUP_TEST_JOIN"
+
 func TestMain(m *testing.M) {
 	if paths := os.Getenv(childEnv); paths != "" {
+		if dir := os.Getenv(joinEnv); dir != "" {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
+				fmt.Fprintln(os.Stderr, "join:", err)
+				os.Exit(2)
+			}
+		}
 		for p := range strings.SplitSeq(paths, ",") {
-			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			f, err := os.Open(p) // read-only: runc gives caps "r"
 			switch {
 			case err == nil:
 				f.Close()

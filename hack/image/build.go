@@ -31,6 +31,9 @@ const binaryPath = "/usr/local/bin/gpud"
 // dlopens it, so the binary's own DT_NEEDED does not list them.
 var nvmlNeeds = []string{"libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
 
+// ldSoConf is the image's /etc/ld.so.conf.
+const ldSoConf = "include /etc/ld.so.conf.d/*.conf\n/usr/local/lib\n/usr/lib/x86_64-linux-gnu\n/usr/lib/aarch64-linux-gnu\n/usr/lib64\n/lib64\n"
+
 // build assembles the image: runtime layer, binary layer, config.
 func build(o options) (v1.Image, error) {
 	ref, err := name.ParseReference(o.image)
@@ -127,6 +130,11 @@ func runtimeLibs(binary string, dirs []string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("the binary's loader %s: %w", interp, err)
 	}
 	out[interp] = data
+	// The NVIDIA container runtime puts the driver's libraries into the
+	// container (/usr/lib/x86_64-linux-gnu, or /usr/lib64 on RPM hosts)
+	// and runs ldconfig on its root; this tells ldconfig every place they
+	// may land, so dlopen("libnvidia-ml.so.1") finds it through the cache.
+	out["/etc/ld.so.conf"] = []byte(ldSoConf)
 	queue := append(slices.Clone(needed), nvmlNeeds...)
 	seen := map[string]bool{}
 	for len(queue) > 0 {
@@ -170,7 +178,8 @@ func findLib(lib string, dirs []string) (string, error) {
 }
 
 // layerOf makes an OCI layer of files (absolute path -> content), with
-// their parent directories, root-owned, fixed times, executables 0755.
+// their parent directories, root-owned, fixed times, 0755 (0644 under
+// /etc).
 func layerOf(files map[string][]byte) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -189,7 +198,11 @@ func layerOf(files map[string][]byte) (v1.Layer, error) {
 				return nil, err
 			}
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o755, Size: int64(len(files[p])), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		mode := int64(0o755)
+		if strings.HasPrefix(rel, "etc/") {
+			mode = 0o644
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: mode, Size: int64(len(files[p])), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 			return nil, err
 		}
 		if _, err := tw.Write(files[p]); err != nil {

@@ -8,7 +8,8 @@
 // debug/elf and copied from this machine), together with the libraries
 // libnvidia-ml.so.1 itself needs when go-nvml dlopens it (libm, libdl,
 // libpthread, librt: the NVIDIA container runtime injects only its own
-// libraries); and the binary at /usr/local/bin/gpud. A static binary gets
+// libraries) and an /etc/ld.so.conf naming where that runtime puts them;
+// and the binary at /usr/local/bin/gpud. A static binary gets
 // no runtime layer. Files have fixed owners and times, and the config no
 // creation time, so the same inputs give the same digest.
 //

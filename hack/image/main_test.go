@@ -129,6 +129,9 @@ func TestImage(t *testing.T) {
 	if !bytes.Equal(files[binaryPath], want) {
 		t.Fatalf("%s in the image (%d bytes) is not the binary built (%d bytes)", binaryPath, len(files[binaryPath]), len(want))
 	}
+	if string(files["/etc/ld.so.conf"]) != ldSoConf {
+		t.Errorf("/etc/ld.so.conf = %q, want the library dirs the NVIDIA runtime may use", files["/etc/ld.so.conf"])
+	}
 	libs := map[string]bool{}
 	for p := range files {
 		libs[path.Base(p)] = true
@@ -154,7 +157,7 @@ func TestImage(t *testing.T) {
 		}
 		if strings.HasPrefix(path.Base(p), "ld-linux") {
 			loader = dst
-		} else if strings.Contains(path.Base(p), ".so") {
+		} else if strings.Contains(path.Base(p), ".so.") && !strings.HasPrefix(p, "/etc/") {
 			libDirs[filepath.Dir(dst)] = true
 		}
 	}

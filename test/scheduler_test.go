@@ -323,8 +323,11 @@ func startSchedulerProc(t *testing.T, bin, dir, kubeconfig string) *schedProc {
 				<-p.done
 			}
 		}
+		data, _ := os.ReadFile(p.logPath)
+		if strings.Contains(string(data), "WARNING: DATA RACE") { // built with GOFLAGS=-race
+			t.Errorf("scheduler %s: data race", p.name)
+		}
 		if t.Failed() {
-			data, _ := os.ReadFile(p.logPath)
 			if len(data) > 64<<10 {
 				data = data[len(data)-64<<10:]
 			}

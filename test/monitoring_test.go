@@ -308,10 +308,9 @@ func TestDashboardsOnSimulatedH100(t *testing.T) {
 
 type monRuleRef struct{ alert, metric string }
 
-// monMetricName finds metric names in PromQL: a name followed by a
-// selector, or one of gpud's prefixes. Label names and functions are
-// neither.
-var monMetricName = regexp.MustCompile(`\b(DCGM_FI_[A-Z0-9_]+|gpud_[a-z0-9_]+|up)\s*\{`)
+// monMetricName finds the metric names in an alert's PromQL: gpud's
+// (DCGM_FI_*, gpud_*) and Prometheus' up.
+var monMetricName = regexp.MustCompile(`\b(DCGM_FI_[A-Z0-9_]+|gpud_[a-z0-9_]+|up)\b`)
 
 // monRuleMetrics lists the metrics each alert of deploy/monitoring's
 // PrometheusRule uses.
@@ -337,16 +336,11 @@ func monRuleMetrics(t *testing.T) []monRuleRef {
 	var out []monRuleRef
 	for _, g := range r.Spec.Groups {
 		for _, rule := range g.Rules {
-			found := false
-			for _, m := range monMetricName.FindAllStringSubmatch(rule.Expr, -1) {
-				out = append(out, monRuleRef{rule.Alert, m[1]})
-				found = true
-			}
-			for _, m := range regexp.MustCompile(`\b(DCGM_FI_[A-Z0-9_]+|gpud_[a-z0-9_]+)\b`).FindAllString(rule.Expr, -1) {
+			names := monMetricName.FindAllString(rule.Expr, -1)
+			for _, m := range names {
 				out = append(out, monRuleRef{rule.Alert, m})
-				found = true
 			}
-			if !found {
+			if len(names) == 0 {
 				t.Errorf("alert %s: no metric found in %q", rule.Alert, rule.Expr)
 			}
 		}

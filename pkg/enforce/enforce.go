@@ -1,0 +1,409 @@
+// Package enforce makes the node enforce what the kubelet allocated, for
+// every container as it appears: it watches the pod cgroup tree (polling,
+// at most 1s) and the kubelet's PodResources, and attaches a device filter
+// (pkg/devcgroup: eBPF on cgroup v2, devices.deny on v1) that lets the
+// container open only its GPUs, MIG caps, nvidiactl and nvidia-uvm; with
+// cpu affinity on, it writes the container's cpuset on its GPUs' NUMA
+// node(s) (pkg/cpuaffinity). Filters follow allocation changes and are
+// released when the container's cgroup goes.
+//
+// Containers are named through the kubelet's log links (pod UID and
+// container ID from the cgroup path, names from /var/log/pods and
+// /var/log/containers); a container not named yet is given its pod's
+// devices, never more. A container of a pod the kubelet does not know is
+// left alone, and so is every container while PodResources does not
+// answer (no allocation is known then).
+//
+// It reads and writes only under the roots in its [Config].
+package enforce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpud/gpud/pkg/cpuaffinity"
+	"github.com/gpud/gpud/pkg/devcgroup"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/usage"
+)
+
+// DefaultInterval is how often the pod cgroup tree is read.
+const DefaultInterval = 500 * time.Millisecond
+
+// MaxInterval is the slowest allowed: a container is filtered within this
+// long of its cgroup appearing.
+const MaxInterval = time.Second
+
+// Allocations lists the kubelet's device assignments
+// (*podresources.Client).
+type Allocations interface {
+	Allocations(ctx context.Context) ([]usage.Assignment, error)
+}
+
+// Pods maps pod UIDs to names (procattr.PodLogs).
+type Pods interface {
+	Pods() (map[string]usage.PodRef, error)
+}
+
+// Containers maps container IDs to names ([ContainerLogs]).
+type Containers interface {
+	Containers() (map[string]ContainerRef, error)
+}
+
+// Config is the enforcer's wiring. Zero values are documented per field.
+type Config struct {
+	// Unified is the cgroup2 mount (empty: none); V1Devices the cgroup v1
+	// devices hierarchy (empty: none). Containers are looked for under
+	// both.
+	Unified, V1Devices string
+	// Isolate turns device filters on.
+	Isolate bool
+	// Majors are the nvidia-uvm and nvidia-caps majors (/proc/devices).
+	Majors devcgroup.Majors
+	// Probe says whether eBPF device filters work here; nil means
+	// [devcgroup.Probe]. When it fails, cgroup v1 is used where the
+	// container has a devices cgroup, and nothing elsewhere.
+	Probe func() error
+	// CPUs writes cpusets; nil leaves cpusets alone (--cpu-affinity off).
+	CPUs *cpuaffinity.Writer
+	// CPURoot is the hierarchy holding cpu.shares or cpu.weight and the
+	// CPU quota (cgroup2 with the cpu controller, or the v1 cpu mount).
+	CPURoot string
+	// OnlineCPUs are the node's online CPUs (/sys/devices/system/cpu/online).
+	OnlineCPUs []int
+	// Interval is the poll period; 0 means [DefaultInterval].
+	Interval time.Duration
+
+	Inventory   func() gpu.Inventory
+	Allocations Allocations
+	Pods        Pods
+	Containers  Containers
+}
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Interval < 0 || c.Interval > MaxInterval {
+		errs = append(errs, fmt.Errorf("enforce: interval %s: want (0, %s]", c.Interval, MaxInterval))
+	}
+	if c.Inventory == nil || c.Allocations == nil || c.Pods == nil || c.Containers == nil {
+		errs = append(errs, errors.New("enforce: Inventory, Allocations, Pods and Containers are required"))
+	}
+	if c.Unified == "" && c.V1Devices == "" && c.CPUs == nil {
+		errs = append(errs, errors.New("enforce: no cgroup hierarchy to watch"))
+	}
+	return errors.Join(errs...)
+}
+
+// filter is an attached device filter of either kind.
+type filter interface {
+	Update(devcgroup.Allowed) error
+	Close() error
+}
+
+type v1Filter struct {
+	h    *devcgroup.V1Handle
+	node func() devcgroup.V1Node
+}
+
+func (f v1Filter) Update(a devcgroup.Allowed) error { return f.h.Update(a, f.node()) }
+func (f v1Filter) Close() error                     { return f.h.Close() }
+
+// tracked is what the enforcer did to one container.
+type tracked struct {
+	filter  filter
+	allowed devcgroup.Allowed
+	cpus    string // the cpuset written, "" when none
+	failed  bool   // an attach failed and was logged; it is retried
+}
+
+// Enforcer applies [Config] to every container. Create one with [New];
+// Run it once.
+type Enforcer struct {
+	cfg      Config
+	log      *slog.Logger
+	ebpf     error // nil when eBPF filters work
+	interval time.Duration
+
+	mu      sync.Mutex
+	status  string
+	tracked map[string]*tracked
+	warned  map[string]bool // warnings already logged, by kind
+}
+
+// New checks cfg and probes the kernel once.
+func New(cfg Config, log *slog.Logger) (*Enforcer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Enforcer{cfg: cfg, log: log, interval: cfg.Interval, tracked: map[string]*tracked{}, warned: map[string]bool{}}
+	if e.interval == 0 {
+		e.interval = DefaultInterval
+	}
+	if cfg.Isolate {
+		probe := cfg.Probe
+		if probe == nil {
+			probe = devcgroup.Probe
+		}
+		e.ebpf = probe()
+		if e.ebpf == nil && cfg.Unified == "" {
+			e.ebpf = fmt.Errorf("%w: no cgroup2 mount", devcgroup.ErrUnsupported)
+		}
+	}
+	e.status = e.describe()
+	return e, nil
+}
+
+// describe is the one-line state for logs and /readyz.
+func (e *Enforcer) describe() string {
+	var s string
+	switch {
+	case !e.cfg.Isolate:
+		s = "device isolation: off"
+	case e.ebpf == nil:
+		s = "device isolation: ebpf on " + e.cfg.Unified
+	case e.cfg.V1Devices != "":
+		s = fmt.Sprintf("device isolation: cgroup v1 devices on %s (ebpf not available: %v)", e.cfg.V1Devices, e.ebpf)
+	default:
+		s = fmt.Sprintf("device isolation: not available: %v", e.ebpf)
+	}
+	if e.cfg.CPUs != nil {
+		s += "; cpu affinity: align on " + e.cfg.CPUs.Hierarchy()
+	} else {
+		s += "; cpu affinity: off"
+	}
+	return s
+}
+
+// Status is a one-line summary for /readyz: what is enforced, or why not.
+func (e *Enforcer) Status() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status
+}
+
+// Run polls until ctx ends, then detaches every filter it attached (the
+// filters live as long as the agent: a restarted agent attaches them
+// again within one interval).
+func (e *Enforcer) Run(ctx context.Context) error {
+	e.log.Info("enforcement starting", "status", e.Status(), "interval", e.interval)
+	t := time.NewTicker(e.interval)
+	defer t.Stop()
+	defer e.closeAll()
+	for {
+		e.Reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (e *Enforcer) closeAll() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for rel, t := range e.tracked {
+		if t.filter != nil {
+			if err := t.filter.Close(); err != nil {
+				e.log.Warn("device filter detach failed", "cgroup", rel, "err", err)
+			}
+		}
+		delete(e.tracked, rel)
+	}
+}
+
+// Reconcile does one pass: find containers, attach, update or release
+// filters and cpusets. Run calls it every interval; tests call it
+// directly.
+func (e *Enforcer) Reconcile(ctx context.Context) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	found := map[string]container{}
+	roots := []string{e.cfg.Unified, e.cfg.V1Devices}
+	if e.cfg.CPUs != nil {
+		roots = append(roots, e.cfg.CPUs.Hierarchy())
+	}
+	for _, root := range roots {
+		if root == "" {
+			continue
+		}
+		cs, err := scan(root)
+		if err != nil {
+			e.warnOnce("scan", "pod cgroup tree read failed", "root", root, "err", err)
+			continue
+		}
+		for rel, c := range cs {
+			found[rel] = c
+		}
+	}
+	// Containers whose cgroup is gone: release.
+	for rel, t := range e.tracked {
+		if _, ok := found[rel]; ok {
+			continue
+		}
+		if t.filter != nil {
+			if err := t.filter.Close(); err != nil {
+				e.log.Debug("device filter release failed", "cgroup", rel, "err", err)
+			}
+			e.log.Debug("device filter released", "cgroup", rel)
+		}
+		delete(e.tracked, rel)
+	}
+	if len(found) == 0 {
+		return
+	}
+	allocCtx, cancel := context.WithTimeout(ctx, e.interval)
+	as, err := e.cfg.Allocations.Allocations(allocCtx)
+	cancel()
+	if err != nil {
+		e.warnOnce("allocations", "pod resources unavailable, enforcement paused", "err", err)
+		return
+	}
+	e.warned["allocations"] = false
+	pods, err := e.cfg.Pods.Pods()
+	if err != nil {
+		e.warnOnce("pods", "pod names unavailable, enforcement paused", "err", err)
+		return
+	}
+	names, err := e.cfg.Containers.Containers()
+	if err != nil {
+		e.warnOnce("containers", "container names unavailable, falling back to pod-level devices", "err", err)
+		names = nil
+	}
+	inv := e.cfg.Inventory()
+	rels := make([]string, 0, len(found))
+	for rel := range found {
+		rels = append(rels, rel)
+	}
+	sort.Strings(rels)
+	for _, rel := range rels {
+		c := found[rel]
+		pod, ok := pods[c.podUID]
+		if !ok {
+			continue // not a pod the kubelet knows (yet): leave it alone
+		}
+		ref, named := names[c.containerID]
+		ctr := ""
+		if named && ref.Namespace == pod.Namespace && ref.Pod == pod.Name {
+			ctr = ref.Container
+		}
+		allowed, uuids := allowedFor(inv, e.cfg.Majors, deviceIDs(as, pod.Namespace, pod.Name, ctr))
+		t := e.tracked[rel]
+		if t == nil {
+			t = &tracked{}
+			e.tracked[rel] = t
+		}
+		if e.cfg.Isolate {
+			e.applyFilter(rel, t, allowed, inv)
+		}
+		if e.cfg.CPUs != nil && ctr != "" {
+			e.applyCPUs(rel, c, t, inv, uuids)
+		}
+	}
+}
+
+func (e *Enforcer) applyFilter(rel string, t *tracked, a devcgroup.Allowed, inv gpu.Inventory) {
+	if t.filter != nil {
+		if t.allowed.Equal(a) {
+			return
+		}
+		if err := t.filter.Update(a); err != nil {
+			e.log.Warn("device filter update failed", "cgroup", rel, "allowed", a.String(), "err", err)
+			return
+		}
+		e.log.Info("device filter updated", "cgroup", rel, "allowed", a.String())
+		t.allowed = a
+		return
+	}
+	f, err := e.attach(rel, a, inv)
+	if err != nil {
+		if !t.failed {
+			e.log.Warn("device filter attach failed, retrying every interval", "cgroup", rel, "err", err)
+		}
+		t.failed = true
+		return
+	}
+	if f == nil {
+		return
+	}
+	t.filter, t.allowed = f, a
+	e.log.Info("device filter attached", "cgroup", rel, "allowed", a.String())
+}
+
+// attach picks eBPF on the cgroup2 directory, else devices.deny on the v1
+// devices directory; nil when the container has neither.
+func (e *Enforcer) attach(rel string, a devcgroup.Allowed, inv gpu.Inventory) (filter, error) {
+	if e.ebpf == nil {
+		dir := filepath.Join(e.cfg.Unified, rel)
+		if _, err := os.Stat(dir); err == nil {
+			return devcgroup.Attach(dir, a)
+		}
+	}
+	if e.cfg.V1Devices != "" {
+		dir := filepath.Join(e.cfg.V1Devices, rel)
+		if _, err := os.Stat(dir); err == nil {
+			node := func() devcgroup.V1Node { return v1Node(e.cfg.Inventory()) }
+			h, err := devcgroup.AttachV1(dir, a, v1Node(inv))
+			if err != nil {
+				return nil, err
+			}
+			return v1Filter{h: h, node: node}, nil
+		}
+	}
+	return nil, nil
+}
+
+func v1Node(inv gpu.Inventory) devcgroup.V1Node {
+	var n devcgroup.V1Node
+	for _, g := range inv.GPUs {
+		n.GPUMinors = append(n.GPUMinors, uint32(g.Minor))
+	}
+	return n
+}
+
+func (e *Enforcer) applyCPUs(rel string, c container, t *tracked, inv gpu.Inventory, uuids []string) {
+	if len(uuids) == 0 {
+		return
+	}
+	req, err := cpuaffinity.CPURequestMilli(filepath.Join(e.cfg.CPURoot, rel))
+	if err != nil {
+		e.log.Debug("cpu request unreadable", "cgroup", rel, "err", err)
+		return
+	}
+	pinned := c.guaranteed && integerLimit(filepath.Join(e.cfg.CPURoot, rel))
+	d := cpuaffinity.Plan(inv, e.cfg.OnlineCPUs, cpuaffinity.Container{GPUs: uuids, CPURequestMilli: req, Pinned: pinned})
+	if d.Skip != "" {
+		return
+	}
+	want := cpuaffinity.Format(d.CPUs)
+	if cur, err := e.cfg.CPUs.Get(rel); err == nil && cpuaffinity.Format(cur) == want {
+		t.cpus = want
+		return
+	}
+	if err := e.cfg.CPUs.Set(rel, d.CPUs); err != nil {
+		e.log.Warn("cpuset write failed", "cgroup", rel, "cpus", want, "err", err)
+		return
+	}
+	if t.cpus != want {
+		e.log.Info("cpuset aligned", "cgroup", rel, "cpus", want, "widened", d.Widened)
+	} else {
+		e.log.Debug("cpuset rewritten", "cgroup", rel, "cpus", want)
+	}
+	t.cpus = want
+}
+
+func (e *Enforcer) warnOnce(kind, msg string, args ...any) {
+	if e.warned[kind] {
+		return
+	}
+	e.warned[kind] = true
+	e.log.Warn(msg, args...)
+}

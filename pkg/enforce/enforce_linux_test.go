@@ -1,0 +1,328 @@
+package enforce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpud/gpud/pkg/cgroupfs"
+	"github.com/gpud/gpud/pkg/cpuaffinity"
+	"github.com/gpud/gpud/pkg/devcgroup"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/usage"
+)
+
+const childEnv = "GPUD_ENFORCE_TEST_OPEN"
+
+func TestMain(m *testing.M) {
+	if paths := os.Getenv(childEnv); paths != "" {
+		for p := range strings.SplitSeq(paths, ",") {
+			f, err := os.Open(p)
+			var errno syscall.Errno
+			switch {
+			case err == nil:
+				f.Close()
+				fmt.Printf("%s ok\n", p)
+			case errors.As(err, &errno):
+				fmt.Printf("%s %s\n", p, unix.ErrnoName(errno))
+			default:
+				fmt.Printf("%s %v\n", p, err)
+			}
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func mounts(t *testing.T) cgroupfs.Mounts {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates cgroups, mknods devices, loads BPF programs")
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Skipf("no mountinfo: %v", err)
+	}
+	defer f.Close()
+	m, err := cgroupfs.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// mkTree makes dir and removes it and everything below it (cgroups:
+// children first) at cleanup.
+func mkTree(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var dirs []string
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("remove test cgroup %s: %v", dirs[i], err)
+			}
+		}
+	})
+}
+
+func openIn(t *testing.T, dir string, paths []string) map[string]string {
+	t.Helper()
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(paths, ","))
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child in %s: %v", dir, err)
+	}
+	got := map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		p, res, _ := strings.Cut(line, " ")
+		got[filepath.Base(p)] = res
+	}
+	return got
+}
+
+// TestEnforcerKernel runs the enforcer on a kubepods-like tree in the real
+// cgroup2 hierarchy: a GPU container gets exactly its GPUs within a
+// second of its cgroup appearing, a container of a pod without GPUs gets
+// none, and the filter goes when the cgroup does.
+func TestEnforcerKernel(t *testing.T) {
+	m := mounts(t)
+	if m.Unified == "" {
+		t.Skip("no cgroup2 mount")
+	}
+	if err := devcgroup.Probe(); err != nil {
+		t.Skipf("kernel: %v", err)
+	}
+	root := filepath.Join(m.Unified, fmt.Sprintf("gpud-enforce-test-%d", os.Getpid()))
+	mkTree(t, root)
+	devs := t.TempDir()
+	var nodes []string
+	for i := range 8 {
+		p := filepath.Join(devs, fmt.Sprintf("nvidia%d", i))
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(devcgroup.GPUMajor, uint32(i)))); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, p)
+	}
+	inv := dgxH100(t)
+	allocs := &fakeAllocs{as: []usage.Assignment{
+		{Namespace: "ml", Pod: "train", Container: "cuda", ResourceName: "nvidia.com/gpu", DeviceIDs: []string{inv.GPUs[1].UUID, inv.GPUs[3].UUID}},
+	}}
+	pods := fakePods{uidA: {Namespace: "ml", Name: "train", UID: uidA}, uidB: {Namespace: "web", Name: "nginx", UID: uidB}}
+	names := fakeContainers{cid('a'): {"ml", "train", "cuda"}, cid('b'): {"web", "nginx", "nginx"}}
+	e, err := New(Config{Unified: root, Isolate: true, Interval: 200 * time.Millisecond,
+		Inventory: func() gpu.Inventory { return inv }, Allocations: allocs, Pods: pods, Containers: names},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	podA := filepath.Join(root, "kubepods", "burstable", "pod"+uidA)
+	podB := filepath.Join(root, "kubepods", "besteffort", "pod"+uidB)
+	for _, d := range []string{filepath.Join(root, "kubepods"), filepath.Dir(podA), podA, filepath.Dir(podB), podB} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctrA := filepath.Join(podA, cid('a'))
+	ctrB := filepath.Join(podB, cid('b'))
+	start := time.Now()
+	for _, d := range []string{ctrA, ctrB} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Poll from inside the container until the filter is there.
+	var got map[string]string
+	for {
+		got = openIn(t, ctrA, nodes)
+		if got["nvidia0"] == "EPERM" {
+			break
+		}
+		if time.Since(start) > MaxInterval {
+			t.Fatalf("no filter on %s %s after its cgroup appeared: %v", ctrA, time.Since(start), got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("gpu container filtered %s after its cgroup appeared: %v", time.Since(start).Round(time.Millisecond), got)
+	for i := range 8 {
+		n := fmt.Sprintf("nvidia%d", i)
+		want := "EPERM"
+		if i == inv.GPUs[1].Minor || i == inv.GPUs[3].Minor {
+			want = "ENXIO"
+		}
+		if got[n] != want && !(want == "ENXIO" && got[n] == "ENODEV") {
+			t.Errorf("gpu container: open %s = %s, want %s", n, got[n], want)
+		}
+	}
+	gotB := openIn(t, ctrB, nodes)
+	for n, res := range gotB {
+		if res != "EPERM" {
+			t.Errorf("container without gpus: open %s = %s, want EPERM", n, res)
+		}
+	}
+	// The allocation changes (a device moved by the kubelet): the filter follows.
+	e.mu.Lock()
+	allocs.as = []usage.Assignment{{Namespace: "ml", Pod: "train", Container: "cuda", ResourceName: "nvidia.com/gpu", DeviceIDs: []string{inv.GPUs[0].UUID}}}
+	e.mu.Unlock()
+	deadline := time.Now().Add(2 * MaxInterval)
+	for openIn(t, ctrA, nodes)["nvidia0"] == "EPERM" {
+		if time.Now().After(deadline) {
+			t.Fatal("filter did not follow the allocation change")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The container ends: its cgroup goes and the enforcer lets go.
+	if err := os.Remove(ctrB); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(2 * MaxInterval)
+	for {
+		e.mu.Lock()
+		_, held := e.tracked["/kubepods/besteffort/pod"+uidB+"/"+cid('b')]
+		e.mu.Unlock()
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("enforcer still holds the filter of a removed cgroup")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := e.Status(); !strings.Contains(s, "ebpf on") {
+		t.Errorf("Status() = %q, want ebpf on", s)
+	}
+	// Run ends: every filter is detached.
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	if got := openIn(t, ctrA, nodes); got["nvidia5"] == "EPERM" {
+		t.Errorf("after Run ended: open nvidia5 = EPERM, want the filter detached")
+	}
+}
+
+// TestEnforcerCPUAffinity aligns a GPU container's cpuset on the real
+// cpuset hierarchy (cgroup2 with cpuset, else v1).
+func TestEnforcerCPUAffinity(t *testing.T) {
+	m := mounts(t)
+	var w *cpuaffinity.Writer
+	var root string
+	probe, err := cpuaffinity.NewWriter(m.Unified, m.V1["cpuset"])
+	if err != nil {
+		t.Skipf("%v", err)
+	}
+	base := fmt.Sprintf("gpud-enforce-cpu-test-%d", os.Getpid())
+	v1 := probe.Hierarchy() != m.Unified
+	if v1 {
+		// containerd/cgroups wants a v1 hierarchy named "cpuset".
+		mkTree(t, filepath.Join(probe.Hierarchy(), base))
+		fillCpuset(t, filepath.Join(probe.Hierarchy(), base))
+		root = filepath.Join(probe.Hierarchy(), base, "cpuset")
+		if err := os.Mkdir(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fillCpuset(t, root)
+		if w, err = cpuaffinity.NewWriter("", root); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		root = filepath.Join(m.Unified, base)
+		mkTree(t, root)
+		if w, err = cpuaffinity.NewWriter(root, ""); err != nil {
+			t.Skipf("%v", err)
+		}
+	}
+	online, err := w.Get("/")
+	if err != nil || len(online) < 2 {
+		t.Skipf("needs 2+ CPUs in the test cgroup (%v, %v)", online, err)
+	}
+	rel := "/kubepods/burstable/pod" + uidA + "/" + cid('a')
+	parts := strings.Split(strings.Trim(rel, "/"), "/")
+	for i := range parts {
+		d := filepath.Join(root, filepath.Join(parts[:i+1]...))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if v1 {
+			fillCpuset(t, d)
+		}
+	}
+	// The CPU request as the kubelet writes it (cpu.shares for 500m), in a
+	// stand-in of the cpu hierarchy.
+	cpuRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cpuRoot, rel), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cpuRoot, rel, "cpu.shares"), []byte("512"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	last := online[len(online)-1]
+	inv := gpu.Inventory{GPUs: []gpu.GPU{{UUID: "GPU-near", Minor: 0, CPUAffinity: []int{last}}, {UUID: "GPU-far", Minor: 1, CPUAffinity: online[:1]}}}
+	e, err := New(Config{CPUs: w, CPURoot: cpuRoot, OnlineCPUs: online,
+		Inventory:   func() gpu.Inventory { return inv },
+		Allocations: &fakeAllocs{as: []usage.Assignment{{Namespace: "ml", Pod: "train", Container: "cuda", DeviceIDs: []string{"GPU-near"}}}},
+		Pods:        fakePods{uidA: {Namespace: "ml", Name: "train", UID: uidA}},
+		Containers:  fakeContainers{cid('a'): {"ml", "train", "cuda"}}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Reconcile(t.Context())
+	got, err := w.Get(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpuaffinity.Format(got) != fmt.Sprint(last) {
+		t.Errorf("cpuset.cpus = %s, want %d (GPU-near's CPU)", cpuaffinity.Format(got), last)
+	}
+	t.Logf("%s: cpuset.cpus %s -> %s", filepath.Join(root, rel), cpuaffinity.Format(online), cpuaffinity.Format(got))
+}
+
+// fillCpuset gives a new v1 cpuset cgroup its parent's CPUs and memory
+// nodes, as a runtime does (v1 cpusets start empty).
+func fillCpuset(t *testing.T, d string) {
+	t.Helper()
+	for _, n := range []string{"cpuset.mems", "cpuset.cpus"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(d), n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, n), b, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

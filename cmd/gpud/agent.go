@@ -147,8 +147,15 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		{"mig", migC.Run},
 		{"sharing", sharingC.Run},
 	}
+	enforceTask, enforceStatus, err := cfg.enforce.newEnforceTask(cfg, src, src.store.Current, log.With("component", "enforce"))
+	if err != nil {
+		return nil, err
+	}
+	if enforceTask != nil {
+		tasks = append(tasks, *enforceTask)
+	}
 	if cfg.http.addr != "" {
-		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, log: log.With("component", "http")}
+		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
 		tasks = append(tasks, task{"http", srv.Run})
 	}
 	if cfg.admin.socket != "" {

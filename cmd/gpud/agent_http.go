@@ -37,7 +37,10 @@ type httpServer struct {
 	addr      string
 	inventory func() (gpu.Inventory, bool)
 	metrics   *prometheus.Registry
-	log       *slog.Logger
+	// enforcement is a line for /readyz (what is enforced, or why not);
+	// nil when enforcement is off.
+	enforcement enforceStatus
+	log         *slog.Logger
 }
 
 func (s *httpServer) handler() http.Handler {
@@ -55,6 +58,9 @@ func (s *httpServer) handler() http.Handler {
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
+		if s.enforcement != nil {
+			_, _ = w.Write([]byte(s.enforcement() + "\n"))
+		}
 	})
 	mux.HandleFunc("GET /inventory", func(w http.ResponseWriter, _ *http.Request) {
 		inv, ok := s.inventory()

@@ -46,6 +46,7 @@ type agentConfig struct {
 	mig       migOptions
 	sharing   sharingOptions
 	labels    labelsOptions
+	enforce   enforceOptions
 }
 
 // agentFlagSet builds the agent's complete flag set. Tests use it to check
@@ -71,6 +72,7 @@ func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
 	c.mig.register(fs)
 	c.sharing.register(fs)
 	c.labels.register(fs)
+	c.enforce.register(fs)
 	return fs, c
 }
 
@@ -144,6 +146,7 @@ func (c *agentConfig) validate() []error {
 	errs = append(errs, c.mig.validate()...)
 	errs = append(errs, c.sharing.validate()...)
 	errs = append(errs, c.labels.validate(&c.dra, c.nvml.nodeName)...)
+	errs = append(errs, c.enforce.validate()...)
 	return errs
 }
 

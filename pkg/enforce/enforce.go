@@ -42,9 +42,11 @@ const DefaultInterval = 500 * time.Millisecond
 const MaxInterval = time.Second
 
 // Allocations lists the kubelet's device assignments
-// (*podresources.Client).
+// (*podresources.Client). List must fail, not return none, when the
+// kubelet cannot be asked: enforcement pauses then rather than taking
+// every container's GPUs away.
 type Allocations interface {
-	Allocations(ctx context.Context) ([]usage.Assignment, error)
+	List(ctx context.Context) ([]usage.Assignment, error)
 }
 
 // Pods maps pod UIDs to names (procattr.PodLogs).
@@ -261,7 +263,7 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		return
 	}
 	allocCtx, cancel := context.WithTimeout(ctx, e.interval)
-	as, err := e.cfg.Allocations.Allocations(allocCtx)
+	as, err := e.cfg.Allocations.List(allocCtx)
 	cancel()
 	if err != nil {
 		e.warnOnce("allocations", "pod resources unavailable, enforcement paused", "err", err)

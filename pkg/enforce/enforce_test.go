@@ -141,7 +141,7 @@ func TestIntegerLimit(t *testing.T) {
 // Fakes of the kubelet's views.
 type fakeAllocs struct{ as []usage.Assignment }
 
-func (f *fakeAllocs) Allocations(context.Context) ([]usage.Assignment, error) { return f.as, nil }
+func (f *fakeAllocs) List(context.Context) ([]usage.Assignment, error) { return f.as, nil }
 
 type fakePods map[string]usage.PodRef
 

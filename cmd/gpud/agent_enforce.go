@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpud/gpud/pkg/cgroupfs"
+	"github.com/gpud/gpud/pkg/cpuaffinity"
+	"github.com/gpud/gpud/pkg/devcgroup"
+	"github.com/gpud/gpud/pkg/enforce"
+	"github.com/gpud/gpud/pkg/gpu"
+)
+
+// The --cpu-affinity modes.
+const (
+	cpuAffinityOff   = "off"
+	cpuAffinityAlign = "align"
+)
+
+// enforceOptions are the flags of per-container enforcement: device
+// isolation (on by default where the node supports it) and NUMA-aligned
+// cpusets (off by default: it writes cpusets the kubelet may also manage).
+type enforceOptions struct {
+	isolateDevices    bool
+	cpuAffinity       string
+	interval          time.Duration
+	containerLogsRoot string
+}
+
+func (o *enforceOptions) register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.isolateDevices, "isolate-devices", true, "let each container open only the GPUs (and MIG caps) the kubelet allocated it, with an eBPF device filter on its cgroup v2 directory (cgroup v1: devices.deny); where the kernel cannot, the agent says why once and in /readyz, and runs without. Not yet with --kubelet-api dra")
+	fs.StringVar(&o.cpuAffinity, "cpu-affinity", cpuAffinityOff, "align: give each GPU container that the kubelet's CPU manager did not pin a cpuset on its GPUs' NUMA node(s) (all CPUs when its CPU request needs more); off: leave cpusets alone")
+	fs.DurationVar(&o.interval, "enforce-interval", enforce.DefaultInterval, "how often the pod cgroup tree is read for new containers (at most 1s: a container is filtered within this long of its cgroup appearing)")
+	fs.StringVar(&o.containerLogsRoot, "container-logs-root", enforce.DefaultContainerLogsRoot, "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log), which map container IDs to names")
+}
+
+func (o *enforceOptions) validate() []error {
+	var errs []error
+	switch o.cpuAffinity {
+	case cpuAffinityOff, cpuAffinityAlign:
+	default:
+		errs = append(errs, flagErr("cpu-affinity", "%s: want align or off", quoteTrunc(o.cpuAffinity)))
+	}
+	if o.interval <= 0 || o.interval > enforce.MaxInterval {
+		errs = append(errs, flagErr("enforce-interval", "%s: want more than 0 and at most %s", o.interval, enforce.MaxInterval))
+	}
+	return errs
+}
+
+// enforceStatus is the one-line state /readyz shows; "" when off.
+type enforceStatus func() string
+
+// newEnforceTask builds the enforcer on the node's cgroup mounts (read
+// from <proc-root>/self/mountinfo) and NVIDIA majors (<proc-root>/devices).
+// It returns no task when both parts are off. Isolation that the node
+// cannot do is logged once and reported in the status, not an error;
+// --cpu-affinity align without a cpuset hierarchy is an error.
+func (o *enforceOptions) newEnforceTask(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) (*task, enforceStatus, error) {
+	isolate := o.isolateDevices
+	if isolate && cfg.dra.enabled() {
+		log.Warn("device isolation not available", "reason", "not with --kubelet-api dra yet: PodResources does not list claims' devices to gpud")
+		isolate = false
+	}
+	align := o.cpuAffinity == cpuAffinityAlign
+	if !isolate && !align {
+		return nil, nil, nil
+	}
+	mounts, err := readMounts(filepath.Join(cfg.procRoot, "self", "mountinfo"))
+	if err != nil {
+		if align {
+			return nil, nil, fmt.Errorf("--cpu-affinity align: %w", err)
+		}
+		log.Warn("device isolation not available", "reason", err.Error())
+		status := "device isolation: not available: " + err.Error()
+		return nil, func() string { return status }, nil
+	}
+	majors, err := readMajors(filepath.Join(cfg.procRoot, "devices"))
+	if err != nil {
+		log.Warn("nvidia majors unknown, mig caps not filtered", "err", err)
+	}
+	ecfg := enforce.Config{
+		Unified: mounts.Unified, V1Devices: mounts.V1["devices"], Isolate: isolate, Majors: majors,
+		Interval: o.interval, Inventory: inventory, Allocations: src.pods, Pods: src.podNames,
+		Containers: enforce.ContainerLogs{Root: o.containerLogsRoot},
+	}
+	if align {
+		w, err := cpuaffinity.NewWriter(mounts.Unified, mounts.V1["cpuset"])
+		if err != nil {
+			return nil, nil, fmt.Errorf("--cpu-affinity align: %w", err)
+		}
+		online, err := readOnlineCPUs(filepath.Join(cfg.dra.sysfsRoot, "devices", "system", "cpu", "online"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--cpu-affinity align: %w", err)
+		}
+		ecfg.CPUs, ecfg.OnlineCPUs, ecfg.CPURoot = w, online, cpuRoot(mounts)
+	}
+	e, err := enforce.New(ecfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s := e.Status(); strings.Contains(s, "not available") {
+		log.Warn("device isolation not available", "status", s)
+	}
+	return &task{"enforce", e.Run}, e.Status, nil
+}
+
+func readMounts(path string) (cgroupfs.Mounts, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return cgroupfs.Mounts{}, fmt.Errorf("read cgroup mounts: %w (is --proc-root the host's /proc?)", err)
+	}
+	defer f.Close()
+	m, err := cgroupfs.Parse(f)
+	if err != nil {
+		return cgroupfs.Mounts{}, err
+	}
+	if m.Unified == "" && len(m.V1) == 0 {
+		return cgroupfs.Mounts{}, fmt.Errorf("no cgroup mounts in %s: mount the host's /sys/fs/cgroup", path)
+	}
+	return m, nil
+}
+
+func readMajors(path string) (devcgroup.Majors, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return devcgroup.Majors{}, nil
+		}
+		return devcgroup.Majors{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	return devcgroup.ParseProcDevices(f)
+}
+
+func readOnlineCPUs(path string) ([]int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read online CPUs: %w (is --sysfs-root the host's /sys?)", err)
+	}
+	return cpuaffinity.Parse(string(b))
+}
+
+// cpuRoot is the hierarchy with the kubelet's CPU requests and quotas: the
+// cgroup2 mount when it has the cpu controller, else the v1 cpu mount.
+func cpuRoot(m cgroupfs.Mounts) string {
+	if m.Unified != "" {
+		if b, err := os.ReadFile(filepath.Join(m.Unified, "cgroup.controllers")); err == nil && strings.Contains(" "+strings.TrimSpace(string(b))+" ", " cpu ") {
+			return m.Unified
+		}
+	}
+	return m.V1["cpu"]
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/podresources"
+	"github.com/gpud/gpud/pkg/procattr"
+)
+
+func TestEnforceFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // "" = valid
+	}{
+		{name: "defaults"},
+		{name: "align", args: []string{"--cpu-affinity", "align"}},
+		{name: "bad mode", args: []string{"--cpu-affinity", "numa"}, want: "--cpu-affinity: \"numa\": want align or off"},
+		{name: "interval too slow", args: []string{"--enforce-interval", "2s"}, want: "--enforce-interval: 2s: want more than 0 and at most 1s"},
+		{name: "interval zero", args: []string{"--enforce-interval", "0s"}, want: "--enforce-interval"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs, c := agentFlagSet(io.Discard)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			errs := c.enforce.validate()
+			if tc.want == "" {
+				if len(errs) > 0 {
+					t.Fatalf("validate() = %v, want none", errs)
+				}
+				return
+			}
+			if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.want) {
+				t.Fatalf("validate() = %v, want %q", errs, tc.want)
+			}
+		})
+	}
+	_, c := agentFlagSet(io.Discard)
+	if !c.enforce.isolateDevices || c.enforce.cpuAffinity != cpuAffinityOff {
+		t.Errorf("defaults: isolate-devices %v cpu-affinity %s, want true and off", c.enforce.isolateDevices, c.enforce.cpuAffinity)
+	}
+}
+
+func enforceTestConfig(t *testing.T, args ...string) (*agentConfig, *nodeSources) {
+	t.Helper()
+	dir := t.TempDir()
+	fs, c := agentFlagSet(io.Discard)
+	if err := fs.Parse(append([]string{"--proc-root", filepath.Join(dir, "proc"), "--sysfs-root", filepath.Join(dir, "sys")}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	src := &nodeSources{pods: podresources.New(filepath.Join(dir, "kubelet.sock")), podNames: procattr.PodLogs{Root: filepath.Join(dir, "pods")}}
+	return c, src
+}
+
+func noInventory() gpu.Inventory { return gpu.Inventory{} }
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
+	c, src := enforceTestConfig(t)
+	task, status, err := c.enforce.newEnforceTask(c, src, noInventory, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task != nil || status == nil || !strings.Contains(status(), "not available") {
+		t.Fatalf("no mountinfo: task %v, status %v; want no task and a not-available status", task, status)
+	}
+	c, src = enforceTestConfig(t, "--cpu-affinity", "align")
+	if _, _, err := c.enforce.newEnforceTask(c, src, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
+		t.Fatalf("align without cgroups: %v, want an error naming --cpu-affinity", err)
+	}
+}
+
+func TestNewEnforceTaskOff(t *testing.T) {
+	c, src := enforceTestConfig(t, "--isolate-devices=false")
+	task, status, err := c.enforce.newEnforceTask(c, src, noInventory, quietLog())
+	if err != nil || task != nil || status != nil {
+		t.Fatalf("all off: %v %v %v, want nothing", task, status, err)
+	}
+	c, src = enforceTestConfig(t, "--kubelet-api", "dra")
+	task, _, err = c.enforce.newEnforceTask(c, src, noInventory, quietLog())
+	if err != nil || task != nil {
+		t.Fatalf("dra: %v %v, want isolation off", task, err)
+	}
+}
+
+// TestNewEnforceTaskMounts points mountinfo at a temp cgroup2 "mount":
+// the task is built on it, and /readyz shows its status.
+func TestNewEnforceTaskMounts(t *testing.T) {
+	c, src := enforceTestConfig(t)
+	cg := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(c.procRoot, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mi := "41 31 0:38 / " + cg + " rw,relatime - cgroup2 cgroup2 rw\n"
+	if err := os.WriteFile(filepath.Join(c.procRoot, "self", "mountinfo"), []byte(mi), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.procRoot, "devices"), []byte("Character devices:\n195 nvidia\n508 nvidia-caps\n510 nvidia-uvm\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	task, status, err := c.enforce.newEnforceTask(c, src, noInventory, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task == nil || task.name != "enforce" {
+		t.Fatalf("task = %v, want the enforce task", task)
+	}
+	s := status()
+	if !strings.Contains(s, "ebpf on "+cg) && !strings.Contains(s, "not available") {
+		t.Errorf("status = %q, want ebpf on %s or why not", s, cg)
+	}
+	srv := &httpServer{inventory: func() (gpu.Inventory, bool) { return gpu.Inventory{}, true }, metrics: prometheus.NewRegistry(), enforcement: status, log: quietLog()}
+	rec := httptest.NewRecorder()
+	srv.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusOK || rec.Body.String() != "ok\n"+s+"\n" {
+		t.Errorf("/readyz = %d %q, want ok and the enforcement line", rec.Code, rec.Body.String())
+	}
+}

@@ -134,8 +134,9 @@ type Enforcer struct {
 	ebpf     error // nil when eBPF filters work
 	interval time.Duration
 
-	mu      sync.Mutex
-	status  string
+	status string // fixed at New
+
+	mu      sync.Mutex // held by Reconcile
 	tracked map[string]*tracked
 	warned  map[string]bool // warnings already logged, by kind
 }
@@ -185,11 +186,7 @@ func (e *Enforcer) describe() string {
 }
 
 // Status is a one-line summary for /readyz: what is enforced, or why not.
-func (e *Enforcer) Status() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.status
-}
+func (e *Enforcer) Status() string { return e.status }
 
 // Run polls until ctx ends, then detaches every filter it attached (the
 // filters live as long as the agent: a restarted agent attaches them

@@ -45,22 +45,78 @@ func (v *View) matchDevice(d *Device, sel []resourceapi.DeviceSelector) (bool, e
 	return true, nil
 }
 
-// cachedMatch is [View.matches] through the view's MatchCache, if any.
-func (v *View) cachedMatch(key string, n *Node, d *Device, sel []resourceapi.DeviceSelector) (bool, error) {
-	if v.matches == nil {
-		return v.matchDevice(d, sel)
+// selection is what the selectors accept on the view, evaluated once per
+// view and selector list: per node from the view's MatchCache while the
+// pool keeps its generation, else with CEL.
+func (v *View) selection(sel []resourceapi.DeviceSelector) (*selection, error) {
+	key := selectorKey(sel)
+	if s := v.matched[key]; s != nil {
+		return s, nil
 	}
-	k := matchKey{sel: key, node: n.Name, device: d.Name, generation: n.Generation}
-	if ok, hit := v.matches.m[k]; hit {
-		return ok, nil
+	s := &selection{eligible: make([]bool, len(v.devs))}
+	seen := map[[2]int]bool{}
+	for _, n := range v.nodes {
+		nm, err := v.nodeMatch(key, n, sel)
+		if err != nil {
+			return nil, err
+		}
+		if len(n.devs) > 0 {
+			copy(s.eligible[n.devs[0].id:], nm.eligible)
+		}
+		s.gpus += nm.gpus
+		s.migs += nm.migs
+		for _, sh := range nm.shapes {
+			if !seen[sh.shape] {
+				seen[sh.shape] = true
+				s.shapes = append(s.shapes, sh)
+			}
+		}
 	}
-	ok, err := v.matchDevice(d, sel)
-	if err != nil {
-		return false, err
+	v.matched[key] = s
+	return s, nil
+}
+
+// nodeMatch is what the selectors (key) accept on n, through the view's
+// MatchCache if it has one.
+func (v *View) nodeMatch(key string, n *Node, sel []resourceapi.DeviceSelector) (*nodeMatch, error) {
+	k := matchKey{sel: key, node: n.Name, generation: n.Generation}
+	if v.matches != nil {
+		// A pool of one generation publishes the same devices; the length
+		// check guards against a pool republished without a new one.
+		if nm := v.matches.m[k]; nm != nil && len(nm.eligible) == len(n.devs) {
+			return nm, nil
+		}
 	}
-	if len(v.matches.m) >= maxMatchCache {
-		clear(v.matches.m)
+	nm := &nodeMatch{eligible: make([]bool, len(n.devs))}
+	seen := map[[2]int]bool{}
+	for i, d := range n.devs {
+		ok, err := v.matchDevice(d, sel)
+		if err != nil {
+			return nil, err
+		}
+		nm.eligible[i] = ok
+		switch {
+		case !ok:
+		case d.MIG:
+			nm.migs++
+			if sh := [2]int{d.ComputeSlices, d.Size}; !seen[sh] {
+				seen[sh] = true
+				nm.shapes = append(nm.shapes, migShape{shape: sh, profile: d.Profile})
+			}
+		default:
+			nm.gpus++
+		}
 	}
-	v.matches.m[k] = ok
-	return ok, nil
+	if v.matches != nil {
+		if v.matches.size+len(nm.eligible) > maxMatchCache {
+			clear(v.matches.m)
+			v.matches.size = 0
+		}
+		if old := v.matches.m[k]; old != nil {
+			v.matches.size -= len(old.eligible)
+		}
+		v.matches.m[k] = nm
+		v.matches.size += len(nm.eligible)
+	}
+	return nm, nil
 }

@@ -82,7 +82,10 @@ func (v *View) Place(items []*Item, opt Options) ([]Allocation, error) {
 // placeAll places every item on one node; on failure it returns the node
 // the first item chose ("" if it chose none).
 func (v *View) placeAll(items []*Item, opt Options, banned map[string]bool) ([]Allocation, string, error) {
-	u := v.usage.clone()
+	// The items' devices are added to the view's usage as they place and
+	// taken back at the end: the undo log restores exactly what changed.
+	u, j := v.usage, &undoLog{}
+	defer j.restore(u)
 	node := ""
 	type claimResults struct {
 		claim   *resourceapi.ResourceClaim
@@ -92,7 +95,7 @@ func (v *View) placeAll(items []*Item, opt Options, banned map[string]bool) ([]A
 	var order []*claimResults
 	byClaim := map[*resourceapi.ResourceClaim]*claimResults{}
 	for _, it := range items {
-		res, n, err := v.placeItem(it, u, opt, banned, node)
+		res, n, err := v.placeItem(it, u, j, opt, banned, node)
 		if err != nil {
 			return nil, node, err
 		}
@@ -119,14 +122,14 @@ func (it *Item) name() string {
 
 // placeItem places one item, on node pin if set, adding it to u; a MIG
 // item tries its shapes smallest first.
-func (v *View) placeItem(it *Item, u usage, opt Options, banned map[string]bool, pin string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
+func (v *View) placeItem(it *Item, u usage, j *undoLog, opt Options, banned map[string]bool, pin string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
 	if it.Kind != MIG {
-		return v.placeShape(it, u, opt, banned, pin)
+		return v.placeShape(it, u, j, opt, banned, pin)
 	}
 	var first error
 	for i := range it.shapes {
 		it.setShape(i)
-		res, n, err := v.placeShape(it, u, opt, banned, pin)
+		res, n, err := v.placeShape(it, u, j, opt, banned, pin)
 		if err == nil {
 			return res, n, nil
 		}
@@ -138,7 +141,7 @@ func (v *View) placeItem(it *Item, u usage, opt Options, banned map[string]bool,
 	return nil, "", first
 }
 
-func (v *View) placeShape(it *Item, u usage, opt Options, banned map[string]bool, pin string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
+func (v *View) placeShape(it *Item, u usage, j *undoLog, opt Options, banned map[string]bool, pin string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
 	excluded := map[gpuRef]bool{}
 	var last error
 	for range maxGPUTries {
@@ -155,7 +158,7 @@ func (v *View) placeShape(it *Item, u usage, opt Options, banned map[string]bool
 			return nil, "", fmt.Errorf("%s: %w: %w", it.name(), ErrNoFit, err)
 		}
 		n := refs[d.Node]
-		res, err := v.resolve(it, n, d, u, opt)
+		res, err := v.resolve(it, n, d, u, j, opt)
 		if err == nil {
 			return res, n.Name, nil
 		}
@@ -189,14 +192,8 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 		usable := false
 		for g := range n.GPUs {
 			gp := &n.GPUs[g]
-			ok := !excluded[gpuRef{n.Name, g}] && it.gpuUsable(n, gp)
-			labels := map[string]string{}
-			if dom := it.domain(n, gp); dom != "" {
-				labels[allocator.LabelNVLinkDomain] = dom
-			}
-			if it.Kind == MIG {
-				labels[allocator.LabelMIG] = "true"
-			}
+			ok := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && it.gpuUsable(n, gp)
+			labels := v.gpuLabels(it.domain(n, gp), it.Kind == MIG)
 			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
 				Labels: labels, Unhealthy: !ok}
 			usable = usable || ok
@@ -226,22 +223,41 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 // gpuUsable reports whether the item may use one of gp's devices.
 func (it *Item) gpuUsable(n *Node, gp *GPU) bool {
 	if it.Kind != MIG {
-		d := n.Devices[gp.Whole]
+		d := gp.wholeDev
 		return d != nil && it.usable(n, d) && (it.MatchAttribute == "" || attrValue(d, it.MatchAttribute) != "")
 	}
-	for _, name := range gp.MIG {
-		if it.usable(n, n.Devices[name]) {
+	for _, d := range gp.migDevs {
+		if it.usable(n, d) {
 			return true
 		}
 	}
 	return false
 }
 
+// gpuLabels are the allocator labels of a GPU with grouping value domain
+// ("" none), in MIG mode or not. GPUs with the same labels share one map:
+// the allocator only reads them.
+func (v *View) gpuLabels(domain string, mig bool) map[string]string {
+	k := gpuLabelKey{domain: domain, mig: mig}
+	if l, ok := v.labels[k]; ok {
+		return l
+	}
+	l := map[string]string{}
+	if domain != "" {
+		l[allocator.LabelNVLinkDomain] = domain
+	}
+	if mig {
+		l[allocator.LabelMIG] = "true"
+	}
+	v.labels[k] = l
+	return l
+}
+
 // domain is the GPU's grouping label for the allocator: the value of the
 // item's matchAttribute, else the GPU's NVLink domain.
 func (it *Item) domain(n *Node, gp *GPU) string {
-	if it.MatchAttribute != "" && gp.Whole != "" {
-		return attrValue(n.Devices[gp.Whole], it.MatchAttribute)
+	if it.MatchAttribute != "" && gp.wholeDev != nil {
+		return attrValue(gp.wholeDev, it.MatchAttribute)
 	}
 	return gp.NVLinkDomain
 }
@@ -288,15 +304,17 @@ func cutDomain(s string) (string, string, bool) {
 // means the state is already over-allocated; [Check] reports it.
 func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
 	gp := &n.GPUs[g]
-	whole := u[devKey{n.Name, gp.Whole}]
+	var whole *devUse
+	if gp.wholeDev != nil {
+		whole = u[gp.wholeDev.id]
+	}
 	if mig {
 		if gp.Whole != "" && whole != nil && whole.allocated() {
 			_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: 0}, allocator.Request{MIGProfile: "7g.80gb"})
 			return
 		}
-		for _, name := range gp.MIG {
-			if use := u[devKey{n.Name, name}]; use != nil && use.allocated() {
-				d := n.Devices[name]
+		for _, d := range gp.migDevs {
+			if use := u[d.id]; use.allocated() {
 				if p := profileOf(d.ComputeSlices, d.Size); p >= 0 {
 					_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: d.Start}, allocator.Request{MIGProfile: allocator.MIGProfiles[p].Name})
 				}
@@ -305,16 +323,17 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
 		return
 	}
 	milli := int64(0)
-	for _, name := range gp.MIG {
-		if use := u[devKey{n.Name, name}]; use != nil && use.allocated() {
+	for _, d := range gp.migDevs {
+		if u[d.id].allocated() {
 			milli = allocator.MilliPerGPU
+			break
 		}
 	}
 	if whole != nil && whole.exclusive > 0 {
 		milli = allocator.MilliPerGPU
 	}
 	if whole != nil && milli < allocator.MilliPerGPU {
-		d := n.Devices[gp.Whole]
+		d := gp.wholeDev
 		for name, q := range whole.consumed {
 			c, ok := d.Capacity[name]
 			if !ok || c.Value.Sign() <= 0 || q.Cmp(c.Value) >= 0 {
@@ -332,7 +351,7 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
 
 // resolve turns the allocator's decision into devices on n, re-checked
 // against u, and adds them to u.
-func (v *View) resolve(it *Item, n *Node, d allocator.Decision, u usage, opt Options) ([]resourceapi.DeviceRequestAllocationResult, error) {
+func (v *View) resolve(it *Item, n *Node, d allocator.Decision, u usage, j *undoLog, opt Options) ([]resourceapi.DeviceRequestAllocationResult, error) {
 	switch it.Kind {
 	case MIG:
 		if len(d.GPUs) != 1 {
@@ -356,7 +375,7 @@ func (v *View) resolve(it *Item, n *Node, d allocator.Decision, u usage, opt Opt
 			return cmp.Compare(a.Start, b.Start)
 		})
 		for _, dev := range cands {
-			if res, err := v.take(it, n, []*Device{dev}, u, opt); err == nil {
+			if res, err := v.take(it, n, []*Device{dev}, u, j, opt); err == nil {
 				return res, nil
 			}
 		}
@@ -372,7 +391,7 @@ func (v *View) resolve(it *Item, n *Node, d allocator.Decision, u usage, opt Opt
 				return nil, err
 			}
 		}
-		return v.take(it, n, devs, u, opt)
+		return v.take(it, n, devs, u, j, opt)
 	}
 }
 
@@ -396,7 +415,7 @@ func (v *View) regroup(it *Item, n *Node, u usage) ([]*Device, error) {
 		if d == nil || !it.usable(n, d) {
 			continue
 		}
-		if use := u[devKey{n.Name, d.Name}]; use != nil && use.allocated() {
+		if u[d.id].allocated() {
 			continue
 		}
 		k := attrValue(d, it.MatchAttribute)
@@ -422,7 +441,7 @@ func (v *View) regroup(it *Item, n *Node, u usage) ([]*Device, error) {
 
 // take allocates devs for it on n if that over-allocates nothing on n,
 // adding them to u.
-func (v *View) take(it *Item, n *Node, devs []*Device, u usage, opt Options) ([]resourceapi.DeviceRequestAllocationResult, error) {
+func (v *View) take(it *Item, n *Node, devs []*Device, u usage, j *undoLog, opt Options) ([]resourceapi.DeviceRequestAllocationResult, error) {
 	res := make([]resourceapi.DeviceRequestAllocationResult, 0, len(devs))
 	for _, d := range devs {
 		if d == nil {
@@ -441,11 +460,11 @@ func (v *View) take(it *Item, n *Node, devs []*Device, u usage, opt Options) ([]
 		res = append(res, r)
 	}
 	a := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: res}}
-	if err := u.add(v, a); err != nil {
+	if err := u.add(v, a, j); err != nil {
 		return nil, err
 	}
 	if vs := violations(v, u, n.Name); len(vs) > 0 {
-		u.sub(a)
+		u.sub(v, a, j)
 		return nil, fmt.Errorf("%s: %w", vs[0], ErrOverAllocated)
 	}
 	return res, nil

@@ -67,7 +67,9 @@ type Item struct {
 	class       *resourceapi.DeviceClass
 	selectors   []resourceapi.DeviceSelector
 	tolerations []resourceapi.DeviceToleration
-	eligible    map[devKey]bool
+	// eligible is shared by the view's items with the same selectors;
+	// index it by Device.id.
+	eligible []bool
 	// shapes are a MIG item's (compute, memory) slice shapes, smallest
 	// first; shape is the one placed now.
 	shapes [][2]int
@@ -192,45 +194,19 @@ func (v *View) item(c *resourceapi.ResourceClaim, r *resourceapi.DeviceRequest) 
 	}
 	// Which devices the selectors pick decides the kind. Claims with the
 	// same selectors (one template, many pods) share the evaluation.
-	key := selectorKey(it.selectors)
-	it.eligible = v.matched[key]
-	fresh := it.eligible == nil
-	if fresh {
-		it.eligible = map[devKey]bool{}
+	sel, err := v.selection(it.selectors)
+	if err != nil {
+		return nil, err
 	}
-	var gpus, migs int
-	shapes := map[[2]int]string{}
-	for _, n := range v.nodes {
-		for _, d := range n.Devices {
-			k := devKey{n.Name, d.Name}
-			ok := it.eligible[k]
-			if fresh {
-				var err error
-				if ok, err = v.cachedMatch(key, n, d, it.selectors); err != nil {
-					return nil, err
-				}
-				it.eligible[k] = ok
-			}
-			switch {
-			case !ok:
-			case d.MIG:
-				migs++
-				shapes[[2]int{d.ComputeSlices, d.Size}] = d.Profile
-			default:
-				gpus++
-			}
-		}
-	}
-	if fresh {
-		v.matched[key] = it.eligible
-	}
+	it.eligible = sel.eligible
+	gpus, migs := sel.gpus, sel.migs
 	switch {
 	case gpus == 0 && migs == 0:
 		return nil, fmt.Errorf("class %q and the selectors match no %s device: %w", class.Name, DriverName, ErrNoFit)
 	case gpus > 0 && migs > 0:
 		return nil, fmt.Errorf("selectors match both whole GPUs and MIG devices; select one type: %w", ErrUnsupported)
 	case migs > 0:
-		return it, it.mig(shapes)
+		return it, it.mig(sel.shapes)
 	case it.Capacity != nil:
 		return it, it.fraction()
 	}
@@ -299,7 +275,7 @@ func (it *Item) fraction() error {
 // different shapes on different GPUs (1g.10gb is 1 memory slice of an
 // H100 and 2 of an A100 40GB), and a request without a profile selector
 // takes the smallest slice that fits.
-func (it *Item) mig(shapes map[[2]int]string) error {
+func (it *Item) mig(shapes []migShape) error {
 	it.Kind = MIG
 	if it.Count != 1 {
 		return fmt.Errorf("count %d MIG devices (one per request): %w", it.Count, ErrUnsupported)
@@ -307,11 +283,11 @@ func (it *Item) mig(shapes map[[2]int]string) error {
 	if it.Capacity != nil {
 		return fmt.Errorf("capacity requests on a MIG device: %w", ErrUnsupported)
 	}
-	for shape, name := range shapes {
-		if profileOf(shape[0], shape[1]) < 0 {
-			return fmt.Errorf("MIG profile %s (%d compute, %d memory slices) has no allocator profile: %w", name, shape[0], shape[1], ErrUnsupported)
+	for _, sh := range shapes {
+		if profileOf(sh.shape[0], sh.shape[1]) < 0 {
+			return fmt.Errorf("MIG profile %s (%d compute, %d memory slices) has no allocator profile: %w", sh.profile, sh.shape[0], sh.shape[1], ErrUnsupported)
 		}
-		it.shapes = append(it.shapes, shape)
+		it.shapes = append(it.shapes, sh.shape)
 	}
 	slices.SortFunc(it.shapes, func(a, b [2]int) int {
 		if a[1] != b[1] {
@@ -339,7 +315,7 @@ func profileOf(compute, memory int) int {
 // usable reports whether the item may take device d on n, usage aside:
 // type, class and selectors, tolerated taints, shareability for fractions.
 func (it *Item) usable(n *Node, d *Device) bool {
-	if !it.eligible[devKey{n.Name, d.Name}] || d.MIG != (it.Kind == MIG) {
+	if d == nil || d.node != n || !it.eligible[d.id] || d.MIG != (it.Kind == MIG) {
 		return false
 	}
 	if d.MIG && (d.ComputeSlices != it.shape[0] || d.Size != it.shape[1]) {

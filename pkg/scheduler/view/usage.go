@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// devKey names a device: pool (= node) and device.
+// devKey names a device, or a counter set: pool (= node) and name.
 type devKey struct{ node, device string }
 
 // devUse is what allocations take from one device.
@@ -22,36 +22,77 @@ type devUse struct {
 	consumed map[resourceapi.QualifiedName]resource.Quantity
 }
 
-func (u *devUse) allocated() bool { return u.exclusive+u.shares > 0 }
+func (u *devUse) allocated() bool { return u != nil && u.exclusive+u.shares > 0 }
 
-// usage is what all allocations take, per device.
-type usage map[devKey]*devUse
+func (u *devUse) clone() *devUse {
+	if u == nil {
+		return nil
+	}
+	c := *u
+	c.consumed = maps.Clone(u.consumed)
+	return &c
+}
+
+// usage is what all allocations take, per device (by Device.id).
+type usage map[int32]*devUse
 
 func (u usage) clone() usage {
 	out := make(usage, len(u))
 	for k, d := range u {
-		c := *d
-		c.consumed = maps.Clone(d.consumed)
-		out[k] = &c
+		out[k] = d.clone()
 	}
 	return out
+}
+
+// undoLog keeps usage entries as they were before their first change, so
+// that a what-if (a Place) can be taken back exactly without copying the
+// whole usage. nil records nothing.
+type undoLog struct {
+	// saved holds the entries' earlier values; nil: absent.
+	saved map[int32]*devUse
+}
+
+func (j *undoLog) save(u usage, k int32) {
+	if j == nil {
+		return
+	}
+	if j.saved == nil {
+		j.saved = map[int32]*devUse{}
+	}
+	if _, done := j.saved[k]; !done {
+		j.saved[k] = u[k].clone()
+	}
+}
+
+// restore puts back every saved entry and forgets them.
+func (j *undoLog) restore(u usage) {
+	for k, d := range j.saved {
+		if d == nil {
+			delete(u, k)
+		} else {
+			u[k] = d
+		}
+	}
+	clear(j.saved)
 }
 
 // add records an allocation's gpud devices. Admin-access results take
 // nothing (as for kube-scheduler). Results naming a device the view does
 // not have are left out and reported in the error; the rest are added, so
 // a stale device name never hides what the claim's other devices take.
-func (u usage) add(v *View, a *resourceapi.AllocationResult) error {
+func (u usage) add(v *View, a *resourceapi.AllocationResult, j *undoLog) error {
 	var unknown []string
 	for _, r := range a.Devices.Results {
 		if r.Driver != DriverName || (r.AdminAccess != nil && *r.AdminAccess) {
 			continue
 		}
-		if n := v.byName[r.Pool]; n == nil || n.Devices[r.Device] == nil {
+		dev := v.device(r.Pool, r.Device)
+		if dev == nil {
 			unknown = append(unknown, r.Pool+"/"+r.Device)
 			continue
 		}
-		k := devKey{r.Pool, r.Device}
+		k := dev.id
+		j.save(u, k)
 		d := u[k]
 		if d == nil {
 			d = &devUse{}
@@ -78,15 +119,17 @@ func (u usage) add(v *View, a *resourceapi.AllocationResult) error {
 }
 
 // sub removes what add added for a.
-func (u usage) sub(a *resourceapi.AllocationResult) {
+func (u usage) sub(v *View, a *resourceapi.AllocationResult, j *undoLog) {
 	for _, r := range a.Devices.Results {
 		if r.Driver != DriverName || (r.AdminAccess != nil && *r.AdminAccess) {
 			continue
 		}
-		d := u[devKey{r.Pool, r.Device}]
-		if d == nil {
+		dev := v.device(r.Pool, r.Device)
+		if dev == nil || u[dev.id] == nil {
 			continue // an unknown device add left out
 		}
+		j.save(u, dev.id)
+		d := u[dev.id]
 		if r.ShareID == nil {
 			d.exclusive--
 			continue
@@ -98,6 +141,14 @@ func (u usage) sub(a *resourceapi.AllocationResult) {
 			d.consumed[name] = sum
 		}
 	}
+}
+
+// device is the named device of the view, or nil.
+func (v *View) device(pool, name string) *Device {
+	if n := v.byName[pool]; n != nil {
+		return n.Devices[name]
+	}
+	return nil
 }
 
 // Violation is one over-allocation [Check] found.
@@ -123,7 +174,7 @@ func Check(v *View, allocs ...*resourceapi.AllocationResult) error {
 			if a == nil {
 				continue
 			}
-			if err := u.add(v, a); err != nil {
+			if err := u.add(v, a, nil); err != nil {
 				return fmt.Errorf("check: %w", err)
 			}
 		}
@@ -143,15 +194,11 @@ func Check(v *View, allocs ...*resourceapi.AllocationResult) error {
 func violations(v *View, u usage, only string) []Violation {
 	var out []Violation
 	counters := map[devKey]map[string]resource.Quantity{} // (node, set) -> used
-	for k, use := range u {
-		if only != "" && k.node != only {
-			continue
-		}
-		n := v.byName[k.node]
-		d := n.Devices[k.device]
+	check := func(d *Device, use *devUse) {
 		if !use.allocated() {
-			continue
+			return
 		}
+		k := devKey{d.node.Name, d.Name}
 		if !d.Shareable && use.exclusive+use.shares > 1 {
 			out = append(out, Violation{k.node, k.device, fmt.Sprintf("allocated %d times, not shareable", use.exclusive+use.shares)})
 		}
@@ -178,6 +225,15 @@ func violations(v *View, u usage, only string) []Violation {
 				sum.Add(c.Value)
 				counters[ck][name] = sum
 			}
+		}
+	}
+	if n := v.byName[only]; n != nil {
+		for _, d := range n.devs {
+			check(d, u[d.id])
+		}
+	} else if only == "" {
+		for id, use := range u {
+			check(v.devs[id], use)
 		}
 	}
 	for ck, used := range counters {
@@ -221,7 +277,7 @@ func (v *View) Assume(allocs ...Allocation) error {
 		if a.Result == nil {
 			continue
 		}
-		if err := v.usage.add(v, a.Result); err != nil {
+		if err := v.usage.add(v, a.Result, nil); err != nil {
 			errs = append(errs, fmt.Errorf("claim %s/%s: %w", a.Claim.Namespace, a.Claim.Name, err))
 		}
 	}
@@ -232,6 +288,6 @@ func (v *View) Assume(allocs ...Allocation) error {
 // claim in a what-if), undoing what Build or Assume added for it.
 func (v *View) Release(a *resourceapi.AllocationResult) {
 	if a != nil {
-		v.usage.sub(a)
+		v.usage.sub(v, a, nil)
 	}
 }

@@ -60,6 +60,11 @@ type Device struct {
 	Capacity   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 	Taints     []resourceapi.DeviceTaint
 	Consumes   []resourceapi.DeviceCounterConsumption
+
+	// id indexes the view's devices (View.devs); node is the device's
+	// node. Both are set by Build.
+	id   int32
+	node *Node
 }
 
 // GPU is one physical GPU of a node, gathered from its whole device and
@@ -76,6 +81,10 @@ type GPU struct {
 	Whole string
 	// MIG lists the GPU's MIG devices, by name.
 	MIG []string
+
+	// wholeDev and migDevs are the devices Whole and MIG name.
+	wholeDev *Device
+	migDevs  []*Device
 }
 
 // Node is one node with gpud's devices on it. Its pool is named after it.
@@ -93,6 +102,9 @@ type Node struct {
 	Devices map[string]*Device
 	// Counters maps a counter set to its counters' values.
 	Counters map[string]map[string]resource.Quantity
+
+	// devs are the node's devices by name; their ids are consecutive.
+	devs []*Device
 }
 
 // View is the cluster as gpud's scheduler sees it: nodes, devices, classes
@@ -104,30 +116,66 @@ type View struct {
 	classes map[string]*resourceapi.DeviceClass
 	usage   usage
 	cel     *cel.Cache
-	// matched caches which devices a selector list (selectorKey) accepts.
-	matched map[string]map[devKey]bool
+	// devs are every node's devices, indexed by Device.id.
+	devs []*Device
+	// matched caches what a selector list (selectorKey) accepts.
+	matched map[string]*selection
 	// matches is the cross-view cache of selector results, if any.
 	matches *MatchCache
+	// labels are the allocator GPU labels by grouping value and MIG mode,
+	// shared (the allocator only reads them).
+	labels map[gpuLabelKey]map[string]string
 }
 
-// MatchCache keeps selector results across views: a device's result holds
+type gpuLabelKey struct {
+	domain string
+	mig    bool
+}
+
+// selection is what one selector list accepts on a view: eligible
+// devices by id, how many whole GPUs and MIG devices, and the MIG shapes
+// (compute, memory slices) with a profile name each, in node and device
+// order.
+type selection struct {
+	eligible   []bool
+	gpus, migs int
+	shapes     []migShape
+}
+
+type migShape struct {
+	shape   [2]int
+	profile string
+}
+
+// nodeMatch is what a selector list accepts on one node: eligible devices
+// in the node's device order, and their summary.
+type nodeMatch struct {
+	eligible   []bool
+	gpus, migs int
+	shapes     []migShape
+}
+
+// MatchCache keeps selector results across views: a node's results hold
 // while its pool's generation does (the driver bumps it on every change).
 // Evaluating CEL on every device for every new view dominates a decision
 // otherwise. It is not safe for concurrent use.
 type MatchCache struct {
-	m map[matchKey]bool
+	m map[matchKey]*nodeMatch
+	// size counts the devices whose results m holds.
+	size int
 }
 
 type matchKey struct {
-	sel, node, device string
-	generation        int64
+	sel, node  string
+	generation int64
 }
 
-// maxMatchCache bounds a MatchCache; it is emptied when full.
+// maxMatchCache bounds a MatchCache in device results; it is emptied when
+// full.
 const maxMatchCache = 1 << 20
 
 // NewMatchCache returns an empty cache for [Inputs.Matches].
-func NewMatchCache() *MatchCache { return &MatchCache{m: map[matchKey]bool{}} }
+func NewMatchCache() *MatchCache { return &MatchCache{m: map[matchKey]*nodeMatch{}} }
 
 // Inputs are the informers' objects. Nil entries are ignored. A claim that
 // appears twice (by UID) counts once, as its later entry: append the claims
@@ -160,7 +208,8 @@ var celFeatures = cel.Features{EnableConsumableCapacity: true}
 // out and reported as skips.
 func Build(in Inputs) (*View, []Skip) {
 	v := &View{byName: map[string]*Node{}, classes: map[string]*resourceapi.DeviceClass{},
-		usage: usage{}, cel: in.CEL, matched: map[string]map[devKey]bool{}, matches: in.Matches}
+		usage: usage{}, cel: in.CEL, matched: map[string]*selection{}, matches: in.Matches,
+		labels: map[gpuLabelKey]map[string]string{}}
 	if v.cel == nil {
 		v.cel = cel.NewCache(256, celFeatures)
 	}
@@ -199,6 +248,21 @@ func Build(in Inputs) (*View, []Skip) {
 		v.byName[n.Name] = n
 	}
 	slices.SortFunc(v.nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
+	for _, n := range v.nodes {
+		n.devs = slices.SortedFunc(maps.Values(n.Devices), func(a, b *Device) int { return cmp.Compare(a.Name, b.Name) })
+		for _, d := range n.devs {
+			d.id, d.node = int32(len(v.devs)), n
+			v.devs = append(v.devs, d)
+		}
+		for g := range n.GPUs {
+			gp := &n.GPUs[g]
+			gp.wholeDev = n.Devices[gp.Whole]
+			gp.migDevs = make([]*Device, len(gp.MIG))
+			for i, name := range gp.MIG {
+				gp.migDevs[i] = n.Devices[name]
+			}
+		}
+	}
 	// A claim listed twice (the informer's copy and the loop's assumed,
 	// just written one) counts once: the later entry wins.
 	last := map[string]int{}
@@ -211,7 +275,7 @@ func Build(in Inputs) (*View, []Skip) {
 		if c == nil || c.Status.Allocation == nil || last[claimID(c)] != i {
 			continue
 		}
-		if err := v.usage.add(v, c.Status.Allocation); err != nil {
+		if err := v.usage.add(v, c.Status.Allocation, nil); err != nil {
 			skips = append(skips, Skip{Kind: "ResourceClaim", Name: c.Namespace + "/" + c.Name, Reason: err.Error()})
 		}
 	}

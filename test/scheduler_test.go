@@ -593,7 +593,8 @@ func prepareAsKubelet(t *testing.T, n *schedNode, claims map[string]*resourceapi
 // whole-GPU pods, then submits a high-priority pod of two GPUs on one
 // NVLink domain: the scheduler evicts exactly two victims through the
 // Eviction API, nominates the node, and binds the pod once the victims are
-// gone. The test acts as the kubelet (victims deleted) and as
+// gone. Then a gang of two 3-GPU pods holds nothing while only one member
+// fits, and binds whole when the node frees. The test acts as the kubelet (victims deleted) and as
 // kube-controller-manager's resourceclaim controller (their claims
 // released), which the environment lacks.
 func TestSchedulerPreemption(t *testing.T) {
@@ -693,6 +694,60 @@ func TestSchedulerPreemption(t *testing.T) {
 		}
 	}
 	checkSchedAllocations(t, env, []schedPod{high})
+
+	// A gang of two 3-GPU pods on the full node: it holds nothing while
+	// only one member fits (3 GPUs freed), and binds whole once the other
+	// 3 are free.
+	gang := []schedPod{{name: "gang-0", example: "two-gpus-nvlink", count: 3, priorityClass: "low"},
+		{name: "gang-1", example: "two-gpus-nvlink", count: 3, priorityClass: "low"}}
+	createGang(t, env, "gang", gang)
+	var rest []string
+	for _, p := range low {
+		if !victims[p.name] {
+			rest = append(rest, p.name)
+		}
+	}
+	release := func(names []string) {
+		for _, name := range names {
+			p, err := c.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			releaseClaims(t, env, p)
+			if err := c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	release(rest[:3])
+	for _, p := range gang {
+		msg := env.WaitForPodUnschedulable(t, metav1.NamespaceDefault, p.name, schedTimeout)
+		if !strings.Contains(msg, "gang") {
+			t.Errorf("gang pod %s pending with %q, want the gang's reason", p.name, msg)
+		}
+	}
+	// Two more cycles with the room for one member: still nothing held.
+	time.Sleep(3 * time.Second)
+	for _, p := range gang {
+		pod, err := c.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, p.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := c.ResourceV1().ResourceClaims(metav1.NamespaceDefault).Get(ctx, p.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pod.Spec.NodeName != "" || cl.Status.Allocation != nil {
+			t.Fatalf("gang member %s bound to %q / claim allocated while only one member fits", p.name, pod.Spec.NodeName)
+		}
+	}
+	freed := time.Now()
+	release(rest[3:])
+	for _, p := range gang {
+		env.WaitForPodBound(t, metav1.NamespaceDefault, p.name, schedTimeout)
+	}
+	t.Logf("gang of 2 bound %s after the node freed", time.Since(freed).Round(time.Millisecond))
+	checkSchedAllocations(t, env, append([]schedPod{high}, gang...))
 }
 
 // releaseClaims does what kube-controller-manager's resourceclaim

@@ -306,7 +306,7 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
 	gp := &n.GPUs[g]
 	var whole *devUse
 	if gp.wholeDev != nil {
-		whole = u[gp.wholeDev.id]
+		whole = u.dev[gp.wholeDev.id]
 	}
 	if mig {
 		if gp.Whole != "" && whole != nil && whole.allocated() {
@@ -314,7 +314,7 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
 			return
 		}
 		for _, d := range gp.migDevs {
-			if use := u[d.id]; use.allocated() {
+			if u.dev[d.id].allocated() {
 				if p := profileOf(d.ComputeSlices, d.Size); p >= 0 {
 					_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: d.Start}, allocator.Request{MIGProfile: allocator.MIGProfiles[p].Name})
 				}
@@ -323,11 +323,8 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
 		return
 	}
 	milli := int64(0)
-	for _, d := range gp.migDevs {
-		if u[d.id].allocated() {
-			milli = allocator.MilliPerGPU
-			break
-		}
+	if u.migBusy(gp) {
+		milli = allocator.MilliPerGPU
 	}
 	if whole != nil && whole.exclusive > 0 {
 		milli = allocator.MilliPerGPU
@@ -415,7 +412,7 @@ func (v *View) regroup(it *Item, n *Node, u usage) ([]*Device, error) {
 		if d == nil || !it.usable(n, d) {
 			continue
 		}
-		if u[d.id].allocated() {
+		if u.dev[d.id].allocated() {
 			continue
 		}
 		k := attrValue(d, it.MatchAttribute)

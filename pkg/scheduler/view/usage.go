@@ -33,16 +33,26 @@ func (u *devUse) clone() *devUse {
 	return &c
 }
 
-// usage is what all allocations take, per device (by Device.id).
-type usage map[int32]*devUse
+// usage is what all allocations take, per device (by Device.id), plus
+// how many allocations each GPU's MIG devices hold (so a whole-GPU
+// placement need not look at every MIG placement of the GPU).
+type usage struct {
+	dev  map[int32]*devUse
+	migs map[*GPU]int
+}
+
+func newUsage() usage { return usage{dev: map[int32]*devUse{}, migs: map[*GPU]int{}} }
 
 func (u usage) clone() usage {
-	out := make(usage, len(u))
-	for k, d := range u {
-		out[k] = d.clone()
+	out := usage{dev: make(map[int32]*devUse, len(u.dev)), migs: maps.Clone(u.migs)}
+	for k, d := range u.dev {
+		out.dev[k] = d.clone()
 	}
 	return out
 }
+
+// migBusy reports whether one of gp's MIG devices is allocated.
+func (u usage) migBusy(gp *GPU) bool { return u.migs[gp] > 0 }
 
 // undoLog keeps usage entries as they were before their first change, so
 // that a what-if (a Place) can be taken back exactly without copying the
@@ -50,17 +60,23 @@ func (u usage) clone() usage {
 type undoLog struct {
 	// saved holds the entries' earlier values; nil: absent.
 	saved map[int32]*devUse
+	migs  map[*GPU]int
 }
 
-func (j *undoLog) save(u usage, k int32) {
+func (j *undoLog) save(u usage, d *Device) {
 	if j == nil {
 		return
 	}
 	if j.saved == nil {
-		j.saved = map[int32]*devUse{}
+		j.saved, j.migs = map[int32]*devUse{}, map[*GPU]int{}
 	}
-	if _, done := j.saved[k]; !done {
-		j.saved[k] = u[k].clone()
+	if _, done := j.saved[d.id]; !done {
+		j.saved[d.id] = u.dev[d.id].clone()
+	}
+	if gp := &d.node.GPUs[d.GPU]; d.MIG {
+		if _, done := j.migs[gp]; !done {
+			j.migs[gp] = u.migs[gp]
+		}
 	}
 }
 
@@ -68,12 +84,20 @@ func (j *undoLog) save(u usage, k int32) {
 func (j *undoLog) restore(u usage) {
 	for k, d := range j.saved {
 		if d == nil {
-			delete(u, k)
+			delete(u.dev, k)
 		} else {
-			u[k] = d
+			u.dev[k] = d
+		}
+	}
+	for gp, n := range j.migs {
+		if n == 0 {
+			delete(u.migs, gp)
+		} else {
+			u.migs[gp] = n
 		}
 	}
 	clear(j.saved)
+	clear(j.migs)
 }
 
 // add records an allocation's gpud devices. Admin-access results take
@@ -91,12 +115,14 @@ func (u usage) add(v *View, a *resourceapi.AllocationResult, j *undoLog) error {
 			unknown = append(unknown, r.Pool+"/"+r.Device)
 			continue
 		}
-		k := dev.id
-		j.save(u, k)
-		d := u[k]
+		j.save(u, dev)
+		d := u.dev[dev.id]
 		if d == nil {
 			d = &devUse{}
-			u[k] = d
+			u.dev[dev.id] = d
+		}
+		if dev.MIG {
+			u.migs[&dev.node.GPUs[dev.GPU]]++
 		}
 		if r.ShareID == nil {
 			d.exclusive++
@@ -125,11 +151,14 @@ func (u usage) sub(v *View, a *resourceapi.AllocationResult, j *undoLog) {
 			continue
 		}
 		dev := v.device(r.Pool, r.Device)
-		if dev == nil || u[dev.id] == nil {
+		if dev == nil || u.dev[dev.id] == nil {
 			continue // an unknown device add left out
 		}
-		j.save(u, dev.id)
-		d := u[dev.id]
+		j.save(u, dev)
+		d := u.dev[dev.id]
+		if dev.MIG {
+			u.migs[&dev.node.GPUs[dev.GPU]]--
+		}
 		if r.ShareID == nil {
 			d.exclusive--
 			continue
@@ -229,10 +258,10 @@ func violations(v *View, u usage, only string) []Violation {
 	}
 	if n := v.byName[only]; n != nil {
 		for _, d := range n.devs {
-			check(d, u[d.id])
+			check(d, u.dev[d.id])
 		}
 	} else if only == "" {
-		for id, use := range u {
+		for id, use := range u.dev {
 			check(v.devs[id], use)
 		}
 	}

@@ -208,7 +208,7 @@ var celFeatures = cel.Features{EnableConsumableCapacity: true}
 // out and reported as skips.
 func Build(in Inputs) (*View, []Skip) {
 	v := &View{byName: map[string]*Node{}, classes: map[string]*resourceapi.DeviceClass{},
-		usage: usage{}, cel: in.CEL, matched: map[string]*selection{}, matches: in.Matches,
+		usage: newUsage(), cel: in.CEL, matched: map[string]*selection{}, matches: in.Matches,
 		labels: map[gpuLabelKey]map[string]string{}}
 	if v.cel == nil {
 		v.cel = cel.NewCache(256, celFeatures)

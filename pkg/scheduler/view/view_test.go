@@ -186,7 +186,7 @@ func TestBuildCountsAClaimOnce(t *testing.T) {
 	}
 	stale := claim("once", exact("gpu", "gpu.gpud.io", 1)) // deallocated since
 	c.in.Claims = append(c.in.Claims, stale)
-	if v := c.build(t); len(v.usage) != 0 {
+	if v := c.build(t); len(v.usage.dev) != 0 {
 		t.Fatalf("the later, unallocated copy should win: usage %v", v.usage)
 	}
 }

@@ -330,16 +330,7 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
 		milli = allocator.MilliPerGPU
 	}
 	if whole != nil && milli < allocator.MilliPerGPU {
-		d := gp.wholeDev
-		for name, q := range whole.consumed {
-			c, ok := d.Capacity[name]
-			if !ok || c.Value.Sign() <= 0 || q.Cmp(c.Value) >= 0 {
-				milli = allocator.MilliPerGPU
-				continue
-			}
-			f := math.Ceil(q.AsApproximateFloat64() / c.Value.AsApproximateFloat64() * allocator.MilliPerGPU)
-			milli = max(milli, min(int64(f), allocator.MilliPerGPU))
-		}
+		milli = max(milli, whole.sharedMilli(gp.wholeDev))
 	}
 	if milli > 0 {
 		_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}}, allocator.Request{NumGPU: 1, GPUMilli: milli})
@@ -465,4 +456,25 @@ func (v *View) take(it *Item, n *Node, devs []*Device, u usage, j *undoLog, opt 
 		return nil, fmt.Errorf("%s: %w", vs[0], ErrOverAllocated)
 	}
 	return res, nil
+}
+
+// sharedMilli is the milli-GPU the shares on whole device d take: the
+// largest consumed fraction of a capacity, rounded up (all of it for a
+// capacity the device lacks or that is used up). It is cached in u.
+func (u *devUse) sharedMilli(d *Device) int64 {
+	if u.milliOK {
+		return u.milli
+	}
+	milli := int64(0)
+	for name, q := range u.consumed {
+		c, ok := d.Capacity[name]
+		if !ok || c.Value.Sign() <= 0 || q.Cmp(c.Value) >= 0 {
+			milli = allocator.MilliPerGPU
+			continue
+		}
+		f := math.Ceil(q.AsApproximateFloat64() / c.Value.AsApproximateFloat64() * allocator.MilliPerGPU)
+		milli = max(milli, min(int64(f), allocator.MilliPerGPU))
+	}
+	u.milli, u.milliOK = milli, true
+	return milli
 }

@@ -20,6 +20,10 @@ type devUse struct {
 	// shares counts allocations with one; consumed sums their capacity.
 	shares   int
 	consumed map[resourceapi.QualifiedName]resource.Quantity
+	// milli caches sharedMilli's result; milliOK says it is valid (add
+	// and sub clear it).
+	milli   int64
+	milliOK bool
 }
 
 func (u *devUse) allocated() bool { return u != nil && u.exclusive+u.shares > 0 }
@@ -124,6 +128,7 @@ func (u usage) add(v *View, a *resourceapi.AllocationResult, j *undoLog) error {
 		if dev.MIG {
 			u.migs[&dev.node.GPUs[dev.GPU]]++
 		}
+		d.milliOK = false
 		if r.ShareID == nil {
 			d.exclusive++
 			continue
@@ -159,6 +164,7 @@ func (u usage) sub(v *View, a *resourceapi.AllocationResult, j *undoLog) {
 		if dev.MIG {
 			u.migs[&dev.node.GPUs[dev.GPU]]--
 		}
+		d.milliOK = false
 		if r.ShareID == nil {
 			d.exclusive--
 			continue

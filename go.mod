@@ -28,10 +28,14 @@ require (
 
 require (
 	github.com/containerd/log v0.1.0 // indirect
+	github.com/containerd/nri v0.12.5
+	github.com/containerd/ttrpc v1.2.7 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/godbus/dbus/v5 v5.1.0 // indirect
+	github.com/knqyf263/go-plugin v0.9.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
+	github.com/tetratelabs/wazero v1.12.0 // indirect
 )
 
 require (

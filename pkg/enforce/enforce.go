@@ -124,6 +124,9 @@ type tracked struct {
 	allowed devcgroup.Allowed
 	cpus    string // the cpuset written, "" when none
 	failed  bool   // an attach failed and was logged; it is retried
+	// ref names the container exactly when the runtime told us (NRI);
+	// nil: names come from the kubelet's log links.
+	ref *ContainerRef
 }
 
 // Enforcer applies [Config] to every container. Create one with [New];
@@ -289,17 +292,20 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		if !ok {
 			continue // not a pod the kubelet knows (yet): leave it alone
 		}
-		ref, named := names[c.containerID]
-		ctr := ""
-		if named && ref.Namespace == pod.Namespace && ref.Pod == pod.Name {
-			ctr = ref.Container
-		}
-		allowed, uuids := allowedFor(inv, e.cfg.Majors, deviceIDs(as, pod.Namespace, pod.Name, ctr))
 		t := e.tracked[rel]
 		if t == nil {
 			t = &tracked{}
 			e.tracked[rel] = t
 		}
+		ref, named := names[c.containerID]
+		if t.ref != nil {
+			ref, named = *t.ref, true
+		}
+		ctr := ""
+		if named && ref.Namespace == pod.Namespace && ref.Pod == pod.Name {
+			ctr = ref.Container
+		}
+		allowed, uuids := allowedFor(inv, e.cfg.Majors, deviceIDs(as, pod.Namespace, pod.Name, ctr))
 		if e.cfg.Isolate {
 			e.applyFilter(rel, t, allowed, inv)
 		}

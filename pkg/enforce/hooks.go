@@ -1,0 +1,126 @@
+package enforce
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpud/gpud/pkg/cpuaffinity"
+)
+
+// ContainerInfo is a container as the runtime describes it at creation
+// (through NRI): exact names, no log links needed.
+type ContainerInfo struct {
+	Namespace, Pod, Container string
+	// CgroupsPath is the OCI linux.cgroupsPath: "/kubepods/..." (cgroupfs)
+	// or "slice:prefix:name" (systemd).
+	CgroupsPath string
+	// Guaranteed is the pod's QoS class being Guaranteed.
+	Guaranteed bool
+	// CPURequestMilli is the container's CPU request; CPUQuota and
+	// CPUPeriod its limit (0: none).
+	CPURequestMilli     int64
+	CPUQuota, CPUPeriod int64
+}
+
+// Rel is the container's cgroup path inside a hierarchy, "/..."; the
+// systemd form expands its slice ("kubepods-burstable-pod<u>.slice" is
+// /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<u>.slice)
+// and names the scope <prefix>-<name>.scope.
+func (c ContainerInfo) Rel() string {
+	p := c.CgroupsPath
+	slice, rest, systemd := strings.Cut(p, ":")
+	if !systemd || strings.HasPrefix(p, "/") {
+		return "/" + strings.TrimPrefix(filepath.Clean("/"+p), "/")
+	}
+	prefix, name, _ := strings.Cut(rest, ":")
+	var dirs []string
+	if slice != "" && slice != "-.slice" {
+		base := strings.TrimSuffix(slice, ".slice")
+		parts := strings.Split(base, "-")
+		for i := range parts {
+			dirs = append(dirs, strings.Join(parts[:i+1], "-")+".slice")
+		}
+	}
+	unit := name + ".scope"
+	if prefix != "" {
+		unit = prefix + "-" + unit
+	}
+	return "/" + strings.Join(append(dirs, unit), "/")
+}
+
+// pinned: Guaranteed with a whole number of CPUs as its limit.
+func (c ContainerInfo) pinned() bool {
+	return c.Guaranteed && c.CPUQuota > 0 && c.CPUPeriod > 0 && c.CPUQuota%c.CPUPeriod == 0
+}
+
+// CPUSetAtCreate returns the cpuset a container should be created with
+// ("" to leave it to the runtime): the same rule as the poll, applied
+// before the container's process exists. Errors are logged, never
+// returned: a runtime hook must not fail a container.
+func (e *Enforcer) CPUSetAtCreate(ctx context.Context, c ContainerInfo) string {
+	if e.cfg.CPUs == nil {
+		return ""
+	}
+	as, err := e.cfg.Allocations.List(ctx)
+	if err != nil {
+		e.log.Warn("cpuset at create skipped", "container", c.Namespace+"/"+c.Pod+"/"+c.Container, "err", err)
+		return ""
+	}
+	inv := e.cfg.Inventory()
+	_, uuids := allowedFor(inv, e.cfg.Majors, deviceIDs(as, c.Namespace, c.Pod, c.Container))
+	if len(uuids) == 0 {
+		return ""
+	}
+	d := cpuaffinity.Plan(inv, e.cfg.OnlineCPUs, cpuaffinity.Container{GPUs: uuids, CPURequestMilli: c.CPURequestMilli, Pinned: c.pinned()})
+	if d.Skip != "" {
+		return ""
+	}
+	return cpuaffinity.Format(d.CPUs)
+}
+
+// ContainerStarting attaches the device filter to a container that the
+// runtime created and is about to start, so its process never runs
+// unfiltered. The poll keeps it up to date afterwards and releases it with
+// the cgroup. Errors are logged, never returned.
+func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
+	if !e.cfg.Isolate {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rel := c.Rel()
+	ref := ContainerRef{Namespace: c.Namespace, Pod: c.Pod, Container: c.Container}
+	t := e.tracked[rel]
+	if t == nil {
+		t = &tracked{}
+		e.tracked[rel] = t
+	}
+	t.ref = &ref
+	as, err := e.cfg.Allocations.List(ctx)
+	if err != nil {
+		e.log.Warn("device filter at start skipped, pod resources unavailable", "cgroup", rel, "err", err)
+		return
+	}
+	allowed, _ := allowedFor(e.cfg.Inventory(), e.cfg.Majors, deviceIDs(as, c.Namespace, c.Pod, c.Container))
+	e.applyFilter(rel, t, allowed, e.cfg.Inventory())
+}
+
+// ContainerRemoved releases what the enforcer holds for a container.
+func (e *Enforcer) ContainerRemoved(c ContainerInfo) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rel := c.Rel()
+	if t := e.tracked[rel]; t != nil && t.filter != nil {
+		if err := t.filter.Close(); err != nil {
+			e.log.Debug("device filter release failed", "cgroup", rel, "err", err)
+		}
+	}
+	delete(e.tracked, rel)
+}
+
+// String names the container for logs.
+func (c ContainerInfo) String() string {
+	return fmt.Sprintf("%s/%s/%s", c.Namespace, c.Pod, c.Container)
+}

@@ -29,11 +29,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
-// DefaultRackLabel is the node label that names a node's rack.
-const DefaultRackLabel = "gpud.io/rack"
+// DefaultRackLabel is the node label that names a node's rack:
+// jobs.LabelRack, the label `gpud sim jobs` groups racks by, so a gang
+// meets the same topology in the simulator and in the cluster.
+const DefaultRackLabel = jobs.LabelRack
 
 // Reason codes of a pending pod that the decider adds to jobs.Code* and
 // plan.Code*.
@@ -51,7 +54,7 @@ const (
 // Config tunes [Gpud]. The zero value is the defaults.
 type Config struct {
 	// RackLabel is the node label naming a node's rack; "" is
-	// DefaultRackLabel.
+	// DefaultRackLabel (topology.gpud.io/rack).
 	RackLabel string
 	// MaxPodsPerCycle caps the pending pods one cycle considers (the rest
 	// wait, in order, for the next cycle); 0 is 1000.

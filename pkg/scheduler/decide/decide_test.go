@@ -83,12 +83,22 @@ func TestGangAllOrNothing(t *testing.T) {
 	}
 }
 
+func TestDefaultRackLabelIsTheSimulators(t *testing.T) {
+	if got := New(Config{}).cfg.RackLabel; got != jobs.LabelRack {
+		t.Fatalf("default rack label %q, want jobs.LabelRack %q (as gpud sim jobs)", got, jobs.LabelRack)
+	}
+	if got := New(Config{RackLabel: "example.com/rack"}).cfg.RackLabel; got != "example.com/rack" {
+		t.Fatalf("rack label %q, want the configured one", got)
+	}
+}
+
 func TestGangTopology(t *testing.T) {
 	e := newEnv(t)
-	e.node("a", "dgx-h100", map[string]string{DefaultRackLabel: "r1", jobs.LabelZone: "z1"})
-	e.node("b", "dgx-h100", map[string]string{DefaultRackLabel: "r2", jobs.LabelZone: "z1"})
-	e.node("c", "dgx-h100", map[string]string{DefaultRackLabel: "r2", jobs.LabelZone: "z1"})
-	e.node("d", "dgx-h100", map[string]string{DefaultRackLabel: "r3", jobs.LabelZone: "z2"})
+	// Racks by the simulator's label, the default.
+	e.node("a", "dgx-h100", map[string]string{jobs.LabelRack: "r1", jobs.LabelZone: "z1"})
+	e.node("b", "dgx-h100", map[string]string{jobs.LabelRack: "r2", jobs.LabelZone: "z1"})
+	e.node("c", "dgx-h100", map[string]string{jobs.LabelRack: "r2", jobs.LabelZone: "z1"})
+	e.node("d", "dgx-h100", map[string]string{jobs.LabelRack: "r3", jobs.LabelZone: "z2"})
 	e.gang("g", 2)
 	e.pod("g0", reqs(gpus(8)), group("g"))
 	e.pod("g1", reqs(gpus(8)), group("g"))

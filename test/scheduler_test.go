@@ -535,6 +535,8 @@ func checkSchedAllocations(t *testing.T, env *k8senv.Env, pods []schedPod) map[s
 			continue
 		case len(cl.Status.ReservedFor) != 1 || cl.Status.ReservedFor[0].UID != pod.UID:
 			t.Errorf("claim %s reservedFor %+v, want pod %s alone", p.name, cl.Status.ReservedFor, pod.UID)
+		case !slices.Contains(cl.Finalizers, resourceapi.Finalizer):
+			t.Errorf("claim %s: finalizers %v, want %s", p.name, cl.Finalizers, resourceapi.Finalizer)
 		}
 		for _, r := range cl.Status.Allocation.Devices.Results {
 			if r.Driver != draDriver || r.Pool != pod.Spec.NodeName {
@@ -767,8 +769,15 @@ func releaseClaims(t *testing.T, env *k8senv.Env, pod *corev1.Pod) {
 		if len(cl.Status.ReservedFor) == 0 {
 			cl.Status.Allocation = nil
 		}
-		if _, err := env.Client.ResourceV1().ResourceClaims(pod.Namespace).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		cl, err = env.Client.ResourceV1().ResourceClaims(pod.Namespace).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if cl.Status.Allocation == nil {
+			cl.Finalizers = slices.DeleteFunc(cl.Finalizers, func(f string) bool { return f == resourceapi.Finalizer })
+			if _, err := env.Client.ResourceV1().ResourceClaims(pod.Namespace).Update(t.Context(), cl, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

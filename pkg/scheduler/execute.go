@@ -34,10 +34,13 @@ const (
 	maxMessageBytes = 4096
 )
 
-// writtenClaim is one claim status write of a bind: the claim as the
-// decision read it and as the API server returned it.
+// writtenClaim is one claim of a bind as this process changed it: the
+// claim as the decision read it and as the API server last returned it.
 type writtenClaim struct {
 	before, after *resourceapi.ResourceClaim
+	// finalizer: this bind added resourceapi.Finalizer; status: it wrote
+	// the claim's status (allocation and/or reservedFor).
+	finalizer, status bool
 }
 
 // execute carries out a plan: binds (gangs all-or-nothing), evictions,
@@ -165,14 +168,34 @@ func (s *Scheduler) boundAnyway(ctx context.Context, pod *corev1.Pod, node strin
 }
 
 // writeClaims writes a bind's claims: status.allocation plus reservedFor
-// for new allocations, reservedFor alone for allocated claims (skipped
+// for new allocations (after adding the delete-protection finalizer, as
+// kube-scheduler does, so that a claim in use is not deleted before its
+// devices are released), reservedFor alone for allocated claims (skipped
 // when the pod is in it already). It returns what it wrote, also on error.
 func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClaim, error) {
 	pod := b.Pod.Pod
 	var out []writtenClaim
+	fail := func(what string, c *resourceapi.ResourceClaim, err error) error {
+		if apierrors.IsConflict(err) {
+			s.m.conflicts.Inc()
+		}
+		return fmt.Errorf("%s claim %s/%s for pod %s (decided again next cycle): %w", what, c.Namespace, c.Name, b.Pod.Key(), err)
+	}
 	for _, a := range b.Allocations {
 		if a.Claim == nil {
 			continue
+		}
+		w := writtenClaim{before: a.Claim, after: a.Claim}
+		if a.Claim.Status.Allocation == nil && !slices.Contains(a.Claim.Finalizers, resourceapi.Finalizer) {
+			c := a.Claim.DeepCopy()
+			c.Finalizers = append(c.Finalizers, resourceapi.Finalizer)
+			got, err := s.cfg.Client.ResourceV1().ResourceClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+			if err != nil {
+				return out, fail("add the finalizer to", c, err)
+			}
+			w.after, w.finalizer = got, true
+			out = append(out, w) // rolled back if the status write fails
+			a.Claim = got
 		}
 		st, err := claimStatus(a, pod, s.cfg.Now())
 		if err != nil {
@@ -183,13 +206,15 @@ func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClai
 		}
 		got, err := s.cfg.Client.ResourceV1().ResourceClaims(st.Namespace).UpdateStatus(ctx, st, metav1.UpdateOptions{})
 		if err != nil {
-			if apierrors.IsConflict(err) {
-				s.m.conflicts.Inc()
-			}
-			return out, fmt.Errorf("write status of claim %s/%s for pod %s (decided again next cycle): %w", st.Namespace, st.Name, b.Pod.Key(), err)
+			return out, fail("write the status of", st, err)
 		}
 		s.assumed.claim(got, s.cfg.Now())
-		out = append(out, writtenClaim{before: a.Claim, after: got})
+		w.after, w.status = got, true
+		if w.finalizer {
+			out[len(out)-1] = w
+		} else {
+			out = append(out, w)
+		}
 	}
 	return out, nil
 }
@@ -221,8 +246,9 @@ func reservedFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
 }
 
 // rollback undoes a pod's claim writes, last first: the pod leaves
-// reservedFor, and an allocation this bind made is cleared once nobody
-// else reserves the claim. A conflict re-reads the claim and retries.
+// reservedFor, an allocation this bind made is cleared once nobody else
+// reserves the claim, and then the finalizer this bind added is removed.
+// A conflict re-reads the claim and retries.
 func (s *Scheduler) rollback(ctx context.Context, pod *corev1.Pod, ws []writtenClaim) {
 	// Rollbacks run even when the cycle's context is done: a claim left
 	// allocated for an unbound pod pins it to that node.
@@ -230,37 +256,69 @@ func (s *Scheduler) rollback(ctx context.Context, pod *corev1.Pod, ws []writtenC
 	defer cancel()
 	for i := len(ws) - 1; i >= 0; i-- {
 		w := ws[i]
-		ours := w.before.Status.Allocation == nil
-		cur := w.after
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if cur == nil {
-				got, err := s.cfg.Client.ResourceV1().ResourceClaims(w.after.Namespace).Get(ctx, w.after.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
+		key := w.after.Namespace + "/" + w.after.Name
+		deallocated, latest := !w.status, w.after
+		if w.status {
+			ours := w.before.Status.Allocation == nil
+			err := s.updateClaim(ctx, w.after, true, func(c *resourceapi.ResourceClaim) {
+				c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool {
+					return r.UID == pod.UID
+				})
+				if ours && len(c.Status.ReservedFor) == 0 {
+					c.Status.Allocation = nil
 				}
-				cur = got
+			}, func(c *resourceapi.ResourceClaim) { deallocated, latest = c.Status.Allocation == nil, c })
+			if err != nil && !apierrors.IsNotFound(err) {
+				s.log.Error("claim rollback failed: the claim stays allocated for the pod, which is decided again on its node", "claim", key, "pod", pod.Namespace+"/"+pod.Name, "err", err)
+				continue
 			}
-			c := cur.DeepCopy()
-			cur = nil // a retry reads the claim again
-			c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool {
-				return r.UID == pod.UID
-			})
-			if ours && len(c.Status.ReservedFor) == 0 {
-				c.Status.Allocation = nil
+			s.m.rollbacks.Inc()
+		}
+		if w.finalizer && deallocated {
+			err := s.updateClaim(ctx, latest, false, func(c *resourceapi.ResourceClaim) {
+				if c.Status.Allocation == nil {
+					c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == resourceapi.Finalizer })
+				}
+			}, nil)
+			if err != nil && !apierrors.IsNotFound(err) {
+				s.log.Warn("claim finalizer not removed after a rollback", "claim", key, "err", err)
 			}
-			got, err := s.cfg.Client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		}
+	}
+}
+
+// updateClaim applies change to cur and writes it, its status
+// subresource if status, retrying conflicts on a fresh read; done, if
+// set, sees the claim written.
+func (s *Scheduler) updateClaim(ctx context.Context, cur *resourceapi.ResourceClaim, status bool, change, done func(*resourceapi.ResourceClaim)) error {
+	ns, name := cur.Namespace, cur.Name
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if cur == nil {
+			got, err := s.cfg.Client.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			s.assumed.claim(got, s.cfg.Now())
-			return nil
-		})
-		if err != nil && !apierrors.IsNotFound(err) {
-			s.log.Error("claim rollback failed: the claim stays allocated for the pod, which is decided again on its node", "claim", w.after.Namespace+"/"+w.after.Name, "pod", pod.Namespace+"/"+pod.Name, "err", err)
-			continue
+			cur = got
 		}
-		s.m.rollbacks.Inc()
-	}
+		c := cur.DeepCopy()
+		cur = nil // a retry reads the claim again
+		change(c)
+		var got *resourceapi.ResourceClaim
+		var err error
+		if status {
+			got, err = s.cfg.Client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		} else {
+			got, err = s.cfg.Client.ResourceV1().ResourceClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			return err
+		}
+		s.assumed.claim(got, s.cfg.Now())
+		if done != nil {
+			done(got)
+		}
+		return nil
+	})
 }
 
 // evictVictim evicts one preemption victim (once: a victim being deleted

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -279,6 +280,9 @@ func TestExecuteBind(t *testing.T) {
 	if got.Status.Allocation == nil || len(got.Status.Allocation.Devices.Results) != 1 || len(got.Status.ReservedFor) != 1 || got.Status.ReservedFor[0].UID != pod.UID {
 		t.Fatalf("claim status = %+v", got.Status)
 	}
+	if !slices.Equal(got.Finalizers, []string{resourceapi.Finalizer}) {
+		t.Errorf("finalizers = %v, want the delete protection kube-scheduler adds", got.Finalizers)
+	}
 	if n, ok := ts.assumed.boundNode(pod.UID); !ok || n != "n1" {
 		t.Errorf("assumed bound = %q %v", n, ok)
 	}
@@ -319,8 +323,8 @@ func TestExecuteGangRollback(t *testing.T) {
 		t.Errorf("bindings = %v, want none (gang all-or-nothing)", ts.bindings)
 	}
 	for _, name := range []string{"c1", "c2"} {
-		if got := ts.claimFromAPI(t, "ns", name); got.Status.Allocation != nil || len(got.Status.ReservedFor) != 0 {
-			t.Errorf("claim %s after rollback: %+v", name, got.Status)
+		if got := ts.claimFromAPI(t, "ns", name); got.Status.Allocation != nil || len(got.Status.ReservedFor) != 0 || len(got.Finalizers) != 0 {
+			t.Errorf("claim %s after rollback: %+v, finalizers %v", name, got.Status, got.Finalizers)
 		}
 	}
 	if v := metricValue(t, ts.m.conflicts); v != 1 {
@@ -355,7 +359,7 @@ func TestExecuteBindingFailureRollsBack(t *testing.T) {
 	p := ts.cfg.Decider.Decide(sn.Snapshot)
 	ts.execute(t.Context(), sn, p)
 	for _, name := range []string{"c", "shared"} {
-		if got := ts.claimFromAPI(t, "ns", name); got.Status.Allocation != nil || len(got.Status.ReservedFor) != 0 {
+		if got := ts.claimFromAPI(t, "ns", name); got.Status.Allocation != nil || len(got.Status.ReservedFor) != 0 || len(got.Finalizers) != 0 {
 			t.Errorf("claim %s after a failed Binding: %+v", name, got.Status)
 		}
 	}

@@ -147,13 +147,11 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		{"mig", migC.Run},
 		{"sharing", sharingC.Run},
 	}
-	enforceTask, enforceStatus, err := cfg.enforce.newEnforceTask(cfg, src, src.store.Current, log.With("component", "enforce"))
+	enforceTasks, enforceStatus, err := cfg.enforce.newEnforceTasks(cfg, src, src.store.Current, log.With("component", "enforce"))
 	if err != nil {
 		return nil, err
 	}
-	if enforceTask != nil {
-		tasks = append(tasks, *enforceTask)
-	}
+	tasks = append(tasks, enforceTasks...)
 	if cfg.http.addr != "" {
 		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
 		tasks = append(tasks, task{"http", srv.Run})

@@ -15,6 +15,7 @@ import (
 	"github.com/gpud/gpud/pkg/devcgroup"
 	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/nriplugin"
 )
 
 // The --cpu-affinity modes.
@@ -31,6 +32,7 @@ type enforceOptions struct {
 	cpuAffinity       string
 	interval          time.Duration
 	containerLogsRoot string
+	nriSocket         string
 }
 
 func (o *enforceOptions) register(fs *flag.FlagSet) {
@@ -38,6 +40,7 @@ func (o *enforceOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cpuAffinity, "cpu-affinity", cpuAffinityOff, "align: give each GPU container that the kubelet's CPU manager did not pin a cpuset on its GPUs' NUMA node(s) (all CPUs when its CPU request needs more); off: leave cpusets alone")
 	fs.DurationVar(&o.interval, "enforce-interval", enforce.DefaultInterval, "how often the pod cgroup tree is read for new containers (at most 1s: a container is filtered within this long of its cgroup appearing)")
 	fs.StringVar(&o.containerLogsRoot, "container-logs-root", enforce.DefaultContainerLogsRoot, "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log), which map container IDs to names")
+	fs.StringVar(&o.nriSocket, "nri-socket", nriplugin.DefaultSocket, "the runtime's NRI socket: with it, cpusets are set at container creation and device filters attached before the container starts (the cgroup poll stays on as the fallback); absent is fine, empty disables NRI")
 }
 
 func (o *enforceOptions) validate() []error {
@@ -58,10 +61,11 @@ type enforceStatus func() string
 
 // newEnforceTask builds the enforcer on the node's cgroup mounts (read
 // from <proc-root>/self/mountinfo) and NVIDIA majors (<proc-root>/devices).
-// It returns no task when both parts are off. Isolation that the node
+// It returns no task when both parts are off, and the NRI plugin's task
+// next to the poll's unless --nri-socket is empty. Isolation that the node
 // cannot do is logged once and reported in the status, not an error;
 // --cpu-affinity align without a cpuset hierarchy is an error.
-func (o *enforceOptions) newEnforceTask(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) (*task, enforceStatus, error) {
+func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) ([]task, enforceStatus, error) {
 	isolate := o.isolateDevices
 	if isolate && cfg.dra.enabled() {
 		log.Warn("device isolation not available", "reason", "not with --kubelet-api dra yet: PodResources does not list claims' devices to gpud")
@@ -107,7 +111,11 @@ func (o *enforceOptions) newEnforceTask(cfg *agentConfig, src *nodeSources, inve
 	if s := e.Status(); strings.Contains(s, "not available") {
 		log.Warn("device isolation not available", "status", s)
 	}
-	return &task{"enforce", e.Run}, e.Status, nil
+	tasks := []task{{"enforce", e.Run}}
+	if o.nriSocket != "" {
+		tasks = append(tasks, task{"nri", nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
+	}
+	return tasks, e.Status, nil
 }
 
 func readMounts(path string) (cgroupfs.Mounts, error) {

@@ -142,7 +142,7 @@ func TestAgentIsolatesDevices(t *testing.T) {
 	go func() {
 		done <- run(ctx, append([]string{"agent"}, agentArgs(dir, "--simulate", "dgx-h100", "--log-level", "error", "--http-addr", addr,
 			"--proc-root", proc, "--pod-logs-root", filepath.Join(dir, "pods"), "--container-logs-root", filepath.Join(dir, "containers"),
-			"--pod-resources-socket", kubelet.Socket(), "--enforce-interval", "200ms", "--device-plugin-dir", "")...), io.Discard, io.Discard)
+			"--pod-resources-socket", kubelet.Socket(), "--enforce-interval", "200ms", "--device-plugin-dir", "", "--nri-socket", "")...), io.Discard, io.Discard)
 	}()
 	stopped := false
 	t.Cleanup(func() {

@@ -70,29 +70,29 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 	c, src := enforceTestConfig(t)
-	task, status, err := c.enforce.newEnforceTask(c, src, noInventory, quietLog())
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if task != nil || status == nil || !strings.Contains(status(), "not available") {
-		t.Fatalf("no mountinfo: task %v, status %v; want no task and a not-available status", task, status)
+	if tasks != nil || status == nil || !strings.Contains(status(), "not available") {
+		t.Fatalf("no mountinfo: tasks %v, status %v; want no task and a not-available status", tasks, status)
 	}
 	c, src = enforceTestConfig(t, "--cpu-affinity", "align")
-	if _, _, err := c.enforce.newEnforceTask(c, src, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
+	if _, _, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
 		t.Fatalf("align without cgroups: %v, want an error naming --cpu-affinity", err)
 	}
 }
 
 func TestNewEnforceTaskOff(t *testing.T) {
 	c, src := enforceTestConfig(t, "--isolate-devices=false")
-	task, status, err := c.enforce.newEnforceTask(c, src, noInventory, quietLog())
-	if err != nil || task != nil || status != nil {
-		t.Fatalf("all off: %v %v %v, want nothing", task, status, err)
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	if err != nil || tasks != nil || status != nil {
+		t.Fatalf("all off: %v %v %v, want nothing", tasks, status, err)
 	}
 	c, src = enforceTestConfig(t, "--kubelet-api", "dra")
-	task, _, err = c.enforce.newEnforceTask(c, src, noInventory, quietLog())
-	if err != nil || task != nil {
-		t.Fatalf("dra: %v %v, want isolation off", task, err)
+	tasks, _, err = c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	if err != nil || tasks != nil {
+		t.Fatalf("dra: %v %v, want isolation off", tasks, err)
 	}
 }
 
@@ -111,12 +111,12 @@ func TestNewEnforceTaskMounts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(c.procRoot, "devices"), []byte("Character devices:\n195 nvidia\n508 nvidia-caps\n510 nvidia-uvm\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	task, status, err := c.enforce.newEnforceTask(c, src, noInventory, quietLog())
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if task == nil || task.name != "enforce" {
-		t.Fatalf("task = %v, want the enforce task", task)
+	if len(tasks) != 2 || tasks[0].name != "enforce" || tasks[1].name != "nri" {
+		t.Fatalf("tasks = %v, want enforce and nri", tasks)
 	}
 	s := status()
 	if !strings.Contains(s, "ebpf on "+cg) && !strings.Contains(s, "not available") {

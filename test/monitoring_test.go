@@ -28,8 +28,10 @@ import (
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/jobsim"
 	"github.com/gpud/gpud/pkg/scheduler"
 	"github.com/gpud/gpud/pkg/scheduler/decide"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/test/k8senv"
@@ -152,33 +154,54 @@ func monEventsNode(t *testing.T) string {
 }
 
 // monScheduler runs pkg/scheduler in-process against a real kube-apiserver
-// (test/k8senv) with a pod it cannot place (the cluster has no nodes), and
-// serves its /metrics: the scheduler panels' and alerts' source.
+// (test/k8senv) with deploy/scheduler's example queues, a pod it binds and
+// one it cannot place, and serves its /metrics: the scheduler panels' and
+// alerts' source.
 func monScheduler(t *testing.T) string {
 	t.Helper()
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
-	s, err := scheduler.New(scheduler.Config{Client: env.Client, Decider: decide.New(decide.Config{}), Resync: 500 * time.Millisecond})
+	data, err := os.ReadFile("../deploy/scheduler/examples/queues.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queues, reservations, err := jobsim.ParseQueueFile(data, "queues.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New(scheduler.Config{Client: env.Client, Decider: decide.New(decide.Config{}), Resync: 500 * time.Millisecond,
+		Queues: queues, Reservations: reservations})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testwait.Run(t, "scheduler", s.Run)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "waits", Namespace: metav1.NamespaceDefault},
-		Spec: corev1.PodSpec{SchedulerName: scheduler.DefaultSchedulerName, Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}},
-	}
-	if _, err := env.Client.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// One node without GPUs: a pod of queue team-a that fits runs there
+	// (the queue's usage), one asking more CPU than any node has waits.
+	env.CreateNode(t, "cpu-node", nil)
+	for name, cpu := range map[string]string{"runs": "100m", "waits": "100000"} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: map[string]string{plan.QueueLabel: "team-a"}},
+			Spec: corev1.PodSpec{SchedulerName: scheduler.DefaultSchedulerName, Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}},
+		}
+		if _, err := env.Client.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
-	testwait.ForErr(t, waitTimeout, "the scheduler's pending pod on /metrics", func() error {
+	testwait.ForErr(t, waitTimeout, "the scheduler's bound and pending pods and queues on /metrics", func() error {
 		mfs, err := monGather(srv.URL + "/metrics")
 		if err != nil {
 			return err
 		}
-		if mfs["gpud_scheduler_pending_pods"] == nil || mfs["gpud_scheduler_schedule_attempts_total"] == nil {
-			return errNotYet
+		var missing []string
+		for _, name := range []string{"gpud_scheduler_pending_pods", "gpud_scheduler_schedule_attempts_total", "gpud_scheduler_binds_total", "gpud_scheduler_queue_guaranteed"} {
+			if mfs[name] == nil {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("no %s yet", strings.Join(missing, ", "))
 		}
 		return nil
 	})

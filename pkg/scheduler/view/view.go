@@ -103,7 +103,8 @@ type Node struct {
 	// Counters maps a counter set to its counters' values.
 	Counters map[string]map[string]resource.Quantity
 
-	// devs are the node's devices by name; their ids are consecutive.
+	// devs are the node's devices in publication order (slices by name);
+	// their ids are consecutive.
 	devs []*Device
 }
 
@@ -249,7 +250,6 @@ func Build(in Inputs) (*View, []Skip) {
 	}
 	slices.SortFunc(v.nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range v.nodes {
-		n.devs = slices.SortedFunc(maps.Values(n.Devices), func(a, b *Device) int { return cmp.Compare(a.Name, b.Name) })
 		for _, d := range n.devs {
 			d.id, d.node = int32(len(v.devs)), n
 			v.devs = append(v.devs, d)
@@ -378,6 +378,7 @@ func addPool(n *Node, group []*resourceapi.ResourceSlice, skips *[]Skip) {
 			}
 			d.GPU = g
 			n.Devices[d.Name] = d
+			n.devs = append(n.devs, d)
 			gpu := &n.GPUs[g]
 			fillGPU(gpu, d)
 			if d.MIG {
@@ -472,7 +473,7 @@ func attrInt(d *Device, name resourceapi.QualifiedName) (int64, bool) {
 
 // parseDevice validates one API device and returns it with its GPU index.
 func parseDevice(n *Node, api *resourceapi.Device) (*Device, int, error) {
-	if errs := validation.IsDNS1123Label(api.Name); len(errs) > 0 {
+	if errs := dns1123Label(api.Name); len(errs) > 0 {
 		return nil, 0, fmt.Errorf("device name %q: %s: %w", api.Name, strings.Join(errs, "; "), ErrInvalid)
 	}
 	if _, dup := n.Devices[api.Name]; dup {
@@ -560,4 +561,18 @@ func computeSlices(d *Device) int {
 		return 0
 	}
 	return n
+}
+
+// dns1123Label is validation.IsDNS1123Label without its regular expression
+// for the names it accepts (every published name, usually).
+func dns1123Label(s string) []string {
+	ok := len(s) > 0 && len(s) <= validation.DNS1123LabelMaxLength && s[0] != '-' && s[len(s)-1] != '-'
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
+	}
+	if ok {
+		return nil
+	}
+	return validation.IsDNS1123Label(s)
 }

@@ -6,6 +6,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestBuildSimulatedNodes(t *testing.T) {
@@ -188,5 +189,13 @@ func TestBuildCountsAClaimOnce(t *testing.T) {
 	c.in.Claims = append(c.in.Claims, stale)
 	if v := c.build(t); len(v.usage.dev) != 0 {
 		t.Fatalf("the later, unallocated copy should win: usage %v", v.usage)
+	}
+}
+
+func TestDNS1123LabelAgreesWithValidation(t *testing.T) {
+	for _, s := range []string{"", "gpu-0", "gpu-0-mig-1g10gb-3", "-a", "a-", "A", "a_b", "a.b", "0", strings.Repeat("a", 63), strings.Repeat("a", 64), "é"} {
+		if got, want := len(dns1123Label(s)) == 0, len(validation.IsDNS1123Label(s)) == 0; got != want {
+			t.Errorf("dns1123Label(%q) valid = %v, validation says %v", s, got, want)
+		}
 	}
 }

@@ -70,6 +70,8 @@ type Item struct {
 	// eligible is shared by the view's items with the same selectors;
 	// index it by Device.id.
 	eligible []bool
+	// caps are the capacities Capacity requests (capBits).
+	caps uint8
 	// shapes are a MIG item's (compute, memory) slice shapes, smallest
 	// first; shape is the one placed now.
 	shapes [][2]int
@@ -243,7 +245,7 @@ func (it *Item) capacity(req map[resourceapi.QualifiedName]resource.Quantity) er
 	}
 	// Memory defaults to all of the GPU: a cores-only request takes the
 	// GPU's memory, hence the whole GPU, as kube-scheduler allocates it.
-	it.Capacity = req
+	it.Capacity, it.caps = req, capBits(req)
 	return nil
 }
 
@@ -333,11 +335,30 @@ func (it *Item) usable(n *Node, d *Device) bool {
 		if !d.Shareable {
 			return false
 		}
-		for name := range it.Capacity {
-			if _, ok := d.Capacity[name]; !ok {
-				return false
-			}
+		if d.caps&it.caps != it.caps {
+			return false
 		}
 	}
 	return true
+}
+
+// capBit is a capacity a fraction may request (memory, cores) as a bit,
+// for a quick "the device has every requested capacity"; 0 for others.
+func capBit(name resourceapi.QualifiedName) uint8 {
+	switch name {
+	case CapacityMemory:
+		return 1
+	case CapacityCores:
+		return 2
+	}
+	return 0
+}
+
+// capBits are the capBit of caps' names.
+func capBits[V any](caps map[resourceapi.QualifiedName]V) uint8 {
+	var b uint8
+	for name := range caps {
+		b |= capBit(name)
+	}
+	return b
 }

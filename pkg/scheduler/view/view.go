@@ -65,6 +65,8 @@ type Device struct {
 	// node. Both are set by Build.
 	id   int32
 	node *Node
+	// caps has the capBits of the capacities the device has.
+	caps uint8
 }
 
 // GPU is one physical GPU of a node, gathered from its whole device and
@@ -481,6 +483,7 @@ func parseDevice(n *Node, api *resourceapi.Device) (*Device, int, error) {
 	}
 	d := &Device{Name: api.Name, Attributes: api.Attributes, Capacity: api.Capacity, Taints: api.Taints,
 		Consumes: api.ConsumesCounters, Shareable: api.AllowMultipleAllocations != nil && *api.AllowMultipleAllocations}
+	d.caps = capBits(d.Capacity)
 	typ, ok := attrString(d, "type")
 	if !ok {
 		return nil, 0, fmt.Errorf("device %q: string attribute \"type\" missing: %w", api.Name, ErrInvalid)

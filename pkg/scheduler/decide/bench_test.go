@@ -39,6 +39,7 @@ func BenchmarkDecide(b *testing.B) {
 	}{{"typical", 0}, {"no-typical", -1}} {
 		b.Run(tc.name, func(b *testing.B) {
 			var last int
+			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
 				s := e.snapshot()

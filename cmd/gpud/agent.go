@@ -152,6 +152,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	tasks = append(tasks, enforceTasks...)
+	tasks = append(tasks, cfg.mps.newMPSTask(sim != nil, src.sharing, src.store, log.With("component", "mps"))...)
 	if cfg.http.addr != "" {
 		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
 		tasks = append(tasks, task{"http", srv.Run})

@@ -47,6 +47,7 @@ type agentConfig struct {
 	sharing   sharingOptions
 	labels    labelsOptions
 	enforce   enforceOptions
+	mps       mpsOptions
 }
 
 // agentFlagSet builds the agent's complete flag set. Tests use it to check
@@ -73,6 +74,7 @@ func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
 	c.sharing.register(fs)
 	c.labels.register(fs)
 	c.enforce.register(fs)
+	c.mps.register(fs)
 	return fs, c
 }
 

@@ -270,7 +270,9 @@ func (s *Supervisor) start(ctx context.Context, uuid string) error {
 			return fmt.Errorf("mps: gpu %s: create %s: %w", uuid, dir, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.CommandTimeout)
+	// Not cut short by the agent stopping: a half-started daemon could not
+	// be told to quit. CommandTimeout still bounds it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CommandTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.control, "-d")
 	cmd.Env = s.env(uuid)
@@ -303,11 +305,15 @@ func (s *Supervisor) stop(ctx context.Context, uuid string) {
 	d := s.daemons[uuid]
 	delete(s.daemons, uuid)
 	s.mu.Unlock()
-	if d == nil || !d.running {
+	if d == nil {
 		return
 	}
+	// Quit even a daemon not known to run: a start cut short by the
+	// agent stopping may have left one behind.
 	if _, err := s.Command(ctx, uuid, "quit"); err != nil {
-		s.log.Warn("mps daemon quit failed", "gpu_uuid", uuid, "err", err)
+		if d.running {
+			s.log.Warn("mps daemon quit failed", "gpu_uuid", uuid, "err", err)
+		}
 		return
 	}
 	s.log.Info("mps daemon stopped", "gpu_uuid", uuid)

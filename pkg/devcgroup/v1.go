@@ -168,7 +168,8 @@ func (h *V1Handle) Allowed() Allowed {
 	return h.allowed
 }
 
-// Update reverts and reapplies with a.
+// Update reverts and reapplies with a; see the comment inside for the
+// instant between the two.
 func (h *V1Handle) Update(a Allowed, node V1Node) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -181,22 +182,17 @@ func (h *V1Handle) Update(a Allowed, node V1Node) error {
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("devcgroup: %s: %w", h.dir, err)
 	}
-	// Narrow with the new rule first, then give back what only the old
-	// one took: apply the new writes, keeping both undo lists.
-	old := h.undo
-	h.undo = nil
-	if err := h.apply(a.Normalize(), node); err != nil {
-		_ = h.revert()
-		h.undo = old
-		return err
-	}
-	fresh := h.undo
-	h.undo = old
+	// Give back what the old rule took, then take what the new one
+	// refuses: v1 rules are read from devices.list, so the new rule must
+	// see the runtime's list. For that instant the cgroup has the
+	// runtime's rules only, never more.
 	if err := h.revert(); err != nil {
-		h.undo = fresh
 		return err
 	}
-	h.undo, h.allowed = fresh, a.Normalize()
+	if err := h.apply(a.Normalize(), node); err != nil {
+		return err
+	}
+	h.allowed = a.Normalize()
 	return nil
 }
 

@@ -123,3 +123,37 @@ func TestAttachV1Kernel(t *testing.T) {
 		})
 	}
 }
+
+func TestUpdateV1Kernel(t *testing.T) {
+	dir := v1Cgroup(t)
+	// runc's exceptions for a container given GPUs 0, 1 and 2.
+	for _, w := range []v1Write{{"devices.deny", "a"}, {"devices.allow", "c 195:0 rwm"}, {"devices.allow", "c 195:1 rwm"}, {"devices.allow", "c 195:2 rwm"}, {"devices.allow", "c 195:255 rwm"}} {
+		if err := os.WriteFile(filepath.Join(dir, w.file), []byte(w.line), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes := mknodAll(t, 509)
+	node := V1Node{GPUMinors: []uint32{0, 1, 2, 3}}
+	h, err := AttachV1(dir, Allowed{GPUMinors: []uint32{1}}, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	if got := openInV1(t, dir, nodes); got["nvidia1"] == "EPERM" || got["nvidia2"] != "EPERM" {
+		t.Fatalf("gpus=[1]: nvidia1 %s nvidia2 %s, want through and EPERM", got["nvidia1"], got["nvidia2"])
+	}
+	if err := h.Update(Allowed{GPUMinors: []uint32{2}}, node); err != nil {
+		t.Fatal(err)
+	}
+	if got := openInV1(t, dir, nodes); got["nvidia0"] != "EPERM" || got["nvidia1"] != "EPERM" || got["nvidia2"] == "EPERM" {
+		t.Fatalf("gpus=[2]: nvidia0 %s nvidia1 %s nvidia2 %s, want EPERM, EPERM and through", got["nvidia0"], got["nvidia1"], got["nvidia2"])
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := readV1List(dir)
+	slices.Sort(list)
+	if want := []string{"c 195:0 rwm", "c 195:1 rwm", "c 195:2 rwm", "c 195:255 rwm"}; !slices.Equal(list, want) {
+		t.Errorf("devices.list after Close = %v, want the runtime's %v", list, want)
+	}
+}

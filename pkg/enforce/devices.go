@@ -1,6 +1,9 @@
 package enforce
 
 import (
+	"strconv"
+	"strings"
+
 	"github.com/gpud/gpud/pkg/devcgroup"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/timeslice"
@@ -19,7 +22,7 @@ func allowedFor(inv gpu.Inventory, majors devcgroup.Majors, ids []string) (devcg
 		uuid, _, _ := timeslice.ParseReplicaID(id)
 		for i := range inv.GPUs {
 			g := &inv.GPUs[i]
-			if g.UUID == uuid {
+			if g.UUID == uuid || uuid == strconv.Itoa(g.Index) {
 				a.GPUMinors = append(a.GPUMinors, uint32(g.Minor))
 				uuids = append(uuids, uuid)
 				continue
@@ -40,12 +43,21 @@ func allowedFor(inv gpu.Inventory, majors devcgroup.Majors, ids []string) (devcg
 }
 
 // deviceIDs collects the device IDs of one container (ctr non-empty) or of
-// every container of the pod (ctr empty).
+// every container of the pod (ctr empty). Numeric IDs count only from GPU
+// resources (a name with "gpu" or "/mig-"): elsewhere they are another
+// plugin's indexes.
 func deviceIDs(as []usage.Assignment, ns, pod, ctr string) []string {
 	var ids []string
 	for _, a := range as {
-		if a.Namespace == ns && a.Pod == pod && (ctr == "" || a.Container == ctr) {
-			ids = append(ids, a.DeviceIDs...)
+		if a.Namespace != ns || a.Pod != pod || (ctr != "" && a.Container != ctr) {
+			continue
+		}
+		gpuResource := strings.Contains(strings.ToLower(a.ResourceName), "gpu") || strings.Contains(a.ResourceName, "/mig-")
+		for _, id := range a.DeviceIDs {
+			if _, err := strconv.Atoi(id); err == nil && !gpuResource {
+				continue // another plugin's index, not a GPU's
+			}
+			ids = append(ids, id)
 		}
 	}
 	return ids

@@ -83,9 +83,9 @@ func TestScan(t *testing.T) {
 
 func TestAllowedFor(t *testing.T) {
 	inv := gpu.Inventory{GPUs: []gpu.GPU{
-		{UUID: "GPU-0", Minor: 0},
-		{UUID: "GPU-1", Minor: 1, MIGDevices: []gpu.MIGDevice{{UUID: "MIG-1a", GPUInstanceID: 1, ComputeInstanceID: 0}}},
-		{UUID: "GPU-5", Minor: 5},
+		{Index: 0, UUID: "GPU-0", Minor: 0},
+		{Index: 1, UUID: "GPU-1", Minor: 1, MIGDevices: []gpu.MIGDevice{{UUID: "MIG-1a", GPUInstanceID: 1, ComputeInstanceID: 0}}},
+		{Index: 2, UUID: "GPU-5", Minor: 5},
 	}}
 	majors := devcgroup.Majors{UVM: 510, Caps: 508}
 	tests := []struct {
@@ -99,6 +99,7 @@ func TestAllowedFor(t *testing.T) {
 		{name: "replica", ids: []string{"GPU-0::3", "GPU-0::4"}, wantGPUs: []uint32{0}},
 		{name: "mig slice", ids: []string{"MIG-1a"}, wantGPUs: []uint32{1}, wantCaps: []uint32{devcgroup.CapMinor(1, 1, -1), devcgroup.CapMinor(1, 1, 0)}},
 		{name: "another plugin's device", ids: []string{"mlx5_0"}},
+		{name: "index id strategy", ids: []string{"2"}, wantGPUs: []uint32{5}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,6 +108,21 @@ func TestAllowedFor(t *testing.T) {
 				t.Errorf("allowedFor(%v) = %+v, want gpus %v caps %v", tc.ids, a, tc.wantGPUs, tc.wantCaps)
 			}
 		})
+	}
+}
+
+func TestDeviceIDs(t *testing.T) {
+	as := []usage.Assignment{
+		{Namespace: "ml", Pod: "p", Container: "a", ResourceName: "nvidia.com/gpu", DeviceIDs: []string{"GPU-1", "2"}},
+		{Namespace: "ml", Pod: "p", Container: "a", ResourceName: "rdma/hca", DeviceIDs: []string{"0"}},
+		{Namespace: "ml", Pod: "p", Container: "b", ResourceName: "nvidia.com/mig-1g.10gb", DeviceIDs: []string{"MIG-x"}},
+		{Namespace: "ml", Pod: "q", Container: "a", ResourceName: "nvidia.com/gpu", DeviceIDs: []string{"GPU-9"}},
+	}
+	if got := deviceIDs(as, "ml", "p", "a"); !slices.Equal(got, []string{"GPU-1", "2"}) {
+		t.Errorf("container a = %v, want GPU-1 and index 2 (not rdma's 0)", got)
+	}
+	if got := deviceIDs(as, "ml", "p", ""); !slices.Equal(got, []string{"GPU-1", "2", "MIG-x"}) {
+		t.Errorf("pod p = %v, want its containers' GPUs", got)
 	}
 }
 

@@ -135,6 +135,10 @@ func TestSchedulerDeployment(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("replicas = %v, want 2", d.Spec.Replicas)
 	}
+	// Only the leader is ready: a rolling update would never progress.
+	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("strategy %s, want Recreate (a follower never becomes ready)", d.Spec.Strategy.Type)
+	}
 	spec := d.Spec.Template.Spec
 	if spec.ServiceAccountName != "gpud-scheduler" || d.Namespace != "gpud" {
 		t.Errorf("service account %s in %s, want gpud-scheduler in gpud", spec.ServiceAccountName, d.Namespace)

@@ -150,7 +150,6 @@ func TestSupervisorLifecycle(t *testing.T) {
 	}
 
 	// A is no longer shared: its daemon quits.
-	pidA = daemonPID(t, s, a)
 	s.SetShared([]string{b})
 	testwait.ForErr(t, 10*time.Second, "a's daemon stopped", func() error {
 		if _, held := s.Status()[a]; held {

@@ -148,3 +148,22 @@ func TestRunLostLease(t *testing.T) {
 		t.Error("ready after losing the lease")
 	}
 }
+
+func TestHealthzStuckLeader(t *testing.T) {
+	ts := newTestScheduler(t, placeAll{})
+	srv := httptest.NewServer(ts.Handler())
+	defer srv.Close()
+	ts.setLeading(true)
+	ts.lastCycle.Store(time.Now().UnixNano())
+	if code := get(t, srv.URL+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz after a cycle = %d", code)
+	}
+	ts.lastCycle.Store(time.Now().Add(-ts.stuckAfter() - time.Second).UnixNano())
+	if code := get(t, srv.URL+"/healthz"); code != http.StatusInternalServerError {
+		t.Errorf("/healthz of a leader without cycles = %d, want 500", code)
+	}
+	ts.setLeading(false)
+	if code := get(t, srv.URL+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz of a follower = %d, want 200", code)
+	}
+}

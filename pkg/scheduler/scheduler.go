@@ -59,6 +59,9 @@ type Scheduler struct {
 	trigger chan struct{}
 
 	started, synced, leading atomic.Bool
+	// lastCycle is when the last cycle ended (unix nanoseconds); /healthz
+	// fails when a leader's loop stops cycling.
+	lastCycle atomic.Int64
 
 	// terms tracks the loop of the term as leader; termsOver, under
 	// termMu, stops a term from starting once Run is returning.
@@ -179,6 +182,10 @@ func (s *Scheduler) Handler() http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if last := s.lastCycle.Load(); s.leading.Load() && last != 0 && time.Since(time.Unix(0, last)) > s.stuckAfter() {
+			http.Error(w, fmt.Sprintf("no decision cycle for %s", time.Since(time.Unix(0, last)).Round(time.Second)), http.StatusInternalServerError)
+			return
+		}
 		if s.watchdog != nil {
 			if err := s.watchdog.Check(r); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -199,6 +206,10 @@ func (s *Scheduler) Handler() http.Handler {
 	})
 	return mux
 }
+
+// stuckAfter is how long a leader may go without finishing a cycle before
+// /healthz fails: ten resync periods and a minute.
+func (s *Scheduler) stuckAfter() time.Duration { return 10*s.cfg.Resync + time.Minute }
 
 // Run starts the informers and the event recorder, waits for the caches,
 // and then decides: at once without leader election, else while it holds
@@ -409,6 +420,7 @@ func (s *Scheduler) cycle(ctx context.Context) {
 	})
 	d := time.Since(start)
 	s.m.cycle.Observe(d.Seconds())
+	s.lastCycle.Store(time.Now().UnixNano())
 	if len(sn.Pending) > 0 || len(sn.missing) > 0 {
 		s.log.Debug("cycle done", "pending", len(sn.Pending), "claims_missing", len(sn.missing), "deferred", sn.deferred,
 			"binds", len(p.Binds), "evictions", len(p.Evictions), "left_pending", len(p.Pending), "duration", d)

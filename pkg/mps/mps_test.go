@@ -170,7 +170,7 @@ func TestSupervisorLifecycle(t *testing.T) {
 	done <- nil
 	for _, u := range []string{a, b} {
 		if _, err := os.Stat(filepath.Join(s.PipeDir(u), "control")); err == nil {
-			t.Errorf("daemon of %s still listening after Run ended", u)
+			t.Errorf("daemon of %s still listening after Run ended (quit answers after it closed)", u)
 		}
 	}
 }

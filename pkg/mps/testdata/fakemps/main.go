@@ -101,11 +101,11 @@ func daemon(sock string) int {
 			case f[0] == "get_server_list":
 				fmt.Fprintln(c)
 			case f[0] == "quit":
-				fmt.Fprintln(c)
-				c.Close()
 				ln.Close()
 				_ = os.Remove(sock)
 				_ = os.Remove(filepath.Join(filepath.Dir(sock), "control.pid"))
+				fmt.Fprintln(c)
+				c.Close()
 				logf("quit")
 				return 0
 			default:

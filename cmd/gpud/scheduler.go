@@ -350,5 +350,7 @@ func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.min && h.Handler.Enabled(ctx, l)
 }
 
-func (h minLevel) WithAttrs(a []slog.Attr) slog.Handler { return minLevel{h.Handler.WithAttrs(a), h.min} }
-func (h minLevel) WithGroup(g string) slog.Handler      { return minLevel{h.Handler.WithGroup(g), h.min} }
+func (h minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(a), h.min}
+}
+func (h minLevel) WithGroup(g string) slog.Handler { return minLevel{h.Handler.WithGroup(g), h.min} }

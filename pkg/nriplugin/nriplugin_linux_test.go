@@ -99,9 +99,14 @@ func TestFilterAtStartThroughNRI(t *testing.T) {
 	}
 	inv := gpu.Inventory{GPUs: []gpu.GPU{{UUID: "GPU-0", Minor: 0}, {UUID: "GPU-1", Minor: 1}, {UUID: "GPU-2", Minor: 2}, {UUID: "GPU-3", Minor: 3}}}
 	e, err := enforce.New(enforce.Config{Unified: root, Isolate: true,
-		Inventory:   func() gpu.Inventory { return inv },
-		Allocations: fakeAllocs{as: []usage.Assignment{{Namespace: "ml", Pod: "train", Container: "cuda", DeviceIDs: []string{"GPU-2"}}}},
-		Pods:        fakePods{}, Containers: fakeContainers{}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		Inventory: func() gpu.Inventory { return inv },
+		Allocations: fakeAllocs{as: []usage.Assignment{
+			{Namespace: "ml", Pod: "train", Container: "cuda", DeviceIDs: []string{"GPU-2"}},
+			{Namespace: "ml", Pod: "train", Container: "sidecar", DeviceIDs: []string{"GPU-3"}},
+		}},
+		// The kubelet's log link of the container is missing: only NRI names it.
+		Pods: fakePods{podUID: {Namespace: "ml", Name: "train", UID: podUID}}, Containers: fakeContainers{}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +134,12 @@ func TestFilterAtStartThroughNRI(t *testing.T) {
 		if got[n] != w {
 			t.Errorf("open %s = %s, want %s", n, got[n], w)
 		}
+	}
+	// The poll keeps the exact rule NRI gave, not the pod's union (which
+	// would add the sidecar's GPU 3).
+	e.Reconcile(ctx)
+	if got := openInCgroup(t, filepath.Join(root, rel), nodes); got["nvidia2"] != "ENXIO" || got["nvidia3"] != "EPERM" {
+		t.Errorf("after a poll: nvidia2 %s nvidia3 %s, want ENXIO and EPERM", got["nvidia2"], got["nvidia3"])
 	}
 	if err := r.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: ctr}); err != nil {
 		t.Fatal(err)

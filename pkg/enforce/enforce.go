@@ -233,6 +233,7 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 	if e.cfg.CPUs != nil {
 		roots = append(roots, e.cfg.CPUs.Hierarchy())
 	}
+	complete := true // every tree was read: what is missing is gone
 	for _, root := range roots {
 		if root == "" {
 			continue
@@ -240,15 +241,17 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		cs, err := scan(root)
 		if err != nil {
 			e.warnOnce("scan", "pod cgroup tree read failed", "root", root, "err", err)
+			complete = false
 			continue
 		}
 		for rel, c := range cs {
 			found[rel] = c
 		}
 	}
-	// Containers whose cgroup is gone: release.
+	// Containers whose cgroup is gone: release. A tree that could not be
+	// read releases nothing.
 	for rel, t := range e.tracked {
-		if _, ok := found[rel]; ok {
+		if _, ok := found[rel]; ok || !complete {
 			continue
 		}
 		if t.filter != nil {

@@ -248,6 +248,9 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 			found[rel] = c
 		}
 	}
+	if complete {
+		e.warned["scan"] = false
+	}
 	// Containers whose cgroup is gone: release. A tree that could not be
 	// read releases nothing.
 	for rel, t := range e.tracked {
@@ -278,10 +281,13 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		e.warnOnce("pods", "pod names unavailable, enforcement paused", "err", err)
 		return
 	}
+	e.warned["pods"] = false
 	names, err := e.cfg.Containers.Containers()
 	if err != nil {
 		e.warnOnce("containers", "container names unavailable, falling back to pod-level devices", "err", err)
 		names = nil
+	} else {
+		e.warned["containers"] = false
 	}
 	inv := e.cfg.Inventory()
 	rels := make([]string, 0, len(found))
@@ -408,6 +414,8 @@ func (e *Enforcer) applyCPUs(rel string, c container, t *tracked, inv gpu.Invent
 	t.cpus = want
 }
 
+// warnOnce logs a warning once per outage: the caller clears
+// e.warned[kind] when the source answers again.
 func (e *Enforcer) warnOnce(kind, msg string, args ...any) {
 	if e.warned[kind] {
 		return

@@ -8,13 +8,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/gpud/gpud/pkg/scheduler/evict"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
@@ -340,19 +340,14 @@ func (s *Scheduler) evictVictim(ctx context.Context, e plan.Eviction) {
 	s.recorder.Eventf(v, nil, corev1.EventTypeNormal, reasonPreempted, actionPreempting, "Preempted by %s (%s) on node %s", forKey, e.Why, v.Spec.NodeName)
 }
 
-// evict is Config.Evict, or the policy/v1 Eviction API.
+// evict is Config.Evict, or evict.Evict: the policy/v1 Eviction API with
+// the pod's own grace period, PodDisruptionBudgets honoured (a refusal is
+// an *evict.BudgetError, retried next cycle).
 func (s *Scheduler) evict(ctx context.Context, pod *corev1.Pod) error {
 	if s.cfg.Evict != nil {
 		return s.cfg.Evict(ctx, pod)
 	}
-	err := s.cfg.Client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
-	})
-	if err != nil {
-		return fmt.Errorf("evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	return nil
+	return evict.Evict(ctx, s.cfg.Client, pod, evict.Options{})
 }
 
 func claimNames(allocs []view.Allocation) []string {

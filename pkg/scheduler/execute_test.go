@@ -389,3 +389,39 @@ func TestBindingLostResponse(t *testing.T) {
 		t.Errorf("assumed bound = %q %v", n, ok)
 	}
 }
+
+// TestWritePendingNumbersOnly: a reason that changes only in its counts is
+// not rewritten every cycle (that spent the client budget binds need in
+// make sched-bench) but is refreshed after refreshStatus.
+func TestWritePendingNumbersOnly(t *testing.T) {
+	pod := claimPod("ns", "p", t0)
+	ts := newTestScheduler(t, placeAll{}, pod)
+	now := t0
+	ts.cfg.Now = func() time.Time { return now }
+	pd := plan.Pending{Pod: newPod(pod, nil), Code: "capacity", Message: "no free GPU: 68 nodes short of free GPU"}
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	<-ts.events.Events
+	patches := 0
+	ts.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		return false, nil, nil
+	})
+	now = t0.Add(10 * time.Second)
+	pd.Message = "no free GPU: 65 nodes short of free GPU"
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	got := must(ts.client.CoreV1().Pods("ns").Get(t.Context(), "p", metav1.GetOptions{}))
+	pd.Pod = newPod(got, nil)
+	ts.forgetStatus(pod.UID)
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	if patches != 0 {
+		t.Fatalf("counts-only change 10s later: %d patches, want 0", patches)
+	}
+	now = t0.Add(refreshStatus + time.Second)
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	if patches != 1 {
+		t.Fatalf("counts-only change after %v: %d patches, want 1", refreshStatus, patches)
+	}
+	if got := messageShape("a 40Gi b 12 c7"); got != "a #Gi b # c#" {
+		t.Errorf("messageShape = %q", got)
+	}
+}

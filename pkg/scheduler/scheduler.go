@@ -72,7 +72,7 @@ type Scheduler struct {
 	mu sync.Mutex
 	// written is the pending status this process last wrote per pod
 	// (message and nominated node).
-	written map[types.UID]string
+	written map[types.UID]writtenStatus
 }
 
 // New checks cfg and sets the scheduler up: informers, event recorder,
@@ -83,7 +83,7 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Scheduler{cfg: cfg, log: cfg.Log.With("component", "scheduler"), m: newMetrics(), assumed: newAssumeCache(),
-		trigger: make(chan struct{}, 1), written: map[types.UID]string{}}
+		trigger: make(chan struct{}, 1), written: map[types.UID]writtenStatus{}}
 	s.snap = newSnapshotter(cfg, s.assumed)
 	s.m.setQuotas(cfg.Queues)
 

@@ -31,6 +31,11 @@ func (u *nodeUse) take(node string, p *plan.Pod) {
 	u.mem[node] += mem
 }
 
+// used returns what pods take on n, in view.Options.NodeUsed's units.
+func (u *nodeUse) used(n *view.Node) (cpuMilli, memoryMiB int64) {
+	return u.cpu[n.Name], u.mem[n.Name] >> 20
+}
+
 func (u *nodeUse) give(node string, p *plan.Pod) {
 	cpu, mem := requests(p.Pod)
 	u.cpu[node] -= cpu

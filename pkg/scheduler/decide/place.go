@@ -298,18 +298,22 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		return true
 	}
 	reserve := reserveOnly(p)
+	opt := view.Options{Policy: c.s.Policy, Typical: c.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID, NodeUsed: c.nodes.used}
+	cpu, mem := requests(p.Pod)
 	if len(items) == 0 {
-		for _, n := range c.v.Nodes() {
-			if filter(n) {
-				c.nodes.take(n.Name, p)
-				return &placed{pod: p, node: n.Name, reserve: reserve}, nil
-			}
+		node, err := c.v.PlaceNode(allocator.Request{CPUMilli: cpu, MemoryMiB: mem >> 20}, opt)
+		if err != nil {
+			f := fail(jobs.CodeCapacity, "%s", noNodeMessage(pin, why))
+			f.room = true
+			return nil, f
 		}
-		f := fail(jobs.CodeCapacity, "%s", noNodeMessage(pin, why))
-		f.room = true
-		return nil, f
+		c.nodes.take(node, p)
+		return &placed{pod: p, node: node, reserve: reserve}, nil
 	}
-	allocs, err := c.v.Place(items, view.Options{Policy: c.s.Policy, Typical: c.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID})
+	// The first item carries the pod's CPU and memory, so the policy
+	// weighs what the pod leaves to feed each node's GPUs.
+	items[0].Alloc.CPUMilli, items[0].Alloc.MemoryMiB = cpu, mem>>20
+	allocs, err := c.v.Place(items, opt)
 	if err != nil {
 		code := jobs.CodeCapacity
 		if !errors.Is(err, view.ErrNoFit) {

@@ -29,6 +29,10 @@ type Options struct {
 	// NodeFilter, if set, keeps only the nodes it accepts (the pod's node
 	// affinity, taints and tolerations are the caller's).
 	NodeFilter func(*Node) bool
+	// NodeUsed, if set, returns the CPU (milli) and memory (MiB) pods
+	// already take on a node, so that the policy sees the CPU left to feed
+	// each node's free GPUs (FGD's and gpud's stranding terms).
+	NodeUsed func(*Node) (cpuMilli, memoryMiB int64)
 	// NewShareID draws a share ID; nil is k8s.io/apimachinery's
 	// uuid.NewUUID, as kube-scheduler draws them.
 	NewShareID func() types.UID
@@ -189,11 +193,11 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 			continue
 		}
 		an := allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: make([]allocator.GPU, len(n.GPUs))}
-		usable := false
+		usable := it == nil // a pod without devices may go to any node
 		for g := range n.GPUs {
 			gp := &n.GPUs[g]
-			ok := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && it.gpuUsable(n, gp)
-			labels := v.gpuLabels(it.domain(n, gp), it.Kind == MIG)
+			ok := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp))
+			labels := v.gpuLabels(it.domain(n, gp), it.isMIG())
 			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
 				Labels: labels, Unhealthy: !ok}
 			usable = usable || ok
@@ -213,8 +217,11 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	for i, n := range refs {
 		for g := range n.GPUs {
 			if !nodes[i].GPUs[g].Unhealthy {
-				bindUsed(cl, i, n, g, it.Kind == MIG, u)
+				bindUsed(cl, i, n, g, it.isMIG(), u)
 			}
+		}
+		if opt.NodeUsed != nil {
+			bindNodeUsed(cl, i, n, opt.NodeUsed)
 		}
 	}
 	return cl, refs, nil
@@ -256,7 +263,7 @@ func (v *View) gpuLabels(domain string, mig bool) map[string]string {
 // domain is the GPU's grouping label for the allocator: the value of the
 // item's matchAttribute, else the GPU's NVLink domain.
 func (it *Item) domain(n *Node, gp *GPU) string {
-	if it.MatchAttribute != "" && gp.wholeDev != nil {
+	if it != nil && it.MatchAttribute != "" && gp.wholeDev != nil {
 		return attrValue(gp.wholeDev, it.MatchAttribute)
 	}
 	return gp.NVLinkDomain

@@ -301,10 +301,12 @@ func (it *Item) mig(shapes []migShape) error {
 	return nil
 }
 
-// setShape makes the item ask for its i-th MIG shape.
+// setShape makes the item ask for its i-th MIG shape, keeping the CPU and
+// memory the caller put on the request.
 func (it *Item) setShape(i int) {
 	it.shape = it.shapes[i]
-	it.Alloc = allocator.Request{NumGPU: 1, MIGProfile: allocator.MIGProfiles[profileOf(it.shape[0], it.shape[1])].Name}
+	it.Alloc = allocator.Request{NumGPU: 1, MIGProfile: allocator.MIGProfiles[profileOf(it.shape[0], it.shape[1])].Name,
+		CPUMilli: it.Alloc.CPUMilli, MemoryMiB: it.Alloc.MemoryMiB}
 }
 
 // profileOf is the allocator profile with the shape, or -1.

@@ -128,6 +128,14 @@ func (g *Gpud) Decide(s *plan.Snapshot) plan.Plan {
 	c := newCycle(g.cfg, s)
 	defer c.restore()
 	c.run()
+	if len(s.Queues) > 0 {
+		c.out.QueueUsage = make(map[string]jobs.Resources, len(s.Queues))
+		for _, q := range s.Queues {
+			if c.q.Has(q.Name) {
+				c.out.QueueUsage[q.Name] = c.q.Usage(q.Name)
+			}
+		}
+	}
 	return c.out
 }
 

@@ -302,6 +302,13 @@ func TestQueueLimit(t *testing.T) {
 	if w, _ = pendingOf(p, "nobody"); w.Code != plan.CodeInvalid || !strings.Contains(w.Message, "team-z") {
 		t.Errorf("nobody pending %+v", w)
 	}
+	// The plan reports each queue's usage for the scheduler's metrics.
+	if got := p.QueueUsage["team-a"].GPUMilli; got != 8000 {
+		t.Errorf("QueueUsage[team-a].GPUMilli = %d, want 8000", got)
+	}
+	if got := p.QueueUsage["team-b"].GPUMilli; got != 2000 {
+		t.Errorf("QueueUsage[team-b].GPUMilli = %d, want 2000", got)
+	}
 }
 
 func TestFairShare(t *testing.T) {

@@ -28,6 +28,8 @@ type Device struct {
 	energyMJ   float64
 	nvlinkKiB  float64 // NVLink traffic counter
 	energyAt   float64 // seconds since start of the last energy update
+	// clocksInjected are clocks event reasons set by InjectClocksEvent.
+	clocksInjected uint64
 }
 
 type process struct {
@@ -136,6 +138,7 @@ func (d *Device) setFuncs() {
 	d.setMIGFuncs()
 	d.setEventFuncs()
 	d.setGPMFuncs()
+	d.setClocksFuncs()
 	fillUnsupported(&d.Device)
 }
 

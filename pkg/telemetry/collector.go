@@ -18,6 +18,7 @@ type Collector struct {
 	version string
 
 	dcgm   [numVariants][numFields]*prometheus.Desc
+	alias  [numVariants][numFields]*prometheus.Desc // dcgmAliases; nil for none
 	native [numFields]*prometheus.Desc
 	xid    [numVariants]*prometheus.Desc
 
@@ -38,6 +39,9 @@ func NewCollector(s *Sampler, compat Compat, version string) *Collector {
 		for f := range numFields {
 			sp := fieldSpecs[f]
 			c.dcgm[v][f] = prometheus.NewDesc(sp.dcgm, sp.dcgmHelp, lbl, nil)
+			if a, ok := dcgmAliases[f]; ok {
+				c.alias[v][f] = prometheus.NewDesc(a.name, a.help, lbl, nil)
+			}
 		}
 		c.xid[v] = prometheus.NewDesc("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", lbl, nil)
 	}
@@ -147,6 +151,9 @@ func (c *Collector) collectDevice(b *slab, d *DeviceSnapshot, now time.Time, cfg
 		v := d.Values[f]
 		if c.compat.dcgm() {
 			b.send(c.dcgm[d.variant][f], sp.dcgmType, v, d.lp.dcgm)
+			if a := c.alias[d.variant][f]; a != nil {
+				b.send(a, sp.dcgmType, v, d.lp.dcgm)
+			}
 		}
 		if c.compat.native() {
 			b.send(c.native[f], sp.nativeType, v*sp.scale, d.lp.id)

@@ -30,6 +30,7 @@ const (
 	fRemapCorrectable
 	fRemapUncorrectable
 	fRemapFailure
+	fClocksEventReasons
 	// GPM profiling fields (gpm.go), stored as ratios (0-1) and bytes per
 	// second, as dcgm-exporter exports them.
 	fProfGREngine
@@ -105,6 +106,12 @@ var fieldSpecs = [numFields]fieldSpec{
 		"gpud_remapped_rows_uncorrectable_total", "Memory rows remapped for uncorrectable errors.", prometheus.CounterValue, 1},
 	fRemapFailure: {"DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed", prometheus.GaugeValue,
 		"gpud_remapped_rows_failed", "1 when row remapping failed (the GPU needs service), else 0.", prometheus.GaugeValue, 1},
+	// A bitmask of NVML's nvmlClocksEventReason* bits (0x1 idle, 0x4 SW power
+	// cap, 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power
+	// brake, ...), as dcgm-exporter exports DCGM field 112. DCGM 3.3 renamed
+	// the field DCGM_FI_DEV_CLOCKS_EVENT_REASONS: dcgmAliases exports both.
+	fClocksEventReasons: {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (bitmask of DCGM_CLOCKS_THROTTLE_REASON_*).", prometheus.GaugeValue,
+		"gpud_clocks_event_reasons", "Why the GPU's clocks are below their maximum: a bitmask of NVML's clocks event reasons (0x1 idle, 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal slowdown, 0x40 HW thermal slowdown, 0x80 HW power brake).", prometheus.GaugeValue, 1},
 	// dcgm-exporter's etc/dcp-metrics-included.csv; gpud reads them through
 	// NVML GPM, between two samples one Interval apart.
 	fProfGREngine: {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", prometheus.GaugeValue,
@@ -132,6 +139,26 @@ var fieldSpecs = [numFields]fieldSpec{
 	fProfNVLinkRX: {"DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink, not including protocol headers, in bytes per second.", prometheus.GaugeValue,
 		"gpud_gpm_nvlink_receive_bytes_per_second", "NVLink traffic to the GPU over all links, in bytes per second, between the last two GPM samples.", prometheus.GaugeValue, 1},
 }
+
+// dcgmAlias is a second DCGM name a field is exported under, with the
+// same labels and value: DCGM renamed field 112 and dashboards query
+// either name.
+type dcgmAlias struct{ name, help string }
+
+var dcgmAliases = map[field]dcgmAlias{
+	fClocksEventReasons: {"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*)."},
+}
+
+// Clocks event reason bits (NVML's nvmlClocksEventReason*), for tests and
+// the alerts in deploy/monitoring.
+const (
+	ClocksEventGPUIdle      uint64 = 0x1
+	ClocksEventSWPowerCap   uint64 = 0x4
+	ClocksEventHWSlowdown   uint64 = 0x8
+	ClocksEventSWThermal    uint64 = 0x20
+	ClocksEventHWThermal    uint64 = 0x40
+	ClocksEventHWPowerBrake uint64 = 0x80
+)
 
 // FieldName returns the DCGM name of the i-th value in
 // DeviceSnapshot.Values (for tests and tools reading a [Snapshot]).

@@ -61,6 +61,9 @@ type Sampler struct {
 	attr Attribution
 	cfg  Config
 	log  *slog.Logger
+	// throttleOnly: the driver has only the deprecated clocks throttle
+	// reasons call (see reading.throttleOnly).
+	throttleOnly bool
 
 	snap atomic.Pointer[Snapshot]
 
@@ -121,12 +124,13 @@ func NewSampler(lib nvml.Interface, inv InventoryFunc, attr Attribution, cfg Con
 	}
 	return &Sampler{
 		lib: lib, inv: inv, attr: attr, cfg: cfg.withDefaults(), log: log,
-		byUUID:   map[string]*devState{},
-		errs:     map[errKey]uint64{},
-		lastXid:  map[string]uint64{},
-		xids:     map[xidKey]uint64{},
-		pids:     map[uint32]pidEntry{},
-		attrErrs: map[string]uint64{},
+		throttleOnly: throttleOnly(lib),
+		byUUID:       map[string]*devState{},
+		errs:         map[errKey]uint64{},
+		lastXid:      map[string]uint64{},
+		xids:         map[xidKey]uint64{},
+		pids:         map[uint32]pidEntry{},
+		attrErrs:     map[string]uint64{},
 	}, nil
 }
 
@@ -301,7 +305,7 @@ func (s *Sampler) run(d *devState, i int) {
 		return
 	}
 	c := calls[i]
-	var r reading
+	r := reading{throttleOnly: s.throttleOnly}
 	ret := c.read(d.handle, &r)
 	at := s.cfg.Clock()
 	s.mu.Lock()

@@ -11,6 +11,10 @@ import (
 type reading struct {
 	vals [numFields]float64
 	ok   [numFields]bool
+	// throttleOnly is set for a driver library without
+	// nvmlDeviceGetCurrentClocksEventReasons (before R535): the deprecated
+	// nvmlDeviceGetCurrentClocksThrottleReasons returns the same bits.
+	throttleOnly bool
 }
 
 func (r *reading) set(f field, v float64) { r.vals[f], r.ok[f] = v, true }
@@ -85,6 +89,18 @@ var calls = [numCalls]call{
 			}
 			return ret
 		}},
+	{name: "GetCurrentClocksEventReasons", onGPU: true, fields: []field{fClocksEventReasons},
+		read: func(d nvml.Device, r *reading) nvml.Return {
+			get := d.GetCurrentClocksEventReasons
+			if r.throttleOnly {
+				get = d.GetCurrentClocksThrottleReasons
+			}
+			mask, ret := get()
+			if ret == nvml.SUCCESS {
+				r.set(fClocksEventReasons, float64(mask))
+			}
+			return ret
+		}},
 	{name: "GetPcieReplayCounter", onGPU: true, fields: []field{fPCIeReplay},
 		read: func(d nvml.Device, r *reading) nvml.Return {
 			n, ret := d.GetPcieReplayCounter()
@@ -139,11 +155,22 @@ var calls = [numCalls]call{
 }
 
 // numCalls is the number of per-device queries in calls.
-const numCalls = 10
+const numCalls = 11
 
 // callProcesses is the name of the process-list query (per whole GPU; it
 // covers the GPU's MIG devices through each process's GPU instance ID).
 const callProcesses = "GetComputeRunningProcesses"
+
+// throttleOnly reports whether lib lacks nvmlDeviceGetCurrentClocksEventReasons
+// (drivers before R535), where calling it would fault. A library without
+// symbol lookup (go-nvml's mocks, the simulated node) has every method.
+func throttleOnly(lib nvml.Interface) bool {
+	ext := lib.Extensions()
+	if ext == nil {
+		return false
+	}
+	return ext.LookupSymbol("nvmlDeviceGetCurrentClocksEventReasons") != nil
+}
 
 // fieldValue decodes an NVML field value by its type.
 func fieldValue(v nvml.FieldValue) float64 {

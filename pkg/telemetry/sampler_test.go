@@ -41,6 +41,8 @@ func TestSamplerNVMLErrors(t *testing.T) {
 			missing: []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"}},
 		{name: "ecc fails", op: "GetTotalEccErrors", ret: nvml.ERROR_UNKNOWN, reason: "unknown",
 			missing: []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"}},
+		{name: "clocks event reasons fail", op: "GetCurrentClocksEventReasons", ret: nvml.ERROR_UNKNOWN, reason: "unknown",
+			missing: []string{"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,6 +76,35 @@ func TestSamplerNVMLErrors(t *testing.T) {
 				t.Errorf("gpud_sampler_stale_fields{gpu=3} = %v, want %d", v, len(tc.missing))
 			}
 		})
+	}
+}
+
+// TestSamplerClocksEventReasons checks that the clocks event reasons
+// bitmask reaches both of DCGM's names (and gpud's) with the bits NVML
+// reported: an idle GPU's idle bit, and HW slowdown injected on another.
+func TestSamplerClocksEventReasons(t *testing.T) {
+	r := newRig(t)
+	inv := r.staticInventory(t)
+	s := r.sampler(t, inv, telemetry.Attribution{}, telemetry.Config{Interval: time.Second})
+	hw := telemetry.ClocksEventHWSlowdown | telemetry.ClocksEventHWThermal
+	if err := r.node.InjectClocksEvent(2, hw); err != nil {
+		t.Fatal(err)
+	}
+	s.Sweep(t.Context())
+	mfs := parse(t, scrape(t, telemetry.NewCollector(s, telemetry.CompatBoth, "test")))
+	for _, tc := range []struct {
+		gpu  string
+		want uint64
+	}{
+		{"2", telemetry.ClocksEventGPUIdle | hw},
+		{"4", telemetry.ClocksEventGPUIdle},
+	} {
+		for _, name := range []string{"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gpud_clocks_event_reasons"} {
+			v, ok := series(mfs, name, map[string]string{"gpu": tc.gpu})
+			if !ok || uint64(v) != tc.want {
+				t.Errorf("%s{gpu=%s} = %v (present %v), want %#x", name, tc.gpu, v, ok, tc.want)
+			}
+		}
 	}
 }
 

@@ -135,7 +135,11 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		reload = agentReloader(args)
 	}
 	migState := &migConfigState{}
-	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig, state: migState.set}
+	migMetrics, err := newMIGMetrics(metrics)
+	if err != nil {
+		return nil, err
+	}
+	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig, state: migState.set, metrics: migMetrics}
 	sharingC := &sharingComponent{opts: cfg.sharing, deps: sharingDeps{
 		runtime: src.sharing, inventory: src.store.Current, metrics: metrics, log: log.With("component", "sharing"),
 		watchdog: timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods},
@@ -159,7 +163,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	}
 	if cfg.admin.socket != "" {
 		mux := http.NewServeMux()
-		migAPI{svc: migSvc}.routes(mux)
+		migAPI{svc: migSvc, metrics: migMetrics}.routes(mux)
 		sharingAPI{runtime: src.sharing}.routes(mux)
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, task{"admin", srv.Run})

@@ -64,6 +64,8 @@ type migComponent struct {
 	// state, when set, is told the configured layout's state (pending,
 	// success, failed) for the nvidia.com/mig.config.state node label.
 	state func(string)
+	// metrics count the applies and mirror the state; nil records nothing.
+	metrics *migMetrics
 
 	mu   sync.Mutex
 	opts migOptions
@@ -110,13 +112,18 @@ func (c *migComponent) applyConfigured(ctx context.Context) {
 	if o.layoutFile == "" || o.layoutName == "" {
 		return
 	}
-	if c.state != nil {
-		c.state(nodelabels.StatePending)
+	state := func(s string) {
+		if c.state != nil {
+			c.state(s)
+		}
+		c.metrics.setState(s)
 	}
+	state(nodelabels.StatePending)
 	f, err := mig.LoadLayoutFile(o.layoutFile)
 	if err != nil {
 		c.log.Error("mig layout file invalid", "path", o.layoutFile, "err", err)
-		reportMIGState(c.state, 0, err)
+		reportMIGState(state, 0, err)
+		c.metrics.observeApply(migSourceConfig, 0, err)
 		return
 	}
 	res, err := c.svc.Apply(ctx, f, o.layoutName, o.force)
@@ -124,7 +131,8 @@ func (c *migComponent) applyConfigured(ctx context.Context) {
 	if errors.Is(err, mig.ErrJournalKept) && !errors.Is(err, mig.ErrRolledBack) {
 		stateErr = nil // the layout is in place
 	}
-	reportMIGState(c.state, len(res.Pending), stateErr)
+	reportMIGState(state, len(res.Pending), stateErr)
+	c.metrics.observeApply(migSourceConfig, len(res.Pending), stateErr)
 	switch {
 	case errors.Is(err, mig.ErrJournalKept) && !errors.Is(err, mig.ErrRolledBack):
 		c.log.Error("mig layout in place, but its journal was not removed", "config", o.layoutName, "err", err)
@@ -144,8 +152,12 @@ type migRequest struct {
 	Force   bool   `json:"force"`
 }
 
-// migAPI serves the MIG routes of the admin API.
-type migAPI struct{ svc *mig.Service }
+// migAPI serves the MIG routes of the admin API; metrics (may be nil)
+// count its applies.
+type migAPI struct {
+	svc     *mig.Service
+	metrics *migMetrics
+}
 
 func (a migAPI) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/mig/state", func(w http.ResponseWriter, _ *http.Request) {
@@ -177,6 +189,9 @@ func (a migAPI) handle(apply bool) http.HandlerFunc {
 			run = a.svc.Apply
 		}
 		res, err := run(r.Context(), f, req.Config, req.Force)
+		if apply {
+			a.metrics.observeApply(migSourceAPI, len(res.Pending), err)
+		}
 		if err != nil {
 			status, code := migErrorStatus(err)
 			adminapi.WriteError(w, status, code, err)

@@ -79,6 +79,7 @@ func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
 	if sn.deferred > 0 {
 		s.m.pending.WithLabelValues("deferred").Add(float64(sn.deferred))
 	}
+	s.m.setPendingOldest(sn.Now, pending)
 	s.writePending(ctx, pending)
 }
 

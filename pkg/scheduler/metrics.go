@@ -1,11 +1,14 @@
 package scheduler
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -23,6 +26,7 @@ type metrics struct {
 	cycle      prometheus.Histogram
 	podLatency prometheus.Histogram
 	pending    *prometheus.GaugeVec
+	oldest     *prometheus.GaugeVec
 	preempts   prometheus.Counter
 	victims    prometheus.Counter
 	binds      prometheus.Counter
@@ -57,6 +61,10 @@ func newMetrics() *metrics {
 			Name: "gpud_scheduler_pending_pods",
 			Help: "Pods left pending by the last cycle, by reason code.",
 		}, []string{"reason"}),
+		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_pending_oldest_seconds",
+			Help: "Age of the oldest pod left pending by the last cycle, per queue (the pod's " + plan.QueueLabel + " label; empty for pods without one), in seconds; no series for a queue with no pending pod.",
+		}, []string{"queue"}),
 		preempts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpud_scheduler_preemptions_total",
 			Help: "Pending pods for which victims were evicted.",
@@ -102,10 +110,29 @@ func newMetrics() *metrics {
 			Help: "A queue's limit (--queues), per resource; absent when unlimited.",
 		}, []string{"queue", "resource"}),
 	}
-	m.reg.MustRegister(m.attempts, m.cycle, m.podLatency, m.pending, m.preempts, m.victims, m.binds,
+	m.reg.MustRegister(m.attempts, m.cycle, m.podLatency, m.pending, m.oldest, m.preempts, m.victims, m.binds,
 		m.conflicts, m.rollbacks, m.gpuMemory, m.skipped, m.leader, m.queueUsed, m.queueGuar, m.queueLimit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// setPendingOldest exports, per queue, the age at now of the oldest pod
+// in pending (from its creation time). Pods deferred beyond --max-pending
+// are the newest of the cycle and not in pending.
+func (m *metrics) setPendingOldest(now time.Time, pending []plan.Pending) {
+	oldest := map[string]time.Time{}
+	for _, pd := range pending {
+		if pd.Pod == nil || pd.Pod.Created.IsZero() {
+			continue
+		}
+		if t, ok := oldest[pd.Pod.Queue]; !ok || pd.Pod.Created.Before(t) {
+			oldest[pd.Pod.Queue] = pd.Pod.Created
+		}
+	}
+	m.oldest.Reset()
+	for q, t := range oldest {
+		m.oldest.WithLabelValues(q).Set(max(0, now.Sub(t).Seconds()))
+	}
 }
 
 // resourceValues names the fields of jobs.Resources for metric labels.

@@ -1,0 +1,71 @@
+package scheduler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+)
+
+func TestSetPendingOldest(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	pod := func(queue string, age time.Duration) plan.Pending {
+		return plan.Pending{Pod: &plan.Pod{Queue: queue, Created: now.Add(-age)}, Code: "no_fit"}
+	}
+	m := newMetrics()
+	m.setPendingOldest(now, []plan.Pending{
+		pod("team-a", 10*time.Minute), pod("team-a", 45*time.Minute), pod("team-a", time.Minute),
+		pod("team-b", 90*time.Second),
+		pod("", 2*time.Hour),
+		{Pod: nil, Code: "deferred"},                      // no pod: nothing to date
+		{Pod: &plan.Pod{Queue: "team-c"}, Code: "no_fit"}, // no creation time
+		pod("team-d", -time.Minute),                       // created after now (clock skew): age 0
+	})
+	want := map[string]float64{"team-a": 45 * 60, "team-b": 90, "": 2 * 3600, "team-d": 0}
+	if got := oldestByQueue(t, m); !equalMaps(got, want) {
+		t.Fatalf("gpud_scheduler_pending_oldest_seconds = %v, want %v", got, want)
+	}
+
+	// The next cycle leaves only team-b pending: the other queues' series go.
+	m.setPendingOldest(now.Add(time.Minute), []plan.Pending{pod("team-b", 90*time.Second)})
+	want = map[string]float64{"team-b": 90 + 60}
+	if got := oldestByQueue(t, m); !equalMaps(got, want) {
+		t.Fatalf("after a cycle with team-b pending only: %v, want %v", got, want)
+	}
+	m.setPendingOldest(now, nil)
+	if got := oldestByQueue(t, m); len(got) != 0 {
+		t.Fatalf("with nothing pending: %v, want no series", got)
+	}
+}
+
+// oldestByQueue gathers gpud_scheduler_pending_oldest_seconds by queue.
+func oldestByQueue(t *testing.T, m *metrics) map[string]float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 16)
+	m.oldest.Collect(ch)
+	close(ch)
+	out := map[string]float64{}
+	for metric := range ch {
+		var d dto.Metric
+		if err := metric.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		out[d.GetLabel()[0].GetValue()] = d.GetGauge().GetValue()
+	}
+	return out
+}
+
+func equalMaps(a, b map[string]float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

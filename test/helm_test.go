@@ -408,6 +408,60 @@ func TestHelmChart(t *testing.T) {
 			},
 		},
 		{
+			name: "enforcement and MPS",
+			values: map[string]any{"agent": map[string]any{
+				"enforcement": map[string]any{"hostMounts": true, "cpuAffinity": "align", "nriSocket": "/run/containerd/nri/nri.sock"},
+				"mps":         map[string]any{"driverRoot": "/run/nvidia/driver", "root": "/var/lib/gpud-mps"},
+			}},
+			want: []string{"Service/gpud-metrics", "ConfigMap/gpud-dashboard"},
+			check: func(t *testing.T, objs map[string]runtime.Object) {
+				ds, c, _ := helmAgent(t, objs)
+				for _, want := range []string{"--cpu-affinity=align", "--nri-socket=/run/containerd/nri/nri.sock", "--driver-root=/driver-root", "--mps-root=/var/lib/gpud-mps"} {
+					if !slices.Contains(c.Args, want) {
+						t.Errorf("args %v lack %s", c.Args, want)
+					}
+				}
+				for _, a := range c.Args {
+					if strings.HasPrefix(a, "--isolate-devices") || strings.HasPrefix(a, "--container-logs-root") || strings.HasPrefix(a, "--mps=") {
+						t.Errorf("arg %s passed at the agent's default", a)
+					}
+				}
+				helmCheckHostMounts(t, ds, c, map[string]helmHostMount{
+					"/sys/fs/cgroup":                 {host: "/sys/fs/cgroup"},
+					"/var/log/containers":            {host: "/var/log/containers", readOnly: true},
+					"/run/containerd/nri":            {host: "/run/containerd/nri"},
+					"/driver-root":                   {host: "/run/nvidia/driver", readOnly: true},
+					"/var/lib/gpud-mps":              {host: "/var/lib/gpud-mps"},
+					"/var/lib/kubelet/pod-resources": {host: "/var/lib/kubelet/pod-resources", readOnly: true},
+				})
+				if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+					t.Error("enforcement needs CAP_BPF and CAP_SYS_ADMIN: the agent must stay privileged")
+				}
+			},
+		},
+		{
+			name: "enforcement off",
+			values: map[string]any{"agent": map[string]any{
+				"enforcement": map[string]any{"hostMounts": true, "isolateDevices": false, "nriSocket": "", "containerLogsRoot": "/srv/logs/containers"},
+				"mps":         map[string]any{"enabled": false},
+			}},
+			want: []string{"Service/gpud-metrics", "ConfigMap/gpud-dashboard"},
+			check: func(t *testing.T, objs map[string]runtime.Object) {
+				ds, c, _ := helmAgent(t, objs)
+				for _, want := range []string{"--isolate-devices=false", "--nri-socket=", "--container-logs-root=/srv/logs/containers", "--mps=false"} {
+					if !slices.Contains(c.Args, want) {
+						t.Errorf("args %v lack %s", c.Args, want)
+					}
+				}
+				helmCheckHostMounts(t, ds, c, map[string]helmHostMount{"/srv/logs/containers": {host: "/srv/logs/containers", readOnly: true}})
+				for _, m := range c.VolumeMounts {
+					if m.Name == "nri" || m.Name == "driver-root" || m.Name == "mps-root" {
+						t.Errorf("mount %s (%s) without its value", m.Name, m.MountPath)
+					}
+				}
+			},
+		},
+		{
 			name: "sharing and MIG layouts",
 			values: map[string]any{"agent": map[string]any{
 				"sharing":    map[string]any{"devices": map[string]any{"7": map[string]any{"replicas": 4, "limitMemory": true}}},
@@ -461,6 +515,33 @@ func TestHelmChart(t *testing.T) {
 				tc.check(t, objs)
 			}
 		})
+	}
+}
+
+// helmHostMount is where a container path comes from on the host.
+type helmHostMount struct {
+	host     string
+	readOnly bool
+}
+
+// helmCheckHostMounts checks that each container path in want is mounted
+// from its host path, read-only where want says so.
+func helmCheckHostMounts(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, want map[string]helmHostMount) {
+	t.Helper()
+	vols := map[string]*corev1.HostPathVolumeSource{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		vols[v.Name] = v.HostPath
+	}
+	got := map[string]helmHostMount{}
+	for _, m := range c.VolumeMounts {
+		if hp := vols[m.Name]; hp != nil {
+			got[m.MountPath] = helmHostMount{host: hp.Path, readOnly: m.ReadOnly}
+		}
+	}
+	for path, w := range want {
+		if g, ok := got[path]; !ok || g != w {
+			t.Errorf("%s: mounted from %+v (present %v), want %+v", path, g, ok, w)
+		}
 	}
 }
 
@@ -615,6 +696,11 @@ func TestHelmValuesSchema(t *testing.T) {
 		{name: "node labels", values: map[string]any{"agent": map[string]any{"nodeLabels": "yes"}}, want: "/agent/nodeLabels"},
 		{name: "port", values: map[string]any{"agent": map[string]any{"port": 70000}}, want: "/agent/port"},
 		{name: "scheduler policy", values: map[string]any{"scheduler": map[string]any{"policy": "fastest"}}, want: "/scheduler/policy"},
+		{name: "cpu affinity", values: map[string]any{"agent": map[string]any{"enforcement": map[string]any{"cpuAffinity": "numa"}}}, want: "/agent/enforcement/cpuAffinity"},
+		{name: "relative NRI socket", values: map[string]any{"agent": map[string]any{"enforcement": map[string]any{"nriSocket": "nri.sock"}}}, want: "/agent/enforcement/nriSocket"},
+		{name: "enforcement key", values: map[string]any{"agent": map[string]any{"enforcement": map[string]any{"isolate": true}}}, want: "isolate"},
+		{name: "MPS root", values: map[string]any{"agent": map[string]any{"mps": map[string]any{"root": "run/mps"}}}, want: "/agent/mps/root"},
+		{name: "MPS on", values: map[string]any{"agent": map[string]any{"mps": map[string]any{"enabled": "yes"}}}, want: "/agent/mps/enabled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmRender(t, tc.values, false)
@@ -628,7 +714,8 @@ func TestHelmValuesSchema(t *testing.T) {
 // TestHelmLint: `helm lint` finds nothing above INFO, with the default
 // values and in DRA mode.
 func TestHelmLint(t *testing.T) {
-	for _, vals := range []map[string]any{nil, {"mode": "dra", "scheduler": map[string]any{"enabled": true}}} {
+	enforcement := map[string]any{"agent": map[string]any{"enforcement": map[string]any{"hostMounts": true, "cpuAffinity": "align"}, "mps": map[string]any{"driverRoot": "/run/nvidia/driver"}}}
+	for _, vals := range []map[string]any{nil, {"mode": "dra", "scheduler": map[string]any{"enabled": true}}, enforcement} {
 		l := lint.RunAll(helmChartDir, vals, "gpud", lint.WithKubeVersion(&helmKubeVersion))
 		for _, m := range l.Messages {
 			if m.Severity > support.InfoSev {
@@ -875,6 +962,10 @@ func TestHelmChartServerSideDryRun(t *testing.T) {
 		{name: "defaults"},
 		{name: "dra with the scheduler", values: map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true, "queues": q}}},
 		{name: "node labels", values: map[string]any{"agent": map[string]any{"nodeLabels": true}}},
+		{name: "enforcement and MPS", values: map[string]any{"agent": map[string]any{
+			"enforcement": map[string]any{"hostMounts": true, "cpuAffinity": "align"},
+			"mps":         map[string]any{"driverRoot": "/run/nvidia/driver", "root": "/var/lib/gpud-mps"},
+		}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files, err := helmTemplate(t, tc.values, false)

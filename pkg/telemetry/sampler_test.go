@@ -2,12 +2,14 @@ package telemetry_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
@@ -105,6 +107,38 @@ func TestSamplerClocksEventReasons(t *testing.T) {
 				t.Errorf("%s{gpu=%s} = %v (present %v), want %#x", name, tc.gpu, v, ok, tc.want)
 			}
 		}
+	}
+}
+
+// TestSamplerClocksThrottleReasonsOnOldDrivers: a driver library without
+// nvmlDeviceGetCurrentClocksEventReasons (before R535) is read through the
+// deprecated throttle call, and the new one is never called (on such a
+// library it would fault).
+func TestSamplerClocksThrottleReasonsOnOldDrivers(t *testing.T) {
+	r := newRig(t)
+	r.node.ExtensionsFunc = func() nvml.ExtendedInterface {
+		return &mock.ExtendedInterface{LookupSymbolFunc: func(name string) error {
+			if name == "nvmlDeviceGetCurrentClocksEventReasons" {
+				return errors.New("undefined symbol: " + name)
+			}
+			return nil
+		}}
+	}
+	r.node.InjectFault("GetCurrentClocksEventReasons", simnode.FaultSpec{Times: -1, Return: nvml.ERROR_UNKNOWN})
+	if err := r.node.InjectClocksEvent(1, telemetry.ClocksEventHWPowerBrake); err != nil {
+		t.Fatal(err)
+	}
+	inv := r.staticInventory(t)
+	g, _ := inv()
+	s := r.sampler(t, inv, telemetry.Attribution{}, telemetry.Config{Interval: time.Second})
+	s.Sweep(t.Context())
+	mfs := parse(t, scrape(t, telemetry.NewCollector(s, telemetry.CompatDCGM, "test")))
+	want := telemetry.ClocksEventGPUIdle | telemetry.ClocksEventHWPowerBrake
+	if v, ok := series(mfs, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", map[string]string{"gpu": "1"}); !ok || uint64(v) != want {
+		t.Errorf("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=1} = %v (present %v), want %#x", v, ok, want)
+	}
+	if n := errCount(s, g.GPUs[1].UUID, "GetCurrentClocksEventReasons", "unknown"); n != 0 {
+		t.Errorf("the new call was made %d times on a library without it", n)
 	}
 }
 

@@ -1,36 +1,25 @@
 package decide
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/dynamic-resource-allocation/cel"
 
+	"github.com/gpud/gpud/internal/schedtest"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
-	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/dra"
-	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
-	"github.com/gpud/gpud/pkg/simnode"
 )
 
 // states caches simulated node states by profile and MIG GPUs (reading a
@@ -38,46 +27,14 @@ import (
 var states sync.Map
 
 // simState reads a simulated node as the agent's wiring does (as
-// pkg/scheduler/view's tests do): the inventory from discovery and each
-// GPU's MIG catalog from pkg/mig; migOn turns MIG mode on for those GPUs.
+// pkg/scheduler/view's tests do); migOn turns MIG mode on for those GPUs.
 func simState(t testing.TB, profile string, migOn ...int) dra.NodeState {
 	t.Helper()
 	key := fmt.Sprint(profile, migOn)
 	if st, ok := states.Load(key); ok {
 		return st.(dra.NodeState)
 	}
-	n := simnode.NewBuiltin(profile)
-	defer n.Close()
-	inv, err := discovery.New(n, "sim", nil).Inventory()
-	if err != nil {
-		t.Fatalf("discovery: %v", err)
-	}
-	st := dra.NodeState{Inventory: inv, MIG: map[string]dra.MIGCatalog{}}
-	devlib := device.New(n)
-	for i := range inv.GPUs {
-		g := &inv.GPUs[i]
-		g.MIGEnabled = slices.Contains(migOn, g.Index)
-		if !g.MIGCapable {
-			continue
-		}
-		h, ret := n.DeviceGetHandleByIndex(g.Index)
-		if ret != nvml.SUCCESS {
-			t.Fatalf("gpu %d: %v", g.Index, ret)
-		}
-		c, err := mig.ReadCatalog(h, devlib)
-		if err != nil {
-			t.Fatalf("catalog of gpu %d: %v", g.Index, err)
-		}
-		cat := dra.MIGCatalog{MemorySlices: c.MemorySlices, ComputeSlices: c.ComputeSlices, LiveModeChange: dra.LiveMIGModeChange(g.Architecture)}
-		for _, p := range c.Profiles {
-			mp := dra.MIGProfile{Name: p.Name, ComputeSlices: p.Slices, MemoryBytes: p.MemoryMiB << 20}
-			for _, pl := range p.Placements {
-				mp.Placements = append(mp.Placements, dra.Placement{Start: pl.Start, Size: pl.Size})
-			}
-			cat.Profiles = append(cat.Profiles, mp)
-		}
-		st.MIG[g.UUID] = cat
-	}
+	st := schedtest.SimState(t, profile, "sim", migOn...)
 	states.Store(key, st)
 	return st
 }
@@ -86,62 +43,14 @@ func simState(t testing.TB, profile string, migOn ...int) dra.NodeState {
 // resourceslice controller publishes them.
 func toSlices(t testing.TB, name string, st dra.NodeState) []*resourceapi.ResourceSlice {
 	t.Helper()
-	pub, err := dra.Build(name, st)
-	if err != nil {
-		t.Fatalf("dra.Build: %v", err)
-	}
-	pool := pub.Resources.Pools[name]
-	var out []*resourceapi.ResourceSlice
-	for i, s := range pool.Slices {
-		node := name
-		out = append(out, &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-gpu.gpud.io-%d", name, i)},
-			Spec: resourceapi.ResourceSliceSpec{
-				Driver:         dra.DriverName,
-				Pool:           resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
-				NodeName:       &node,
-				Devices:        s.Devices,
-				SharedCounters: s.SharedCounters,
-			},
-		})
-	}
+	_, out := schedtest.Publish(t, name, st)
 	return out
-}
-
-var classesOnce struct {
-	sync.Once
-	c   []*resourceapi.DeviceClass
-	err error
 }
 
 // shippedClasses reads deploy/dra/deviceclasses.yaml.
 func shippedClasses(t testing.TB) []*resourceapi.DeviceClass {
 	t.Helper()
-	classesOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "dra", "deviceclasses.yaml"))
-		if err != nil {
-			classesOnce.err = err
-			return
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-		for {
-			var c resourceapi.DeviceClass
-			if err := dec.Decode(&c); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				classesOnce.err = err
-				return
-			}
-			if c.Name != "" {
-				classesOnce.c = append(classesOnce.c, &c)
-			}
-		}
-	})
-	if classesOnce.err != nil {
-		t.Fatal(classesOnce.err)
-	}
-	return classesOnce.c
+	return schedtest.ShippedClasses(t)
 }
 
 // env is a test cluster: nodes with gpud's slices, pods with claims, and
@@ -173,22 +82,11 @@ func newEnv(t testing.TB) *env {
 func (e *env) node(name, profile string, labels map[string]string, migOn ...int) {
 	e.t.Helper()
 	e.slices = append(e.slices, toSlices(e.t, name, simState(e.t, profile, migOn...))...)
-	e.nodes = append(e.nodes, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: labels},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("224"),
-			corev1.ResourceMemory: resource.MustParse("2Ti"),
-		}},
-	})
+	e.nodes = append(e.nodes, schedtest.Node(name, labels))
 }
 
 func exact(name, class string, count int64, sel ...string) resourceapi.DeviceRequest {
-	r := resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}
-	for _, s := range sel {
-		r.Exactly.Selectors = append(r.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
-	}
-	return r
+	return schedtest.Exact(name, class, count, sel...)
 }
 
 func gpus(n int64) resourceapi.DeviceRequest { return exact("gpu", "gpu.gpud.io", n) }
@@ -201,7 +99,7 @@ func fraction(mem string) resourceapi.DeviceRequest {
 }
 
 func migReq(profile string) resourceapi.DeviceRequest {
-	return exact("mig", "mig.gpud.io", 1, fmt.Sprintf(`device.attributes["gpu.gpud.io"].profile == %q`, profile))
+	return exact("mig", "mig.gpud.io", 1, schedtest.MIGSelector(profile))
 }
 
 // podOpt changes a test pod.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpud/gpud/internal/manifest"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpud/gpud/internal/manifest"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -338,18 +339,17 @@ func runDRACase(t *testing.T, tc draCase) {
 		node, published.Round(time.Millisecond), bound.Round(time.Millisecond), prepared.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 }
 
-// draAgentConfig is the agent's identity as deploy/dra/rbac.yaml makes it:
-// the gpud-dra service account with its ClusterRole and the admission
-// policy that limits it to its own node's slices, its token bound to a pod
-// on the node (so it carries the node name, as the DaemonSet's pod does).
-func draAgentConfig(t *testing.T, env *k8senv.Env, node string) *rest.Config {
+// applyRBAC creates the gpud namespace and the identity a shipped rbac.yaml
+// (deploy/dra's, deploy/scheduler's) makes: service accounts, cluster roles
+// and roles with their bindings, and admission policies with theirs.
+func applyRBAC(t *testing.T, env *k8senv.Env, path string) {
 	t.Helper()
 	c := env.Client
 	ctx := t.Context()
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpud"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, obj := range draManifests(t, "../deploy/dra/rbac.yaml") {
+	for _, obj := range draManifests(t, path) {
 		var err error
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
@@ -358,17 +358,32 @@ func draAgentConfig(t *testing.T, env *k8senv.Env, node string) *rest.Config {
 			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *admissionv1.ValidatingAdmissionPolicy:
 			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
 		case *admissionv1.ValidatingAdmissionPolicyBinding:
 			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
 		default:
-			t.Fatalf("rbac.yaml: unexpected %T", obj)
+			t.Fatalf("%s: unexpected %T", path, obj)
 		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("rbac.yaml %T: %v", obj, err)
+			t.Fatalf("%s %T: %v", path, obj, err)
 		}
 	}
+}
+
+// draAgentConfig is the agent's identity as deploy/dra/rbac.yaml makes it:
+// the gpud-dra service account with its ClusterRole and the admission
+// policy that limits it to its own node's slices, its token bound to a pod
+// on the node (so it carries the node name, as the DaemonSet's pod does).
+func draAgentConfig(t *testing.T, env *k8senv.Env, node string) *rest.Config {
+	t.Helper()
+	applyRBAC(t, env, "../deploy/dra/rbac.yaml")
+	c := env.Client
+	ctx := t.Context()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "gpud", Name: "gpud-dra-" + node},
 		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "gpud-dra", AutomountServiceAccountToken: ptr.To(false),

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -230,31 +229,7 @@ func TestSchedulerEndToEnd(t *testing.T) {
 // the shipped permissions.
 func schedulerIdentity(t *testing.T, env *k8senv.Env) string {
 	t.Helper()
-	c := env.Client
-	ctx := t.Context()
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpud"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range draManifests(t, "../deploy/scheduler/rbac.yaml") {
-		var err error
-		switch o := obj.(type) {
-		case *corev1.ServiceAccount:
-			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRole:
-			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRoleBinding:
-			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.Role:
-			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.RoleBinding:
-			_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("rbac.yaml: unexpected %T", obj)
-		}
-		if err != nil {
-			t.Fatalf("rbac.yaml %T: %v", obj, err)
-		}
-	}
+	applyRBAC(t, env, "../deploy/scheduler/rbac.yaml")
 	return env.WriteKubeconfig(t, "gpud-scheduler", env.ServiceAccountConfig(t, "gpud", "gpud-scheduler"))
 }
 

@@ -2,104 +2,46 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpud/gpud/internal/cgrouptest"
 	"github.com/gpud/gpud/internal/testwait"
-	"github.com/gpud/gpud/pkg/cgroupfs"
-	"github.com/gpud/gpud/pkg/devcgroup"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/kubeletstub"
 )
-
-// openInCgroup opens each path read-only from a shell started inside the
-// cgroup dir and returns "ok", "EPERM", "ENXIO" or the shell's message by
-// base name.
-func openInCgroup(t *testing.T, dir string, paths []string) map[string]string {
-	t.Helper()
-	cg, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
-	script := `for p in "$@"; do if (exec 3<"$p") 2>/dev/null; then echo "$p ok"; else echo "$p $( (exec 3<"$p") 2>&1 )"; fi; done`
-	cmd := exec.Command("/bin/sh", append([]string{"-c", script, "sh"}, paths...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("shell in %s: %v", dir, err)
-	}
-	got := map[string]string{}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
-		p, res, _ := strings.Cut(line, " ")
-		switch {
-		case strings.Contains(res, "not permitted"):
-			res = "EPERM"
-		case strings.Contains(res, "No such device"):
-			res = "ENXIO"
-		}
-		got[filepath.Base(p)] = res
-	}
-	return got
-}
 
 // TestAgentIsolatesDevices runs the whole agent as root on the simulated
 // DGX H100 against a kubepods tree in the real cgroup2 hierarchy and a
 // fake kubelet: the GPU container can open only its GPU, the other
 // container none, and /readyz says isolation is on.
 func TestAgentIsolatesDevices(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates cgroups, mknods devices, loads BPF programs")
-	}
-	if err := devcgroup.Probe(); err != nil {
-		t.Skipf("kernel: %v", err)
-	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Skipf("no mountinfo: %v", err)
-	}
-	mounts, err := cgroupfs.Parse(f)
-	f.Close()
-	if err != nil || mounts.Unified == "" {
-		t.Skipf("no cgroup2 mount (%v)", err)
-	}
+	unified := cgrouptest.Unified(t)
 	const (
 		uidA = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 		uidB = "11111111-2222-3333-4444-555555555555"
 	)
 	cidA, cidB := strings.Repeat("a", 64), strings.Repeat("b", 64)
-	root := filepath.Join(mounts.Unified, fmt.Sprintf("gpud-agent-enforce-test-%d", os.Getpid()))
+	root := filepath.Join(unified, fmt.Sprintf("gpud-agent-enforce-test-%d", os.Getpid()))
 	rels := []string{"", "kubepods", "kubepods/burstable", "kubepods/burstable/pod" + uidA, "kubepods/burstable/pod" + uidB}
-	var made []string
-	t.Cleanup(func() {
-		for i := len(made) - 1; i >= 0; i-- {
-			if err := os.Remove(made[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("remove test cgroup %s: %v", made[i], err)
-			}
-		}
-	})
+	cgrouptest.MkTree(t, root)
 	mk := func(rel string) string {
 		d := filepath.Join(root, rel)
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		made = append(made, d)
 		return d
 	}
-	for _, r := range rels {
+	for _, r := range rels[1:] {
 		mk(r)
 	}
 
@@ -127,14 +69,7 @@ func TestAgentIsolatesDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(kubelet.Stop)
-	var nodes []string
-	for i := range 8 {
-		p := filepath.Join(dir, fmt.Sprintf("nvidia%d", i))
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(devcgroup.GPUMajor, uint32(i)))); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, p)
-	}
+	nodes := cgrouptest.GPUNodes(t, dir, 8)
 
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -155,7 +90,7 @@ func TestAgentIsolatesDevices(t *testing.T) {
 	ctrB := mk("kubepods/burstable/pod" + uidB + "/" + cidB)
 	var gotA map[string]string
 	testwait.ForErr(t, 30*time.Second, "the agent to filter the GPU container", func() error {
-		gotA = openInCgroup(t, ctrA, nodes)
+		gotA = cgrouptest.OpenIn(t, ctrA, nodes)
 		if gotA["nvidia0"] != "EPERM" {
 			return fmt.Errorf("nvidia0 = %s", gotA["nvidia0"])
 		}
@@ -172,7 +107,7 @@ func TestAgentIsolatesDevices(t *testing.T) {
 		}
 	}
 	testwait.ForErr(t, 5*time.Second, "the agent to filter the container without GPUs", func() error {
-		for n, res := range openInCgroup(t, ctrB, nodes) {
+		for n, res := range cgrouptest.OpenIn(t, ctrB, nodes) {
 			if res != "EPERM" {
 				return fmt.Errorf("open %s = %s", n, res)
 			}
@@ -193,7 +128,7 @@ func TestAgentIsolatesDevices(t *testing.T) {
 		t.Fatalf("agent stopped with %v", err)
 	}
 	stopped = true
-	if got := openInCgroup(t, ctrA, nodes); got["nvidia0"] == "EPERM" {
+	if got := cgrouptest.OpenIn(t, ctrA, nodes); got["nvidia0"] == "EPERM" {
 		t.Errorf("after the agent stopped: open nvidia0 = EPERM, want its filter gone")
 	}
 }

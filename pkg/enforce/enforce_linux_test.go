@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpud/gpud/internal/cgrouptest"
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"
@@ -62,29 +63,6 @@ func mounts(t *testing.T) cgroupfs.Mounts {
 	return m
 }
 
-// mkTree makes dir and removes it and everything below it (cgroups:
-// children first) at cleanup.
-func mkTree(t *testing.T, dir string) {
-	t.Helper()
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		var dirs []string
-		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("remove test cgroup %s: %v", dirs[i], err)
-			}
-		}
-	})
-}
-
 func openIn(t *testing.T, dir string, paths []string) map[string]string {
 	t.Helper()
 	cg, err := os.Open(dir)
@@ -120,16 +98,9 @@ func TestEnforcerKernel(t *testing.T) {
 		t.Skipf("kernel: %v", err)
 	}
 	root := filepath.Join(m.Unified, fmt.Sprintf("gpud-enforce-test-%d", os.Getpid()))
-	mkTree(t, root)
+	cgrouptest.MkTree(t, root)
 	devs := t.TempDir()
-	var nodes []string
-	for i := range 8 {
-		p := filepath.Join(devs, fmt.Sprintf("nvidia%d", i))
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(devcgroup.GPUMajor, uint32(i)))); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, p)
-	}
+	nodes := cgrouptest.GPUNodes(t, devs, 8)
 	inv := dgxH100(t)
 	allocs := &fakeAllocs{as: []usage.Assignment{
 		{Namespace: "ml", Pod: "train", Container: "cuda", ResourceName: "nvidia.com/gpu", DeviceIDs: []string{inv.GPUs[1].UUID, inv.GPUs[3].UUID}},
@@ -257,7 +228,7 @@ func TestEnforcerCPUAffinity(t *testing.T) {
 	v1 := probe.Hierarchy() != m.Unified
 	if v1 {
 		// containerd/cgroups wants a v1 hierarchy named "cpuset".
-		mkTree(t, filepath.Join(probe.Hierarchy(), base))
+		cgrouptest.MkTree(t, filepath.Join(probe.Hierarchy(), base))
 		fillCpuset(t, filepath.Join(probe.Hierarchy(), base))
 		root = filepath.Join(probe.Hierarchy(), base, "cpuset")
 		if err := os.Mkdir(root, 0o755); err != nil {
@@ -269,7 +240,7 @@ func TestEnforcerCPUAffinity(t *testing.T) {
 		}
 	} else {
 		root = filepath.Join(m.Unified, base)
-		mkTree(t, root)
+		cgrouptest.MkTree(t, root)
 		if w, err = cpuaffinity.NewWriter(root, ""); err != nil {
 			t.Skipf("%v", err)
 		}

@@ -5,98 +5,35 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
-	"golang.org/x/sys/unix"
 
-	"github.com/gpud/gpud/pkg/cgroupfs"
-	"github.com/gpud/gpud/pkg/devcgroup"
+	"github.com/gpud/gpud/internal/cgrouptest"
 	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/usage"
 )
 
-// openInCgroup opens each path read-only from a shell inside the cgroup.
-func openInCgroup(t *testing.T, dir string, paths []string) map[string]string {
-	t.Helper()
-	cg, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
-	script := `for p in "$@"; do if (exec 3<"$p") 2>/dev/null; then echo "$p ok"; else echo "$p $( (exec 3<"$p") 2>&1 )"; fi; done`
-	cmd := exec.Command("/bin/sh", append([]string{"-c", script, "sh"}, paths...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("shell in %s: %v", dir, err)
-	}
-	got := map[string]string{}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
-		p, res, _ := strings.Cut(line, " ")
-		switch {
-		case strings.Contains(res, "not permitted"):
-			res = "EPERM"
-		case strings.Contains(res, "No such device"):
-			res = "ENXIO"
-		}
-		got[filepath.Base(p)] = res
-	}
-	return got
-}
-
 // TestFilterAtStartThroughNRI: NRI's runtime side starts a container
 // whose cgroup exists (as runc create leaves it); the plugin has attached
 // the device filter when StartContainer returns, before any poll.
 func TestFilterAtStartThroughNRI(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates cgroups, mknods devices, loads BPF programs")
-	}
-	if err := devcgroup.Probe(); err != nil {
-		t.Skipf("kernel: %v", err)
-	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Skipf("no mountinfo: %v", err)
-	}
-	mounts, err := cgroupfs.Parse(f)
-	f.Close()
-	if err != nil || mounts.Unified == "" {
-		t.Skipf("no cgroup2 mount (%v)", err)
-	}
-	root := filepath.Join(mounts.Unified, fmt.Sprintf("gpud-nri-test-%d", os.Getpid()))
+	unified := cgrouptest.Unified(t)
+	root := filepath.Join(unified, fmt.Sprintf("gpud-nri-test-%d", os.Getpid()))
 	rel := "/kubepods/burstable/pod" + podUID + "/" + strings.Repeat("c", 64)
-	dirs := []string{root}
-	parts := strings.Split(strings.Trim(rel, "/"), "/")
-	for i := range parts {
-		dirs = append(dirs, filepath.Join(root, filepath.Join(parts[:i+1]...)))
-	}
-	for _, d := range dirs {
+	cgrouptest.MkTree(t, root)
+	d := root
+	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
+		d = filepath.Join(d, part)
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() {
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
-				t.Errorf("remove test cgroup %s: %v", dirs[i], err)
-			}
-		}
-	})
 	devs := t.TempDir()
-	var nodes []string
-	for i := range 4 {
-		p := filepath.Join(devs, fmt.Sprintf("nvidia%d", i))
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(devcgroup.GPUMajor, uint32(i)))); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, p)
-	}
+	nodes := cgrouptest.GPUNodes(t, devs, 4)
 	inv := gpu.Inventory{GPUs: []gpu.GPU{{UUID: "GPU-0", Minor: 0}, {UUID: "GPU-1", Minor: 1}, {UUID: "GPU-2", Minor: 2}, {UUID: "GPU-3", Minor: 3}}}
 	e, err := enforce.New(enforce.Config{Unified: root, Isolate: true,
 		Inventory: func() gpu.Inventory { return inv },
@@ -124,7 +61,7 @@ func TestFilterAtStartThroughNRI(t *testing.T) {
 		if err := r.StartContainer(ctx, &api.StartContainerRequest{Pod: pod, Container: ctr}); err != nil {
 			t.Fatal(err)
 		}
-		if got = openInCgroup(t, filepath.Join(root, rel), nodes); got["nvidia0"] == "EPERM" {
+		if got = cgrouptest.OpenIn(t, filepath.Join(root, rel), nodes); got["nvidia0"] == "EPERM" {
 			break
 		}
 	}
@@ -138,13 +75,13 @@ func TestFilterAtStartThroughNRI(t *testing.T) {
 	// The poll keeps the exact rule NRI gave, not the pod's union (which
 	// would add the sidecar's GPU 3).
 	e.Reconcile(ctx)
-	if got := openInCgroup(t, filepath.Join(root, rel), nodes); got["nvidia2"] != "ENXIO" || got["nvidia3"] != "EPERM" {
+	if got := cgrouptest.OpenIn(t, filepath.Join(root, rel), nodes); got["nvidia2"] != "ENXIO" || got["nvidia3"] != "EPERM" {
 		t.Errorf("after a poll: nvidia2 %s nvidia3 %s, want ENXIO and EPERM", got["nvidia2"], got["nvidia3"])
 	}
 	if err := r.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: ctr}); err != nil {
 		t.Fatal(err)
 	}
-	if got := openInCgroup(t, filepath.Join(root, rel), nodes); got["nvidia0"] == "EPERM" {
+	if got := cgrouptest.OpenIn(t, filepath.Join(root, rel), nodes); got["nvidia0"] == "EPERM" {
 		t.Errorf("after RemoveContainer: nvidia0 = EPERM, want the filter released")
 	}
 }

@@ -91,7 +91,7 @@ type Env struct {
 	Phases      map[string]time.Duration
 
 	pki   *pki
-	procs []*proc
+	procs []*Proc
 }
 
 type options struct {
@@ -204,11 +204,11 @@ func (e *Env) phaseSummary() string {
 func (e *Env) stop(t testing.TB) {
 	if t.Failed() {
 		for _, p := range e.procs {
-			t.Logf("k8senv: last lines of %s (%s):\n%s", p.name, p.logPath, p.tail(60))
+			t.Logf("k8senv: last lines of %s (%s):\n%s", p.Name, p.LogPath, p.Tail(60))
 		}
 	}
 	for _, p := range slices.Backward(e.procs) {
-		p.stop(10 * time.Second)
+		p.Stop(10 * time.Second)
 	}
 }
 
@@ -244,7 +244,7 @@ func FreeAddr(t testing.TB) string {
 
 // startRetrying starts a component and waits for it; when it exits because
 // one of its ports was taken in the meantime, it tries again with new ports.
-func (e *Env) startRetrying(start func() (*proc, error)) error {
+func (e *Env) startRetrying(start func() (*Proc, error)) error {
 	const attempts = 3
 	for i := 1; ; i++ {
 		p, err := start()
@@ -258,12 +258,12 @@ func (e *Env) startRetrying(start func() (*proc, error)) error {
 			return err
 		}
 		e.procs = e.procs[:len(e.procs)-1]
-		_ = os.Rename(p.logPath, fmt.Sprintf("%s.attempt%d", p.logPath, i))
+		_ = os.Rename(p.LogPath, fmt.Sprintf("%s.attempt%d", p.LogPath, i))
 	}
 }
 
 func (e *Env) startEtcd(timeout time.Duration) error {
-	return e.startRetrying(func() (*proc, error) {
+	return e.startRetrying(func() (*Proc, error) {
 		client, err := freePort()
 		if err != nil {
 			return nil, err
@@ -338,7 +338,7 @@ func (e *Env) startAPIServer(o *options) error {
 		return fmt.Errorf("k8senv: admin certificate: %w", err)
 	}
 
-	if err := e.startRetrying(func() (*proc, error) {
+	if err := e.startRetrying(func() (*Proc, error) {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
@@ -437,7 +437,7 @@ podMaxBackoffSeconds: 2
 		return err
 	}
 	certDir := filepath.Join(e.Dir, "kube-scheduler-certs")
-	return e.startRetrying(func() (*proc, error) {
+	return e.startRetrying(func() (*Proc, error) {
 		port, err := freePort()
 		if err != nil {
 			return nil, err

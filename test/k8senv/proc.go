@@ -12,34 +12,46 @@ import (
 	"time"
 )
 
-// proc is one control-plane process, its output in <dir>/<name>.log.
-type proc struct {
-	name    string
-	logPath string
+// Proc is a process a test started, its stdout and stderr in LogPath.
+type Proc struct {
+	Name    string
+	LogPath string
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when the process has exited
 	err     error         // its exit status, valid once done is closed
 }
 
-func startProc(dir, name, bin string, args []string) (*proc, error) {
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// ProcOptions are how StartProc runs a process.
+type ProcOptions struct {
+	// Truncate starts the log afresh; otherwise the output is appended.
+	Truncate bool
+	// Setup changes the command before it starts (its directory,
+	// environment, attributes).
+	Setup func(*exec.Cmd)
+}
+
+// StartProc runs bin with args, its output written to logPath after a
+// line naming the command.
+func StartProc(name, bin string, args []string, logPath string, o ProcOptions) (*Proc, error) {
+	flag := os.O_APPEND
+	if o.Truncate {
+		flag = os.O_TRUNC
+	}
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|flag, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("k8senv: %w", err)
 	}
 	fmt.Fprintf(f, "+ %s %s\n", bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Dir = dir
-	// Nothing is written outside the test's temp dir, not even by a
-	// component that looks at $HOME or $TMPDIR.
-	cmd.Env = append(os.Environ(), "HOME="+dir, "TMPDIR="+dir, "KUBECONFIG=")
-	cmd.SysProcAttr = sysProcAttr()
+	if o.Setup != nil {
+		o.Setup(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("k8senv: start %s: %w", name, err)
 	}
-	p := &proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		f.Close()
@@ -48,18 +60,35 @@ func startProc(dir, name, bin string, args []string) (*proc, error) {
 	return p, nil
 }
 
-func (p *proc) exited() bool {
+// startProc runs a control-plane process, its output in <dir>/<name>.log.
+func startProc(dir, name, bin string, args []string) (*Proc, error) {
+	return StartProc(name, bin, args, filepath.Join(dir, name+".log"), ProcOptions{Setup: func(cmd *exec.Cmd) {
+		cmd.Dir = dir
+		// Nothing is written outside the test's temp dir, not even by a
+		// component that looks at $HOME or $TMPDIR.
+		cmd.Env = append(os.Environ(), "HOME="+dir, "TMPDIR="+dir, "KUBECONFIG=")
+		cmd.SysProcAttr = sysProcAttr()
+	}})
+}
+
+// Exited reports whether the process has ended, and how.
+func (p *Proc) Exited() (bool, error) {
 	select {
 	case <-p.done:
-		return true
+		return true, p.err
 	default:
-		return false
+		return false, nil
 	}
 }
 
-// stop asks the process to end (SIGTERM) and kills it when it has not after
+func (p *Proc) exited() bool {
+	ok, _ := p.Exited()
+	return ok
+}
+
+// Stop asks the process to end (SIGTERM) and kills it when it has not after
 // grace; it returns once the process is gone.
-func (p *proc) stop(grace time.Duration) {
+func (p *Proc) Stop(grace time.Duration) {
 	if p.exited() {
 		return
 	}
@@ -72,9 +101,9 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
-// tail returns the last n lines of the process's log.
-func (p *proc) tail(n int) string {
-	f, err := os.Open(p.logPath)
+// Tail returns the last n lines of the process's log.
+func (p *Proc) Tail(n int) string {
+	f, err := os.Open(p.LogPath)
 	if err != nil {
 		return err.Error()
 	}
@@ -96,8 +125,8 @@ func (p *proc) tail(n int) string {
 
 // portInUse reports whether the process failed because a port it was given
 // was taken between picking it and binding it.
-func (p *proc) portInUse() bool {
-	b, err := os.ReadFile(p.logPath)
+func (p *Proc) portInUse() bool {
+	b, err := os.ReadFile(p.LogPath)
 	return err == nil && strings.Contains(string(b), "address already in use")
 }
 
@@ -105,7 +134,7 @@ var errExited = errors.New("process exited")
 
 // waitFor polls check every interval until it succeeds, p exits, or timeout
 // passes; the error names what was waited for and the last check error.
-func waitFor(p *proc, what string, timeout time.Duration, check func() error) error {
+func waitFor(p *Proc, what string, timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
@@ -113,7 +142,7 @@ func waitFor(p *proc, what string, timeout time.Duration, check func() error) er
 			return nil
 		}
 		if p != nil && p.exited() {
-			return fmt.Errorf("k8senv: %s exited (%v) before %s (log: %s): %w", p.name, p.err, what, p.logPath, errExited)
+			return fmt.Errorf("k8senv: %s exited (%v) before %s (log: %s): %w", p.Name, p.err, what, p.LogPath, errExited)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("k8senv: timed out after %s waiting for %s; last error: %v", timeout, what, last)

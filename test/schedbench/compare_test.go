@@ -226,24 +226,24 @@ func parallel(workers, n int, fn func(i int) error) error {
 type sched struct {
 	name          string // in the table
 	schedulerName string // pods' spec.schedulerName
-	start         func() (*Proc, error)
+	start         func() (*k8senv.Proc, error)
 }
 
 func (b *bench) scheduler(name, logDir string) (sched, bool) {
 	switch name {
 	case "kube-scheduler":
-		return sched{name: name, schedulerName: corev1.DefaultSchedulerName, start: func() (*Proc, error) {
+		return sched{name: name, schedulerName: corev1.DefaultSchedulerName, start: func() (*k8senv.Proc, error) {
 			return b.startKubeScheduler(logDir)
 		}}, true
 	case "gpud":
 		if *flagGpud == "" {
 			return sched{}, false
 		}
-		return sched{name: "gpud scheduler", schedulerName: "gpud-scheduler", start: func() (*Proc, error) {
+		return sched{name: "gpud scheduler", schedulerName: "gpud-scheduler", start: func() (*k8senv.Proc, error) {
 			args := []string{"scheduler", "--kubeconfig=" + b.env.Kubeconfig, "--leader-elect=false",
 				"--metrics-addr=127.0.0.1:0"}
 			args = append(args, strings.Fields(*flagGpudArgs)...)
-			return StartProc("gpud scheduler", *flagGpud, args, filepath.Join(logDir, "gpud-scheduler.log"))
+			return k8senv.StartProc("gpud scheduler", *flagGpud, args, filepath.Join(logDir, "gpud-scheduler.log"), k8senv.ProcOptions{Truncate: true})
 		}}, true
 	}
 	b.t.Fatalf("unknown scheduler %q (kube-scheduler, gpud)", name)
@@ -252,7 +252,7 @@ func (b *bench) scheduler(name, logDir string) (sched, bool) {
 
 // startKubeScheduler runs kube-scheduler with its default profile and
 // plugins; only the client rate limits are set (-kube-qps, -kube-burst).
-func (b *bench) startKubeScheduler(logDir string) (*Proc, error) {
+func (b *bench) startKubeScheduler(logDir string) (*k8senv.Proc, error) {
 	conf := filepath.Join(logDir, "kube-scheduler.yaml")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -271,14 +271,14 @@ leaderElection:
 	}
 	slices.Sort(gates)
 	_, port, _ := strings.Cut(k8senv.FreeAddr(b.t), ":")
-	return StartProc("kube-scheduler", b.env.Binaries.Scheduler, []string{
+	return k8senv.StartProc("kube-scheduler", b.env.Binaries.Scheduler, []string{
 		"--config=" + conf,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + port,
 		"--cert-dir=" + filepath.Join(logDir, "kube-scheduler-certs"),
 		"--feature-gates=" + strings.Join(gates, ","),
 		"--v=1",
-	}, filepath.Join(logDir, "kube-scheduler.log"))
+	}, filepath.Join(logDir, "kube-scheduler.log"), k8senv.ProcOptions{Truncate: true})
 }
 
 // run measures one scheduler: the burst, then the feed.

@@ -116,13 +116,20 @@ func openIn(t *testing.T, dir string, nodes map[string]string) map[string]string
 		t.Fatal(err)
 	}
 	defer cg.Close()
+	return openInChild(t, dir, nodes, &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())})
+}
+
+// openInChild runs the test binary (with extra environment, in attr) to
+// open each node and returns each node's open result by name.
+func openInChild(t *testing.T, dir string, nodes map[string]string, attr *syscall.SysProcAttr, env ...string) map[string]string {
+	t.Helper()
 	var paths []string
 	for _, p := range nodes {
 		paths = append(paths, p)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(paths, ","))
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	cmd.Env = append(append(os.Environ(), childEnv+"="+strings.Join(paths, ",")), env...)
+	cmd.SysProcAttr = attr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("child in %s: %v", dir, err)

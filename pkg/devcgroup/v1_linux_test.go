@@ -3,7 +3,6 @@ package devcgroup
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -43,26 +42,7 @@ func v1Cgroup(t *testing.T) string {
 // openInV1 runs the child, which joins the v1 cgroup dir first.
 func openInV1(t *testing.T, dir string, nodes map[string]string) map[string]string {
 	t.Helper()
-	var paths []string
-	for _, p := range nodes {
-		paths = append(paths, p)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(paths, ","), joinEnv+"="+dir)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("child in %s: %v", dir, err)
-	}
-	byPath := map[string]string{}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
-		p, res, _ := strings.Cut(line, " ")
-		byPath[p] = res
-	}
-	got := map[string]string{}
-	for name, p := range nodes {
-		got[name] = byPath[p]
-	}
-	return got
+	return openInChild(t, dir, nodes, nil, joinEnv+"="+dir)
 }
 
 func TestAttachV1Kernel(t *testing.T) {

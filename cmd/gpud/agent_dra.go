@@ -106,9 +106,13 @@ func (o *draOptions) validate(nodeName, cdiDir string) []error {
 
 // restConfig is the API client configuration: the kubeconfig, or the
 // in-cluster config when none is given.
-func (o *draOptions) restConfig() (*rest.Config, error) {
-	if o.kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+func (o *draOptions) restConfig() (*rest.Config, error) { return kubeRESTConfig(o.kubeconfig) }
+
+// kubeRESTConfig is the client configuration of a --kubeconfig flag's
+// file, or the in-cluster one when it is empty.
+func kubeRESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			return nil, flagErr("kubeconfig", "%w", err)
 		}

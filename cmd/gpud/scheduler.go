@@ -152,20 +152,7 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 
 // restConfig is the kubeconfig's client configuration, or the in-cluster
 // one when none is given.
-func (o *schedulerOptions) restConfig() (*rest.Config, error) {
-	if o.kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-		if err != nil {
-			return nil, flagErr("kubeconfig", "%w", err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, flagErr("kubeconfig", "empty, and no in-cluster config (%w): outside a pod, pass a kubeconfig", err)
-	}
-	return cfg, nil
-}
+func (o *schedulerOptions) restConfig() (*rest.Config, error) { return kubeRESTConfig(o.kubeconfig) }
 
 // parseSchedulerFlags parses and validates `gpud scheduler` flags;
 // podNamespace is POD_NAMESPACE.

@@ -1,7 +1,6 @@
 package mps
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpud/gpud/internal/testbuf"
 	"github.com/gpud/gpud/internal/testwait"
 )
 
@@ -47,22 +47,7 @@ func driverRoot(t *testing.T) string {
 }
 
 // syncBuffer is a log sink safe across goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testbuf.Buffer
 
 func newSupervisor(t *testing.T) (*Supervisor, *syncBuffer) {
 	t.Helper()

@@ -72,7 +72,14 @@ func kernelCgroup(t *testing.T) string {
 	if err != nil || mounts.Unified == "" {
 		t.Skipf("no cgroup2 mount (%v)", err)
 	}
-	dir := filepath.Join(mounts.Unified, fmt.Sprintf("gpud-devcgroup-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_")))
+	return testCgroup(t, mounts.Unified)
+}
+
+// testCgroup makes a cgroup for this test below hierarchy, removed at
+// cleanup.
+func testCgroup(t *testing.T, hierarchy string) string {
+	t.Helper()
+	dir := filepath.Join(hierarchy, fmt.Sprintf("gpud-devcgroup-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_")))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatalf("create test cgroup: %v", err)
 	}

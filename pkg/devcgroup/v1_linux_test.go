@@ -1,11 +1,9 @@
 package devcgroup
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/gpud/gpud/pkg/cgroupfs"
@@ -27,16 +25,7 @@ func v1Cgroup(t *testing.T) string {
 	if err != nil || mounts.V1["devices"] == "" {
 		t.Skipf("no cgroup v1 devices hierarchy (%v)", err)
 	}
-	dir := filepath.Join(mounts.V1["devices"], fmt.Sprintf("gpud-devcgroup-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_")))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatalf("create test cgroup: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(dir); err != nil {
-			t.Errorf("remove test cgroup %s: %v", dir, err)
-		}
-	})
-	return dir
+	return testCgroup(t, mounts.V1["devices"])
 }
 
 // openInV1 runs the child, which joins the v1 cgroup dir first.

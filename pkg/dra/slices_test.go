@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -140,7 +141,7 @@ func TestBuildDynamicMIG(t *testing.T) {
 			for c, v := range d.ConsumesCounters[0].Counters {
 				got[c] = v.Value.Value()
 			}
-			if d.ConsumesCounters[0].CounterSet != counterSetName(g.Index) || !equalMaps(got, tc.consumes) {
+			if d.ConsumesCounters[0].CounterSet != counterSetName(g.Index) || !maps.Equal(got, tc.consumes) {
 				t.Errorf("consumes %s %v, want %s %v", d.ConsumesCounters[0].CounterSet, got, counterSetName(g.Index), tc.consumes)
 			}
 			if !ref.Dynamic() || ref.Profile != tc.profile || ref.Placement.Start != tc.start {
@@ -371,7 +372,7 @@ func TestNVLinkDomainsPartialFabric(t *testing.T) {
 			{A: "c", B: "d", Level: gpu.LinkSYS}, {A: "a", B: "zz", Level: gpu.LinkNVLink}}}
 	got := nvlinkDomains("n1", inv)
 	want := map[string]string{"a": "n1-nvl0", "b": "n1-nvl0", "c": "n1-nvl0", "d": "n1-nvl1"}
-	if !equalMaps(got, want) {
+	if !maps.Equal(got, want) {
 		t.Errorf("domains = %v, want %v", got, want)
 	}
 	long := strings.Repeat("n", 70)
@@ -402,18 +403,6 @@ func TestMemoryPolicyStep(t *testing.T) {
 			t.Errorf("memoryPolicy(%d) step %d min %d default %v, want step %d min %d", tc.mem, step, min, p.Default, tc.step, tc.min)
 		}
 	}
-}
-
-func equalMaps[K comparable, V comparable](a, b map[K]V) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

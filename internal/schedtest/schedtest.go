@@ -1,7 +1,7 @@
-// Package schedtest holds test helpers shared by the scheduler's packages'
-// tests (pkg/scheduler/view, pkg/scheduler/decide): a simulated node's
-// state and the ResourceSlices the resourceslice controller publishes for
-// it, the shipped DeviceClasses, and device requests.
+// Package schedtest holds test helpers shared by the scheduler's tests
+// (pkg/scheduler/view, pkg/scheduler/decide, test/schedbench): a simulated
+// node's state and the ResourceSlices the resourceslice controller
+// publishes for it, the shipped DeviceClasses, and device requests.
 package schedtest
 
 import (
@@ -90,7 +90,7 @@ func Slices(name string, pub dra.Published) []*resourceapi.ResourceSlice {
 	for i, s := range pool.Slices {
 		node := name
 		out = append(out, &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", name, "gpu.gpud.io", i)},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", name, dra.DriverName, i)},
 			Spec: resourceapi.ResourceSliceSpec{
 				Driver:         dra.DriverName,
 				Pool:           resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
@@ -124,31 +124,43 @@ var classes struct {
 // binary).
 func ShippedClasses(t testing.TB) []*resourceapi.DeviceClass {
 	t.Helper()
-	classes.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "deploy", "dra", "deviceclasses.yaml"))
-		if err != nil {
-			classes.err = err
-			return
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-		for {
-			var c resourceapi.DeviceClass
-			if err := dec.Decode(&c); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				classes.err = err
-				return
-			}
-			if c.Name != "" {
-				classes.c = append(classes.c, &c)
-			}
-		}
-	})
+	classes.Do(func() { classes.c, classes.err = ReadClasses(ShippedClassesPath()) })
 	if classes.err != nil {
 		t.Fatal(classes.err)
 	}
 	return classes.c
+}
+
+// ShippedClassesPath is deploy/dra/deviceclasses.yaml in the source tree
+// this package was built from.
+func ShippedClassesPath() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "dra", "deviceclasses.yaml")
+}
+
+// ReadClasses reads the DeviceClasses of a multi-document YAML file.
+func ReadClasses(path string) ([]*resourceapi.DeviceClass, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("device classes: %w", err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	var out []*resourceapi.DeviceClass
+	for {
+		var c resourceapi.DeviceClass
+		if err := dec.Decode(&c); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("device classes in %s: %w", path, err)
+		}
+		if c.Kind == "DeviceClass" && c.Name != "" {
+			out = append(out, &c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no DeviceClass in %s", path)
+	}
+	return out, nil
 }
 
 // Exact is a request for count devices of a class matching the CEL

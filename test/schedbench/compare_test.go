@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpud/gpud/internal/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/trace"
 	"github.com/gpud/gpud/test/k8senv"
@@ -80,7 +81,7 @@ func TestCompare(t *testing.T) {
 	for _, n := range nodes {
 		totalGPUs += n.NumGPU
 	}
-	classes, err := ReadClasses(ShippedClassesPath())
+	classes, err := schedtest.ReadClasses(schedtest.ShippedClassesPath())
 	if err != nil {
 		t.Fatal(err)
 	}

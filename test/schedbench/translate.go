@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpud/gpud/internal/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/trace"
@@ -193,22 +194,7 @@ func Slices(n trace.Node) ([]*resourceapi.ResourceSlice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schedbench: slices of %s: %w", name, err)
 	}
-	pool := pub.Resources.Pools[name]
-	out := make([]*resourceapi.ResourceSlice, 0, len(pool.Slices))
-	for i, s := range pool.Slices {
-		node := name
-		out = append(out, &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", name, dra.DriverName, i)},
-			Spec: resourceapi.ResourceSliceSpec{
-				Driver:         dra.DriverName,
-				Pool:           resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
-				NodeName:       &node,
-				Devices:        s.Devices,
-				SharedCounters: s.SharedCounters,
-			},
-		})
-	}
-	return out, nil
+	return schedtest.Slices(name, pub), nil
 }
 
 // ObjectName is the Kubernetes name of a trace pod and of its claim.

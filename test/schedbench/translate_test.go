@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpud/gpud/internal/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/trace"
 )
@@ -231,7 +232,7 @@ func TestTable(t *testing.T) {
 }
 
 func TestShippedClasses(t *testing.T) {
-	classes, err := ReadClasses(ShippedClassesPath())
+	classes, err := schedtest.ReadClasses(schedtest.ShippedClassesPath())
 	if err != nil {
 		t.Fatal(err)
 	}

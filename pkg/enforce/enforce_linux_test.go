@@ -2,19 +2,14 @@ package enforce
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpud/gpud/internal/cgrouptest"
 	"github.com/gpud/gpud/pkg/cgroupfs"
@@ -23,28 +18,6 @@ import (
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/usage"
 )
-
-const childEnv = "GPUD_ENFORCE_TEST_OPEN"
-
-func TestMain(m *testing.M) {
-	if paths := os.Getenv(childEnv); paths != "" {
-		for p := range strings.SplitSeq(paths, ",") {
-			f, err := os.Open(p)
-			var errno syscall.Errno
-			switch {
-			case err == nil:
-				f.Close()
-				fmt.Printf("%s ok\n", p)
-			case errors.As(err, &errno):
-				fmt.Printf("%s %s\n", p, unix.ErrnoName(errno))
-			default:
-				fmt.Printf("%s %v\n", p, err)
-			}
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
 
 func mounts(t *testing.T) cgroupfs.Mounts {
 	t.Helper()
@@ -61,28 +34,6 @@ func mounts(t *testing.T) cgroupfs.Mounts {
 		t.Fatal(err)
 	}
 	return m
-}
-
-func openIn(t *testing.T, dir string, paths []string) map[string]string {
-	t.Helper()
-	cg, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(paths, ","))
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("child in %s: %v", dir, err)
-	}
-	got := map[string]string{}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
-		p, res, _ := strings.Cut(line, " ")
-		got[filepath.Base(p)] = res
-	}
-	return got
 }
 
 // TestEnforcerKernel runs the enforcer on a kubepods-like tree in the real
@@ -142,7 +93,7 @@ func TestEnforcerKernel(t *testing.T) {
 	var got map[string]string
 	for {
 		t0 := time.Now()
-		got = openIn(t, ctrA, nodes)
+		got = cgrouptest.OpenIn(t, ctrA, nodes)
 		if got["nvidia0"] == "EPERM" {
 			t.Logf("gpu container filtered for a process started %s after its cgroup appeared: %v", t0.Sub(start).Round(time.Millisecond), got)
 			break
@@ -162,7 +113,7 @@ func TestEnforcerKernel(t *testing.T) {
 			t.Errorf("gpu container: open %s = %s, want %s", n, got[n], want)
 		}
 	}
-	gotB := openIn(t, ctrB, nodes)
+	gotB := cgrouptest.OpenIn(t, ctrB, nodes)
 	for n, res := range gotB {
 		if res != "EPERM" {
 			t.Errorf("container without gpus: open %s = %s, want EPERM", n, res)
@@ -175,7 +126,7 @@ func TestEnforcerKernel(t *testing.T) {
 	changed := time.Now()
 	for {
 		t0 := time.Now()
-		if openIn(t, ctrA, nodes)["nvidia0"] != "EPERM" {
+		if cgrouptest.OpenIn(t, ctrA, nodes)["nvidia0"] != "EPERM" {
 			break
 		}
 		if t0.Sub(changed) > 2*MaxInterval {
@@ -209,7 +160,7 @@ func TestEnforcerKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	done <- nil
-	if got := openIn(t, ctrA, nodes); got["nvidia5"] == "EPERM" {
+	if got := cgrouptest.OpenIn(t, ctrA, nodes); got["nvidia5"] == "EPERM" {
 		t.Errorf("after Run ended: open nvidia5 = EPERM, want the filter detached")
 	}
 }

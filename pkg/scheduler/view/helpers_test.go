@@ -28,12 +28,6 @@ func published(t testing.TB, name string, st dra.NodeState) (dra.Published, []*r
 	return schedtest.Publish(t, name, st)
 }
 
-// toSlices turns a pool into ResourceSlices as the resourceslice
-// controller publishes them.
-func toSlices(name string, pub dra.Published) []*resourceapi.ResourceSlice {
-	return schedtest.Slices(name, pub)
-}
-
 func k8sNode(name string) *corev1.Node { return schedtest.Node(name, nil) }
 
 // shippedClasses reads deploy/dra/deviceclasses.yaml; the slice is the

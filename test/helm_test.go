@@ -3,7 +3,6 @@ package test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -36,7 +35,6 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
-	sigsjson "sigs.k8s.io/json"
 
 	"github.com/gpud/gpud/internal/manifest"
 	"github.com/gpud/gpud/internal/testwait"
@@ -166,14 +164,8 @@ func helmDecode(doc []byte) (runtime.Object, error) {
 		}
 		obj = objs[0].Object.DeepCopyObject()
 	}
-	// The API server's strict decoding: field names are case-sensitive
-	// (encoding/json would take hostPId for hostPID), unknown and duplicate
-	// fields are errors.
-	strict, err := sigsjson.UnmarshalStrict(js, obj)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
-	}
-	if err := errors.Join(strict...); err != nil {
+	// The API server's strict decoding (internal/manifest's rules).
+	if err := manifest.DecodeInto(doc, obj); err != nil {
 		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
 	}
 	return obj, nil

@@ -7,7 +7,6 @@
 package monitoring
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -19,24 +18,19 @@ import (
 	"github.com/goccy/go-yaml"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 
+	"github.com/gpud/gpud/internal/manifest"
 	"github.com/gpud/gpud/test/promtest"
 )
 
-// decodeStrict decodes a YAML manifest into v, refusing unknown fields and
-// duplicate keys (as internal/manifest does for k8s.io/api types).
+// decodeStrict decodes a YAML manifest into v strictly (internal/manifest's
+// rules: case-sensitive fields, unknown and duplicate keys refused).
 func decodeStrict(t *testing.T, path string, v any) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := manifest.DecodeInto(data, v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 }

@@ -52,9 +52,7 @@ func decodeSched(t *testing.T, path string) map[string]any {
 		}
 		if tm.Kind == "PodGroup" {
 			var pg podgroup.PodGroup
-			dec := json.NewDecoder(bytes.NewReader(js))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&pg); err != nil {
+			if err := manifest.DecodeInto(doc, &pg); err != nil {
 				t.Fatalf("%s doc %d: PodGroup: %v", path, i, err)
 			}
 			if pg.Namespace == "" {

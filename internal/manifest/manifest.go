@@ -7,6 +7,7 @@ package manifest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/goccy/go-yaml"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/gpud/gpud/internal/fileio"
 )
@@ -74,13 +76,39 @@ func decodeDoc(doc []byte) (runtime.Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", tm.APIVersion, tm.Kind, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(obj); err != nil {
+	if err := strictJSON(js, obj); err != nil {
 		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("%s: trailing data after the object", tm.Kind)
-	}
 	return obj, nil
+}
+
+// DecodeInto decodes one YAML document strictly into v, for types outside
+// client-go's scheme (a CRD's Go type, the Prometheus Operator's): the same
+// rules as Decode.
+func DecodeInto(doc []byte, v any) error {
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return err
+	}
+	return strictJSON(js, v)
+}
+
+// strictJSON decodes js into v as the API server's strict field validation
+// does: field names are case-sensitive (encoding/json alone would take
+// hostPId for hostPID), unknown and duplicate fields are errors, and
+// trailing data is refused.
+func strictJSON(js []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(js))
+	var one json.RawMessage
+	if err := dec.Decode(&one); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the object")
+	}
+	strict, err := sigsjson.UnmarshalStrict(one, v)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
 }

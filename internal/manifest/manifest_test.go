@@ -35,13 +35,32 @@ metadata: {name: gpu.gpud.io}
 	}
 }
 
+// TestDecodeInto decodes a type outside client-go's scheme by the same
+// rules.
+func TestDecodeInto(t *testing.T) {
+	var ds appsv1.DaemonSet
+	if err := DecodeInto([]byte("metadata: {name: gpud}\nspec: {minReadySeconds: 3}\n"), &ds); err != nil || ds.Name != "gpud" || ds.Spec.MinReadySeconds != 3 {
+		t.Fatalf("DecodeInto = %v, %+v", err, ds)
+	}
+	for doc, want := range map[string]string{
+		"metadata: {Name: gpud}\n":       `unknown field "metadata.Name"`,
+		"metadata: {name: a}\nspce: 1\n": `unknown field "spce"`,
+		"a: 1\na: 2\n":                   "already defined",
+	} {
+		if err := DecodeInto([]byte(doc), &ds); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeInto(%q) = %v, want %q", doc, err, want)
+		}
+	}
+}
+
 func TestDecodeRefuses(t *testing.T) {
 	for name, tc := range map[string]struct{ doc, want string }{
 		"typo":                 {"apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspce: {}\n", `unknown field "spce"`},
 		"duplicate key":        {"apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nmetadata: {name: b}\n", "already defined"},
 		"wrong type":           {"apiVersion: v1\nkind: Pod\nmetadata: {name: 3}\n", "cannot unmarshal"},
 		"unknown kind":         {"apiVersion: v1\nkind: Podd\nmetadata: {name: a}\n", "Podd"},
-		"unknown nested field": {"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, imagee: i}]\n", `unknown field "imagee"`},
+		"unknown nested field": {"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, imagee: i}]\n", `unknown field "spec.containers[0].imagee"`},
+		"field name case":      {"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  hostPId: true\n  containers: [{name: c, image: i}]\n", `unknown field "spec.hostPId"`},
 		"second doc":           {"apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\nkind: Pod\n", "doc 1"},
 	} {
 		t.Run(name, func(t *testing.T) {

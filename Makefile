@@ -6,12 +6,17 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench
+.PHONY: k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/gpud
+
+## proto: regenerate api/'s Go code (protoc from Debian's protobuf-compiler,
+## the Go plugins at go.mod's tool versions).
+proto:
+	./hack/proto.sh
 
 ## run: the agent on the embedded simulated DGX H100 (Ctrl-C to stop).
 run: build

@@ -26,6 +26,8 @@ require (
 	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
 
+require google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
+
 require (
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/nri v0.12.5
@@ -127,4 +129,9 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
+)
+
+tool (
+	google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	google.golang.org/protobuf/cmd/protoc-gen-go
 )

@@ -30,11 +30,17 @@ type Device struct {
 	energyAt   float64 // seconds since start of the last energy update
 	// clocksInjected are clocks event reasons set by InjectClocksEvent.
 	clocksInjected uint64
+	computeMode    nvml.ComputeMode
 }
 
 type process struct {
 	memBytes uint64
 	gi, ci   int // -1 when not on a MIG device
+	// mps is true for an MPS client; limitBytes (its pinned memory limit)
+	// and threadPct (its active-thread percentage) are 0 when unlimited.
+	mps        bool
+	limitBytes uint64
+	threadPct  int
 }
 
 var _ nvml.Device = (*Device)(nil)
@@ -139,6 +145,7 @@ func (d *Device) setFuncs() {
 	d.setEventFuncs()
 	d.setGPMFuncs()
 	d.setClocksFuncs()
+	d.setComputeModeFuncs()
 	fillUnsupported(&d.Device)
 }
 

@@ -25,6 +25,9 @@ type model struct {
 	memClock     uint32
 	migResetReqd bool // enabling MIG needs a GPU reset (A100), not on Hopper
 	maxMemTempC  uint32
+	// sms is the whole GPU's streaming multiprocessor count, which an MPS
+	// client's active-thread percentage divides.
+	sms int
 }
 
 // l40s is not among go-nvml's mock configs; it is a PCIe Ada card without MIG.
@@ -64,17 +67,17 @@ var models = map[string]model{
 	"A100-SXM4-40GB": {
 		config:      withName(gpus.A100_SXM4_40GB, "NVIDIA A100-SXM4-40GB"),
 		reservedMiB: 424, pcieGen: 4, pcieWidth: 16, nvlinks: 12, nvlinkVer: 3,
-		powerLimitW: 400, idlePowerW: 55, maxSMClock: 1410, memClock: 1215, migResetReqd: true, maxMemTempC: 85,
+		powerLimitW: 400, idlePowerW: 55, maxSMClock: 1410, memClock: 1215, migResetReqd: true, maxMemTempC: 85, sms: 108,
 	},
 	"A100-SXM4-80GB": {
 		config:      gpus.A100_SXM4_80GB,
 		reservedMiB: 487, pcieGen: 4, pcieWidth: 16, nvlinks: 12, nvlinkVer: 3,
-		powerLimitW: 400, idlePowerW: 60, maxSMClock: 1410, memClock: 1593, migResetReqd: true, maxMemTempC: 85,
+		powerLimitW: 400, idlePowerW: 60, maxSMClock: 1410, memClock: 1593, migResetReqd: true, maxMemTempC: 85, sms: 108,
 	},
 	"H100-SXM5-80GB": {
 		config:      gpus.H100_SXM5_80GB,
 		reservedMiB: 361, pcieGen: 5, pcieWidth: 16, nvlinks: 18, nvlinkVer: 4,
-		powerLimitW: 700, idlePowerW: 70, maxSMClock: 1980, memClock: 2619, maxMemTempC: 95,
+		powerLimitW: 700, idlePowerW: 70, maxSMClock: 1980, memClock: 2619, maxMemTempC: 95, sms: 132,
 	},
 	"H200-SXM5-141GB": {
 		config: withMIGMemory(gpus.H200_SXM5_141GB, map[int]uint64{
@@ -87,12 +90,12 @@ var models = map[string]model{
 			nvml.GPU_INSTANCE_PROFILE_7_SLICE:      139264,
 		}),
 		reservedMiB: 551, pcieGen: 5, pcieWidth: 16, nvlinks: 18, nvlinkVer: 4,
-		powerLimitW: 700, idlePowerW: 75, maxSMClock: 1980, memClock: 3201, maxMemTempC: 95,
+		powerLimitW: 700, idlePowerW: 75, maxSMClock: 1980, memClock: 3201, maxMemTempC: 95, sms: 132,
 	},
 	"L40S": {
 		config:      l40s,
 		reservedMiB: 578, pcieGen: 4, pcieWidth: 16,
-		powerLimitW: 350, idlePowerW: 35, maxSMClock: 2520, memClock: 9001, maxMemTempC: 0,
+		powerLimitW: 350, idlePowerW: 35, maxSMClock: 2520, memClock: 9001, maxMemTempC: 0, sms: 142,
 	},
 }
 

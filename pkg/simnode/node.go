@@ -3,10 +3,12 @@
 // as real hardware would. It fills in what the mocks lack: stable UUIDs, PCI
 // bus IDs, NUMA and CPU affinity, NVLink and PCIe topology, MIG capacity and
 // placement rules (an instance that does not fit fails with
-// ERROR_INSUFFICIENT_RESOURCES), a pending MIG mode, running processes,
-// telemetry that changes deterministically with time, Xid and ECC events,
-// GPUs that fall off the bus, injectable NVML errors and latency, and an
-// optional state file so the MIG layout survives a restart.
+// ERROR_INSUFFICIENT_RESOURCES), a pending MIG mode, the compute mode,
+// running processes (MPS clients held to their pinned memory limit and
+// active-thread percentage: see [Node.StartProcess]), telemetry that
+// changes deterministically with time, Xid and ECC events, GPUs that fall
+// off the bus, injectable NVML errors and latency, and an optional state
+// file so the MIG layout and compute modes survive a restart.
 //
 // Calls the simulator does not model return ERROR_NOT_SUPPORTED, as a driver
 // does for a feature the GPU lacks.
@@ -54,10 +56,11 @@ type Option func(*Node)
 // WithClock sets the clock that drives telemetry (default time.Now).
 func WithClock(now func() time.Time) Option { return func(n *Node) { n.clock = now } }
 
-// WithStateFile keeps the MIG layout in path: loaded at New when the file
-// exists, rewritten after every MIG change, as the layout survives a driver
-// reload on real hardware. New writes it once, so a path that cannot be
-// written fails there; later write errors are reported by [Node.StateErr].
+// WithStateFile keeps the MIG layout and compute modes in path: loaded at
+// New when the file exists, rewritten after every change, as they survive
+// a driver reload on real hardware. New writes it once, so a path that
+// cannot be written fails there; later write errors are reported by
+// [Node.StateErr].
 func WithStateFile(path string) Option { return func(n *Node) { n.statePath = path } }
 
 // New builds a simulated node from a profile (see LoadProfile).

@@ -7,20 +7,11 @@ import (
 )
 
 // AddProcess starts a simulated compute process on a whole GPU, holding
-// memBytes of its framebuffer. It fails when the memory is not free, as
-// cudaMalloc would.
+// memBytes of its framebuffer: [Node.StartProcess] without MPS. It fails
+// when the memory is not free, as cudaMalloc would, or when the compute
+// mode refuses another process.
 func (n *Node) AddProcess(index int, pid uint32, memBytes uint64) error {
-	d, err := n.device(index)
-	if err != nil {
-		return err
-	}
-	if free := d.memory().Free; memBytes > free {
-		return fmt.Errorf("simnode: gpu %d: %d bytes requested, %d free: %w", index, memBytes, free, nvml.ERROR_MEMORY)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	d.procs[pid] = process{memBytes: memBytes, gi: -1, ci: -1}
-	return nil
+	return n.StartProcess(index, ProcessSpec{PID: pid, MemoryBytes: memBytes})
 }
 
 // AddMIGProcess starts a simulated process on the MIG device with the given

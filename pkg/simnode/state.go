@@ -14,7 +14,8 @@ import (
 	"github.com/gpud/gpud/internal/fileio"
 )
 
-// nodeState is the state file's form: the MIG mode and layout per GPU.
+// nodeState is the state file's form: the MIG mode and layout and the
+// compute mode per GPU.
 type nodeState struct {
 	Node string     `json:"node"`
 	GPUs []gpuState `json:"gpus"`
@@ -24,6 +25,7 @@ type gpuState struct {
 	UUID         string    `json:"uuid"`
 	MIGCurrent   int       `json:"migCurrent"`
 	MIGPending   int       `json:"migPending"`
+	ComputeMode  int       `json:"computeMode,omitempty"`
 	GPUInstances []giState `json:"gpuInstances,omitempty"`
 }
 
@@ -60,11 +62,12 @@ func (n *Node) saveStateLocked() error {
 	return err
 }
 
-// snapshotLocked is the node's MIG state in the state file's form.
+// snapshotLocked is the node's MIG and compute-mode state in the state
+// file's form.
 func (n *Node) snapshotLocked() nodeState {
 	st := nodeState{Node: n.profile.Name}
 	for _, d := range n.devices {
-		g := gpuState{UUID: d.uuid, MIGCurrent: d.migCurrent, MIGPending: d.migPending}
+		g := gpuState{UUID: d.uuid, MIGCurrent: d.migCurrent, MIGPending: d.migPending, ComputeMode: int(d.computeMode)}
 		for _, gi := range d.sortedGIsLocked() {
 			gs := giState{ID: gi.id, ProfileIndex: gi.profileIdx, PlacementStart: gi.placement.Start, PlacementSize: gi.placement.Size}
 			ids := make([]int, 0, len(gi.cis))
@@ -122,6 +125,12 @@ func (n *Node) loadState() error {
 	for i, g := range st.GPUs {
 		d := n.devices[i]
 		d.migCurrent, d.migPending = g.MIGCurrent, g.MIGPending
+		switch mode := nvml.ComputeMode(g.ComputeMode); mode {
+		case nvml.COMPUTEMODE_DEFAULT, nvml.COMPUTEMODE_PROHIBITED, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
+			d.computeMode = mode
+		default:
+			return fmt.Errorf("simnode: state file %s: gpu %d: compute mode %d: want 0 (default), 2 (prohibited) or 3 (exclusive process)", n.statePath, i, g.ComputeMode)
+		}
 		for _, gs := range g.GPUInstances {
 			if _, ok := d.profileInfo(gs.ProfileIndex); !ok {
 				return fmt.Errorf("simnode: state file %s: gpu %d: profile index %d not on %s", n.statePath, i, gs.ProfileIndex, n.profile.Model)

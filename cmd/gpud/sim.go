@@ -13,10 +13,11 @@ import (
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/simulate"
 	"github.com/gpud/gpud/pkg/trace"
+	"github.com/gpud/gpud/pkg/tracefamily"
 )
 
 const simUsage = `usage:
-  gpud sim openb  --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seeds 42-51] [--tune 1.3] [-o csv] [--plot F.svg]
+  gpud sim openb  --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seeds 42-51] [--tune 1.3] [--family NAME] [-o csv] [--plot F.svg]
   gpud sim replay --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seed 42] [-o csv]
   gpud sim jobs     --nodes FILE --jobs FILE [--policies gpud,fifo,no-backfill]   (gang, queues, preemption, backfill)
   gpud sim jobs-gen --pods FILE --nodes FILE [--seed 42] [--jobs 20000] [-o jobs.csv]   (synthetic job trace; docs/job-trace.md)
@@ -101,6 +102,7 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	plot := fs.String("plot", "", "also write an SVG plot of unallocated GPU % to this file")
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	published := fs.String("published", "", "published table CSV to print ours next to, on stderr")
+	family := fs.String("family", "", "derive a workload family from the pod list: "+strings.Join(tracefamily.Names(), ", "))
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("sim openb: %w", err)
 	}
@@ -111,12 +113,25 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if !(*tune > 0 && *tune <= simulate.MaxTune) { // NaN fails both
 		return fmt.Errorf("sim openb: --tune %v: want a number in (0, %d]", *tune, simulate.MaxTune)
 	}
+	var fam tracefamily.Family
+	if *family != "" {
+		if fam, err = tracefamily.ByName(*family); err != nil {
+			return fmt.Errorf("sim openb: --family: %w", err)
+		}
+	}
 	nodes, pods, policies, err := f.load()
 	if err != nil {
 		return err
 	}
+	workload := trace.Workload(f.pods)
+	if *family != "" {
+		if pods, err = fam.Apply(nodes, pods); err != nil {
+			return fmt.Errorf("sim openb: %w", err)
+		}
+		workload += "+" + fam.Name
+	}
 	cfg := simulate.Config{
-		Workload: trace.Workload(f.pods), Nodes: nodes, Pods: pods,
+		Workload: workload, Nodes: nodes, Pods: pods,
 		Policies: policies, Seeds: seedList, Tune: *tune,
 	}
 	if !*quiet {

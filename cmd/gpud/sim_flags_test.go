@@ -56,6 +56,7 @@ func TestSimBadInput(t *testing.T) {
 		{"tune 1e6", runSimOpenB, []string{"--nodes", nodes, "--pods", pods, "--tune", "1e6"}, "--tune 1e+06"},
 		{"seed range over the limit", runSimOpenB, []string{"--nodes", nodes, "--pods", pods, "--seeds", "1-100000"}, "100000 seeds, more than 10000"},
 		{"trailing comma policy", runSimOpenB, []string{"--nodes", nodes, "--pods", pods, "--policy", "gpud,"}, `--policy "gpud,": empty policy name`},
+		{"unknown family", runSimOpenB, []string{"--nodes", nodes, "--pods", pods, "--family", "gpuspec99"}, `--family: tracefamily: unknown family "gpuspec99" (want one of gpuspec05`},
 		{"duplicate policy", runSimReplay, []string{"--nodes", nodes, "--pods", pods, "--policy", "FGD,gpud,fgd"}, `policy "fgd" given twice`},
 		{"jobs duplicate policy", runSimJobs, []string{"--nodes", nodes, "--jobs", jobs, "--policies", "gpud,gpud"}, `policy "gpud" given twice`},
 		{"jobs empty policy", runSimJobs, []string{"--nodes", nodes, "--jobs", jobs, "--policies", "gpud,"}, "empty policy name"},

@@ -62,9 +62,10 @@ func (r *Row) Float(col string) float64 {
 	return v
 }
 
-// OptInt reads an optional integer column; empty or absent is 0.
+// OptInt reads an optional integer column; empty, absent or "nan" (how
+// pandas, which wrote the openb lists, writes a blank) is 0.
 func (r *Row) OptInt(col string) int64 {
-	if r.Str(col) == "" {
+	if s := r.Str(col); s == "" || strings.EqualFold(s, "nan") {
 		return 0
 	}
 	return r.Int(col)

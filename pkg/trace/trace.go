@@ -164,8 +164,10 @@ func ReadPodsColumns(r io.Reader, name string) ([]Pod, []string, error) {
 		p.CreationTime = row.OptIntIn("creation_time", 0, MaxSeconds)
 		p.DeletionTime = row.OptIntIn("deletion_time", 0, MaxSeconds)
 		p.ScheduledTime = row.OptIntIn("scheduled_time", 0, MaxSeconds)
-		if p.GPUSpec == "nan" {
-			p.GPUSpec = ""
+		for _, s := range []*string{&p.GPUSpec, &p.QoS, &p.Phase} {
+			if strings.EqualFold(*s, "nan") {
+				*s = ""
+			}
 		}
 		if row.Err == nil {
 			switch {

@@ -107,6 +107,16 @@ func TestReadPodsOptionalColumns(t *testing.T) {
 	if got, want := strings.Join(cols, ","), "name,cpu_milli,memory_mib,num_gpu,gpu_milli"; got != want {
 		t.Fatalf("columns = %s, want %s", got, want)
 	}
+	// Blank optional values are blank, whether empty or pandas' "nan".
+	pods, _, err = ReadPodsColumns(strings.NewReader(strings.Join(PodColumns, ",")+"\np0,1000,100,1,500,,,,,,\np1,1000,100,1,500,nan,nan,nan,nan,NaN,nan\n"), "blank.csv")
+	if err != nil {
+		t.Fatalf("blank optional values: %v", err)
+	}
+	for _, p := range pods {
+		if p.GPUSpec != "" || p.CreationTime != 0 || p.DeletionTime != 0 || p.ScheduledTime != 0 {
+			t.Fatalf("blank optional values read as %+v", p)
+		}
+	}
 	_, cols, err = ReadPodsColumns(strings.NewReader("gpu_spec,name,cpu_milli,memory_mib,num_gpu,gpu_milli,extra\nA100,p0,1,1,1,1000,x\n"), "p.csv")
 	if err != nil || strings.Join(cols, ",") != "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec" {
 		t.Fatalf("columns = %v, %v; want the known ones in PodColumns order", cols, err)

@@ -125,7 +125,8 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
 	p := &plan.Pod{Pod: pod, Claims: claims, Queue: pod.Labels[plan.QueueLabel], Created: pod.CreationTimestamp.Time,
 		Checkpointable:  pod.Annotations[plan.CheckpointableAnnotation] == "true",
-		RuntimeEstimate: runtimeEstimate(pod.Annotations[plan.RuntimeEstimateAnnotation])}
+		RuntimeEstimate: runtimeEstimate(pod.Annotations[plan.RuntimeEstimateAnnotation]),
+		LastCheckpoint:  lastCheckpoint(pod.Annotations[plan.LastCheckpointAnnotation])}
 	p.Group = podgroup.KeyOf(pod) // spec.schedulingGroup, else the coscheduling label
 	if pod.Spec.Priority != nil {
 		p.Priority = *pod.Spec.Priority
@@ -155,6 +156,20 @@ func runtimeEstimate(s string) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// lastCheckpoint parses LastCheckpointAnnotation (RFC 3339, fractional
+// seconds allowed); the zero time when absent or malformed.
+func lastCheckpoint(s string) time.Time {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > 64 {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // resolveClaims returns a pod's claims in spec.resourceClaims order, nil

@@ -206,16 +206,27 @@ func (q *QueueTree) Within(name, owner string) bool {
 }
 
 // VictimCost orders preemption victim sets as [Scheduler] does: fewer
-// victims, then fewer that cannot resume from a checkpoint, then less run
-// time thrown away.
+// victims, then fewer that cannot resume from a checkpoint, then less
+// GPU-time lost since the victims' last checkpoints (or starts), then less
+// run time thrown away.
 type VictimCost struct {
 	Victims, NonCheckpointable int
-	ElapsedSeconds             int64
+	// LostGPUMilliSeconds is the work the set throws away: per victim the
+	// milli-GPUs it holds times the seconds since its last checkpoint, or
+	// its start. Zero when unknown ([Scheduler] leaves it out).
+	LostGPUMilliSeconds int64
+	ElapsedSeconds      int64
 }
 
 // Less reports whether a is the cheaper victim set.
 func (a VictimCost) Less(b VictimCost) bool {
-	return victimCost{a.Victims, a.NonCheckpointable, a.ElapsedSeconds}.less(victimCost{b.Victims, b.NonCheckpointable, b.ElapsedSeconds})
+	if a.Victims != b.Victims || a.NonCheckpointable != b.NonCheckpointable {
+		return victimCost{a.Victims, a.NonCheckpointable, 0}.less(victimCost{b.Victims, b.NonCheckpointable, 0})
+	}
+	if a.LostGPUMilliSeconds != b.LostGPUMilliSeconds {
+		return a.LostGPUMilliSeconds < b.LostGPUMilliSeconds
+	}
+	return a.ElapsedSeconds < b.ElapsedSeconds
 }
 
 // ResourceNames lists the resources [QueueExcess.Resource] names.

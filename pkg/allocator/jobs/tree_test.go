@@ -55,3 +55,27 @@ func TestQueueTreeMatchesScheduler(t *testing.T) {
 		t.Errorf("bad parent: %v", err)
 	}
 }
+
+// TestVictimCostOrder: fewer victims, then fewer that cannot resume, then
+// less GPU-time lost since the last checkpoint, then less run time.
+func TestVictimCostOrder(t *testing.T) {
+	tests := []struct {
+		name        string
+		cheap, dear VictimCost
+	}{
+		{"fewer victims", VictimCost{Victims: 1, NonCheckpointable: 1, LostGPUMilliSeconds: 9e9}, VictimCost{Victims: 2}},
+		{"checkpointable", VictimCost{Victims: 1, LostGPUMilliSeconds: 9e9}, VictimCost{Victims: 1, NonCheckpointable: 1}},
+		{"less GPU-time lost", VictimCost{Victims: 1, LostGPUMilliSeconds: 1000, ElapsedSeconds: 9e6}, VictimCost{Victims: 1, LostGPUMilliSeconds: 2000}},
+		{"less run time", VictimCost{Victims: 1, LostGPUMilliSeconds: 1000, ElapsedSeconds: 10}, VictimCost{Victims: 1, LostGPUMilliSeconds: 1000, ElapsedSeconds: 20}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.cheap.Less(tc.dear) || tc.dear.Less(tc.cheap) {
+				t.Errorf("%+v should be cheaper than %+v", tc.cheap, tc.dear)
+			}
+			if tc.cheap.Less(tc.cheap) {
+				t.Errorf("%+v less than itself", tc.cheap)
+			}
+		})
+	}
+}

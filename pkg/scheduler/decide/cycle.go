@@ -50,6 +50,9 @@ type cycle struct {
 	// anyDomain: gangs skip the topology levels (what-ifs ask only
 	// whether they fit).
 	anyDomain bool
+	// measured is the snapshot's telemetry on the view; nil without a
+	// telemetry listener.
+	measured *view.Measured
 }
 
 type journalEntry struct {
@@ -60,6 +63,7 @@ type journalEntry struct {
 func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{}, pdbUsed: map[string]int{},
 		memo: map[string]*failure{}, nominated: map[string]bool{}}
+	c.measured = measure(cfg, s)
 	c.buildQueues()
 	return c
 }

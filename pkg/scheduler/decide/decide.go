@@ -13,11 +13,19 @@
 // (all-or-nothing, NVLink domain, then rack, then zone) on the snapshot's
 // view with the allocator policy; enforces queue limits per resource and per
 // GPU model (pkg/allocator/jobs' queue tree); preempts the cheapest victim
-// set (jobs' cost order: fewest victims, checkpointable first, least run
-// time lost; whole gangs; PodDisruptionBudgets honoured) only after a
+// set (jobs' cost order: fewest victims, checkpointable first, least
+// GPU-time lost since the last checkpoint, least run time; whole gangs;
+// PodDisruptionBudgets honoured) only after a
 // what-if shows the preemptor fits; and backfills behind the first blocked
 // pod or gang as EASY does, trusting runtime estimates. Reservations keep
 // their nodes for their queue.
+//
+// With telemetry (Snapshot.Telemetry, streamed by the nodes' agents),
+// devices an agent reports unhealthy take no new pod at once, before the
+// ResourceSlice taint arrives, and fractions are packed against measured
+// memory as well as requested memory ([Config.Overcommit]); nodes without
+// a stream are judged by ResourceSlices and claims alone, and pending
+// reasons say so when it matters.
 //
 // A decision is pure and deterministic: no I/O, the clock is
 // Snapshot.Now, iteration never depends on map order, and every search is
@@ -81,6 +89,18 @@ type Config struct {
 	// NewShareID draws share IDs of fractional allocations; nil is a
 	// fresh UUID each (as kube-scheduler draws them).
 	NewShareID func() types.UID
+	// Overcommit (gpud scheduler --overcommit) lets a fraction take GPU
+	// memory that the GPU's tenants requested but, as the node's agent
+	// measures it, do not use: up to the measured free memory less
+	// OvercommitMarginPercent of the GPU's memory. Off (the default), and
+	// on nodes without telemetry, a fraction gets no more than the
+	// requested free memory (nor, with telemetry, than the measured).
+	Overcommit bool
+	// OvercommitMarginPercent is the share of a GPU's memory overcommit
+	// keeps free of the measured use; 0 is view.DefaultMarginPercent
+	// (10%: the sample is up to one stream interval old and tenants' use
+	// grows in bursts).
+	OvercommitMarginPercent int
 }
 
 func (c Config) withDefaults() Config {

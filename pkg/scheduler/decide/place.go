@@ -298,7 +298,8 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		return true
 	}
 	reserve := reserveOnly(p)
-	opt := view.Options{Policy: c.s.Policy, Typical: c.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID, NodeUsed: c.nodes.used}
+	opt := view.Options{Policy: c.s.Policy, Typical: c.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID, NodeUsed: c.nodes.used,
+		Measured: c.measured}
 	cpu, mem := requests(p.Pod)
 	if len(items) == 0 {
 		node, err := c.v.PlaceNode(allocator.Request{CPUMilli: cpu, MemoryMiB: mem >> 20}, opt)
@@ -321,7 +322,13 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		} else if onlyReserved(why) {
 			code = CodeReserved
 		}
-		return nil, &failure{code: code, msg: c.noFitMessage(u, items, err, pin, why, blocked), room: code != plan.CodeInvalid}
+		msg := c.noFitMessage(u, items, err, pin, why, blocked)
+		if c.measured != nil && code != plan.CodeInvalid {
+			msg += c.telemetryNotes(items, func(n *view.Node) bool {
+				return !n.Unschedulable && !refused[n.Name] && (pin == "" || n.Name == pin) && (only == nil || only[n.Name])
+			})
+		}
+		return nil, &failure{code: code, msg: msg, room: code != plan.CodeInvalid}
 	}
 	if err := c.assume(allocs...); err != nil {
 		c.release(allocs...)

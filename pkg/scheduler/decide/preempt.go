@@ -29,6 +29,10 @@ type victim struct {
 	queue string
 	ckpt  bool
 	start time.Time
+	// lost is the work eviction throws away: per pod the milli-GPUs it
+	// holds times the seconds since its last checkpoint (a checkpointable
+	// pod's), else since its start.
+	lost  int64
 	nodes []string
 	use   jobs.Resources
 	model []jobs.ModelMilli
@@ -92,6 +96,7 @@ func (c *cycle) victimList() []*victim {
 		r, m := c.usageOf(p, resultsOf(holds[i].allocs))
 		v.use = v.use.Add(r)
 		v.model = mergeModels(v.model, m)
+		v.lost += c.lostWork(p, m)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
@@ -120,6 +125,24 @@ func (c *cycle) victimList() []*victim {
 		c.victims = append(c.victims, v)
 	}
 	return c.victims
+}
+
+// lostWork is the GPU-time, in milli-GPU-seconds, that evicting p throws
+// away: the milli-GPUs it holds (models: whole GPUs, fractions, MIG slices)
+// times the seconds since its last checkpoint if it is checkpointable and
+// reported one after its start (a checkpoint in the future counts as now),
+// else since its start.
+func (c *cycle) lostWork(p *plan.Pod, models []jobs.ModelMilli) int64 {
+	held := int64(0)
+	for _, m := range models {
+		held += m.Milli
+	}
+	since := startOf(p)
+	if p.Checkpointable && p.LastCheckpoint.After(since) {
+		since = p.LastCheckpoint
+	}
+	secs := int64(c.s.Now.Sub(since) / time.Second)
+	return held * max(secs, 0)
 }
 
 // pdbBlocking names the PodDisruptionBudget that forbids evicting v now
@@ -248,7 +271,8 @@ func (sr *search) fitsOn(p *plan.Pod, node string, vs []*victim) bool {
 
 // better reports whether victim set a is preferred to b: fewer pods, then
 // lower highest priority, then jobs' order (fewer that cannot resume from
-// a checkpoint, less run time lost).
+// a checkpoint, less GPU-time lost since the last checkpoints, less run
+// time lost).
 func (sr *search) better(a, b []*victim) bool {
 	ca, cb := sr.cost(a), sr.cost(b)
 	if ca.Victims != cb.Victims {
@@ -275,6 +299,7 @@ func (sr *search) cost(vs []*victim) jobs.VictimCost {
 		if !v.ckpt {
 			k.NonCheckpointable += len(v.pods)
 		}
+		k.LostGPUMilliSeconds += v.lost
 		k.ElapsedSeconds += int64(sr.c.s.Now.Sub(v.start).Seconds())
 	}
 	return k
@@ -444,10 +469,11 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 	if len(cands) == 0 {
 		return false, nil
 	}
-	// Most preferred first: lower priority, checkpointable, most recently
-	// started (least work lost).
+	// Most preferred first: lower priority, checkpointable, least GPU-time
+	// lost since the last checkpoint, most recently started.
 	slices.SortStableFunc(cands, func(a, b *victim) int {
-		return cmp.Or(cmp.Compare(a.prio, b.prio), cmp.Compare(ckpt(b), ckpt(a)), b.start.Compare(a.start), cmp.Compare(a.key, b.key))
+		return cmp.Or(cmp.Compare(a.prio, b.prio), cmp.Compare(ckpt(b), ckpt(a)), cmp.Compare(a.lost, b.lost),
+			b.start.Compare(a.start), cmp.Compare(a.key, b.key))
 	})
 	if len(cands) > c.cfg.MaxVictimCandidates {
 		cands = cands[:c.cfg.MaxVictimCandidates]

@@ -30,6 +30,10 @@ const (
 	// RuntimeEstimateAnnotation is the pod's runtime estimate that
 	// backfill trusts, a Go duration ("90m") or whole seconds ("5400").
 	RuntimeEstimateAnnotation = "gpud.io/runtime-estimate"
+	// LastCheckpointAnnotation is when the pod last wrote a checkpoint it
+	// can resume from, RFC 3339 ("2026-12-01T09:30:00Z"): preemption
+	// prefers victims that lose the least GPU-time since then.
+	LastCheckpointAnnotation = "gpud.io/last-checkpoint"
 	// PodGroupLabel names the pod's PodGroup in its namespace, as
 	// scheduler-plugins' coscheduling reads it.
 	PodGroupLabel = "scheduling.x-k8s.io/pod-group"
@@ -110,6 +114,9 @@ type Pod struct {
 	Checkpointable bool
 	// RuntimeEstimate is RuntimeEstimateAnnotation; 0 unknown.
 	RuntimeEstimate time.Duration
+	// LastCheckpoint is LastCheckpointAnnotation; zero when absent or
+	// malformed (the pod's start then counts).
+	LastCheckpoint time.Time
 	// Created is the pod's creation time (FIFO order).
 	Created time.Time
 }

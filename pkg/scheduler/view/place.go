@@ -36,6 +36,11 @@ type Options struct {
 	// NewShareID draws a share ID; nil is k8s.io/apimachinery's
 	// uuid.NewUUID, as kube-scheduler draws them.
 	NewShareID func() types.UID
+	// Measured, if set (and made from this view by [View.Measure]), is
+	// what the nodes' agents measure: devices reported unhealthy are left
+	// out, and fractions are packed against measured memory as well as
+	// requested memory.
+	Measured *Measured
 }
 
 // Retries when the allocator's choice cannot be turned into devices (a MIG
@@ -186,6 +191,7 @@ var errGroup = errors.New("no group of devices with one value of the matchAttrib
 // with a usable device, each GPU marked unhealthy unless the item may use
 // one of its devices, and what u takes bound.
 func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, pin string, excluded map[gpuRef]bool) (*allocator.Cluster, []*Node, error) {
+	m := opt.Measured.of(v)
 	var nodes []allocator.Node
 	var refs []*Node
 	for _, n := range v.nodes {
@@ -196,7 +202,7 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 		usable := it == nil // a pod without devices may go to any node
 		for g := range n.GPUs {
 			gp := &n.GPUs[g]
-			ok := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp))
+			ok := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
 			labels := v.gpuLabels(it.domain(n, gp), it.isMIG())
 			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
 				Labels: labels, Unhealthy: !ok}
@@ -217,7 +223,11 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	for i, n := range refs {
 		for g := range n.GPUs {
 			if !nodes[i].GPUs[g].Unhealthy {
-				bindUsed(cl, i, n, g, it.isMIG(), u)
+				var adj int64
+				if it != nil && it.Kind == Fraction {
+					adj = m.memAdjust(n.GPUs[g].wholeDev)
+				}
+				bindUsed(cl, i, n, g, it.isMIG(), u, adj)
 			}
 		}
 		if opt.NodeUsed != nil {
@@ -227,14 +237,15 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	return cl, refs, nil
 }
 
-// gpuUsable reports whether the item may use one of gp's devices.
-func (it *Item) gpuUsable(n *Node, gp *GPU) bool {
+// gpuUsable reports whether the item may use one of gp's devices (none
+// that m reports unhealthy).
+func (it *Item) gpuUsable(n *Node, gp *GPU, m *Measured) bool {
 	if it.Kind != MIG {
 		d := gp.wholeDev
-		return d != nil && it.usable(n, d) && (it.MatchAttribute == "" || attrValue(d, it.MatchAttribute) != "")
+		return d != nil && it.usable(n, d) && m.isDown(d) == "" && (it.MatchAttribute == "" || attrValue(d, it.MatchAttribute) != "")
 	}
 	for _, d := range gp.migDevs {
-		if it.usable(n, d) {
+		if it.usable(n, d) && m.isDown(d) == "" {
 			return true
 		}
 	}
@@ -307,9 +318,10 @@ func cutDomain(s string) (string, string, bool) {
 // bindUsed takes from GPU g of cluster node i what u holds on it: for a MIG
 // item each allocated placement (the whole GPU as 7g at 0), otherwise the
 // larger of the shares' memory and cores fractions (a whole GPU for an
-// exclusive allocation or any MIG placement in use). A bind that fails
+// exclusive allocation or any MIG placement in use), with adj bytes added
+// to the shares' memory (measured use, see [Measured]). A bind that fails
 // means the state is already over-allocated; [Check] reports it.
-func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
+func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage, adj int64) {
 	gp := &n.GPUs[g]
 	var whole *devUse
 	if gp.wholeDev != nil {
@@ -336,7 +348,11 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage) {
 	if whole != nil && whole.exclusive > 0 {
 		milli = allocator.MilliPerGPU
 	}
-	if whole != nil && milli < allocator.MilliPerGPU {
+	switch {
+	case milli == allocator.MilliPerGPU:
+	case adj != 0 && gp.wholeDev != nil:
+		milli = max(milli, adjustedMilli(whole, gp.wholeDev, adj))
+	case whole != nil:
 		milli = max(milli, whole.sharedMilli(gp.wholeDev))
 	}
 	if milli > 0 {
@@ -353,9 +369,10 @@ func (v *View) resolve(it *Item, n *Node, d allocator.Decision, u usage, j *undo
 			return nil, fmt.Errorf("allocator chose %d GPUs for a MIG slice: %w", len(d.GPUs), ErrInvalid)
 		}
 		gp := &n.GPUs[d.GPUs[0]]
+		m := opt.Measured.of(v)
 		var cands []*Device
 		for _, name := range gp.MIG {
-			if dev := n.Devices[name]; it.usable(n, dev) {
+			if dev := n.Devices[name]; it.usable(n, dev) && m.isDown(dev) == "" {
 				cands = append(cands, dev)
 			}
 		}
@@ -382,7 +399,7 @@ func (v *View) resolve(it *Item, n *Node, d allocator.Decision, u usage, j *undo
 		}
 		if it.MatchAttribute != "" && !sameValue(devs, it.MatchAttribute) {
 			var err error
-			if devs, err = v.regroup(it, n, u); err != nil {
+			if devs, err = v.regroup(it, n, u, opt.Measured.of(v)); err != nil {
 				return nil, err
 			}
 		}
@@ -399,15 +416,15 @@ func sameValue(devs []*Device, name resourceapi.FullyQualifiedName) bool {
 	return true
 }
 
-// regroup picks it.Count free whole devices on n that share the item's
-// matchAttribute value: the smallest group that holds them, lowest GPU
-// indices first.
-func (v *View) regroup(it *Item, n *Node, u usage) ([]*Device, error) {
+// regroup picks it.Count free whole devices on n (none that m reports
+// unhealthy) that share the item's matchAttribute value: the smallest
+// group that holds them, lowest GPU indices first.
+func (v *View) regroup(it *Item, n *Node, u usage, m *Measured) ([]*Device, error) {
 	groups := map[string][]*Device{}
 	var keys []string
 	for g := range n.GPUs {
 		d := n.Devices[n.GPUs[g].Whole]
-		if d == nil || !it.usable(n, d) {
+		if d == nil || !it.usable(n, d) || m.isDown(d) != "" {
 			continue
 		}
 		if u.dev[d.id].allocated() {
@@ -458,7 +475,11 @@ func (v *View) take(it *Item, n *Node, devs []*Device, u usage, j *undoLog, opt 
 	if err := u.add(v, a, j); err != nil {
 		return nil, err
 	}
-	if vs := violations(v, u, n.Name); len(vs) > 0 {
+	var credit func(*Device) int64
+	if m := opt.Measured.of(v); m != nil && m.adjust != nil && it.Kind == Fraction {
+		credit = m.credit
+	}
+	if vs := violations(v, u, n.Name, credit); len(vs) > 0 {
 		u.sub(v, a, j)
 		return nil, fmt.Errorf("%s: %w", vs[0], ErrOverAllocated)
 	}
@@ -484,4 +505,43 @@ func (u *devUse) sharedMilli(d *Device) int64 {
 	}
 	u.milli, u.milliOK = milli, true
 	return milli
+}
+
+// adjustedMilli is sharedMilli with adj bytes added to the memory the
+// shares on whole device d consumed (u may be nil: no shares), not cached:
+// measured use above the requests (adj > 0) or overcommit's room (adj <
+// 0).
+func adjustedMilli(u *devUse, d *Device, adj int64) int64 {
+	milli := int64(0)
+	mem := false
+	if u != nil {
+		for name, q := range u.consumed {
+			c, ok := d.Capacity[name]
+			if !ok || c.Value.Sign() <= 0 {
+				milli = allocator.MilliPerGPU
+				continue
+			}
+			used := q.AsApproximateFloat64()
+			if name == CapacityMemory {
+				used, mem = used+float64(adj), true
+			}
+			milli = max(milli, fractionMilli(used, c.Value.AsApproximateFloat64()))
+		}
+	}
+	if c, ok := d.Capacity[CapacityMemory]; ok && !mem && adj > 0 && c.Value.Sign() > 0 {
+		milli = max(milli, fractionMilli(float64(adj), c.Value.AsApproximateFloat64()))
+	}
+	return milli
+}
+
+// fractionMilli is used of total in milli-GPU, rounded up, within 0 and a
+// whole GPU.
+func fractionMilli(used, total float64) int64 {
+	if used >= total {
+		return allocator.MilliPerGPU
+	}
+	if used <= 0 {
+		return 0
+	}
+	return min(int64(math.Ceil(used/total*allocator.MilliPerGPU)), allocator.MilliPerGPU)
 }

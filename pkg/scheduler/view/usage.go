@@ -202,6 +202,12 @@ func (e Violation) String() string { return fmt.Sprintf("%s/%s: %s", e.Node, e.D
 // [ErrOverAllocated] that lists every violation, or one matching
 // [ErrInvalid] if allocs name unknown devices.
 func Check(v *View, allocs ...*resourceapi.AllocationResult) error {
+	return check(v, nil, allocs)
+}
+
+// check is Check with credit (nil: none) bytes of memory allowed beyond
+// a device's capacity.
+func check(v *View, credit func(*Device) int64, allocs []*resourceapi.AllocationResult) error {
 	u := v.usage
 	if len(allocs) > 0 {
 		u = u.clone()
@@ -214,7 +220,7 @@ func Check(v *View, allocs ...*resourceapi.AllocationResult) error {
 			}
 		}
 	}
-	if vs := violations(v, u, ""); len(vs) > 0 {
+	if vs := violations(v, u, "", credit); len(vs) > 0 {
 		msg := make([]string, len(vs))
 		for i, x := range vs {
 			msg[i] = x.String()
@@ -225,8 +231,9 @@ func Check(v *View, allocs ...*resourceapi.AllocationResult) error {
 }
 
 // violations lists every over-allocation in u (on node only, if set),
-// sorted.
-func violations(v *View, u usage, only string) []Violation {
+// sorted; credit, if set, is the memory a device may consume beyond its
+// capacity (overcommit).
+func violations(v *View, u usage, only string, credit func(*Device) int64) []Violation {
 	var out []Violation
 	counters := map[devKey]map[string]resource.Quantity{} // (node, set) -> used
 	check := func(d *Device, use *devUse) {
@@ -246,7 +253,13 @@ func violations(v *View, u usage, only string) []Violation {
 				out = append(out, Violation{k.node, k.device, fmt.Sprintf("consumes capacity %q it does not have", name)})
 				continue
 			}
-			if q.Cmp(c.Value) > 0 {
+			limit := c.Value
+			if credit != nil && name == CapacityMemory {
+				if b := credit(d); b > 0 {
+					limit = *resource.NewQuantity(c.Value.Value()+b, c.Value.Format)
+				}
+			}
+			if q.Cmp(limit) > 0 {
 				out = append(out, Violation{k.node, k.device, fmt.Sprintf("%s: %s consumed of %s", name, q.String(), c.Value.String())})
 			}
 		}

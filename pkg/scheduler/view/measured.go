@@ -1,0 +1,244 @@
+package view
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// DeviceReport is what a node's agent last reported about one GPU or MIG
+// device (the telemetry stream), keyed by the device's "uuid" attribute.
+type DeviceReport struct {
+	// Unhealthy: the agent reported an Xid, ECC error, loss or health
+	// change, and not yet that the device is healthy again; Reason says
+	// which ("Xid 79").
+	Unhealthy bool
+	Reason    string
+	// MemoryUsedBytes is the device memory in use as measured.
+	MemoryUsedBytes uint64
+}
+
+// MeasureConfig tunes how [View.Measure] weighs measured memory.
+type MeasureConfig struct {
+	// Overcommit lets a fraction take memory that a GPU's shares requested
+	// but do not use: up to the measured free memory less the margin,
+	// even beyond the requests. Off: a fraction gets the lesser of the
+	// requested and the measured free memory.
+	Overcommit bool
+	// MarginPercent is the share of a GPU's memory that overcommit leaves
+	// free of the measured use; 0 is [DefaultMarginPercent].
+	MarginPercent int
+}
+
+// DefaultMarginPercent is overcommit's default safety margin: 10% of the
+// GPU's memory (8 GB of an 80 GB H100). The measurement is up to one
+// stream interval old, tenants' use moves between samples (caching
+// allocators grow in bursts, a process starting takes a CUDA context of
+// several hundred MiB before its first sample) and a tenant that runs out
+// of memory fails, so overcommit keeps room for a burst of that size.
+const DefaultMarginPercent = 10
+
+// Measured is what nodes' agents measure on their devices, indexed for the
+// view [View.Measure] made it from: devices reported unhealthy (a GPU's
+// partitions and MIG devices with it) and, per shared GPU, how far the
+// measured memory use is above (or, with overcommit, how much room it
+// leaves below) the memory its shares requested. Pass it in
+// [Options.Measured]: fractions are then placed only on healthy devices
+// within the real free memory. It holds for the view's allocations when
+// it was made (a decision cycle's start); it is read-only and may be
+// shared by the cycle's placements.
+type Measured struct {
+	v *View
+	// down holds a reason by device id for devices reported unhealthy;
+	// nil when none is.
+	down []string
+	// adjust is by device id the memory bytes added to what a whole
+	// shareable device's shares requested: positive when tenants use
+	// more, negative for overcommit's room; nil when none.
+	adjust []int64
+	nodes  map[string]bool
+	downs  []DownDevice
+	over   []MemoryExcess
+}
+
+// DownDevice is a device telemetry reports unhealthy.
+type DownDevice struct {
+	Node, Device, Reason string
+	// MIG: a MIG device reported alone (its GPU is healthy).
+	MIG bool
+}
+
+// MemoryExcess is a GPU whose tenants use more memory than they
+// requested.
+type MemoryExcess struct {
+	Node, Device                           string
+	UsedBytes, RequestedBytes, MemoryBytes int64
+}
+
+// Measure indexes reports (by node name, then device uuid) for placements
+// on v, with v's allocations as they are now. Nodes absent from reports
+// have no telemetry: their devices count by requests alone. A GPU whose
+// uuid is reported unhealthy takes all its devices (whole, MIG) down; a
+// MIG device reported unhealthy goes down alone.
+func (v *View) Measure(reports map[string]map[string]DeviceReport, cfg MeasureConfig) *Measured {
+	m := &Measured{v: v, nodes: make(map[string]bool, len(reports))}
+	margin := cfg.MarginPercent
+	if margin <= 0 {
+		margin = DefaultMarginPercent
+	}
+	for _, n := range v.nodes {
+		devs, ok := reports[n.Name]
+		if !ok {
+			continue
+		}
+		m.nodes[n.Name] = true
+		if len(devs) == 0 {
+			continue
+		}
+		for g := range n.GPUs {
+			gp := &n.GPUs[g]
+			if r, ok := devs[gp.UUID]; ok && gp.UUID != "" {
+				if r.Unhealthy {
+					m.gpuDown(n, gp, r.Reason)
+				} else if d := gp.wholeDev; d != nil && d.Shareable {
+					m.measure(d, r, cfg.Overcommit, margin)
+				}
+			}
+			for _, d := range gp.migDevs {
+				if u, ok := attrString(d, "uuid"); ok && u != gp.UUID {
+					if r, ok := devs[u]; ok && r.Unhealthy {
+						m.setDown(d, r.Reason, true)
+					}
+				}
+			}
+		}
+	}
+	slices.SortFunc(m.downs, func(a, b DownDevice) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Device, b.Device)) })
+	return m
+}
+
+// gpuDown takes every device of gp down; the GPU is listed once, by its
+// whole device's name, else "gpu-<index>".
+func (m *Measured) gpuDown(n *Node, gp *GPU, reason string) {
+	name := gp.Whole
+	if name == "" {
+		name = "gpu-" + strconv.Itoa(gp.Index)
+	}
+	m.downs = append(m.downs, DownDevice{Node: n.Name, Device: name, Reason: reason})
+	if gp.wholeDev != nil {
+		m.setDown(gp.wholeDev, reason, false)
+	}
+	for _, d := range gp.migDevs {
+		m.setDown(d, reason, false)
+	}
+}
+
+func (m *Measured) setDown(d *Device, reason string, list bool) {
+	if m.down == nil {
+		m.down = make([]string, len(m.v.devs))
+	}
+	if reason == "" {
+		reason = "unhealthy"
+	}
+	if m.down[d.id] != "" {
+		return
+	}
+	m.down[d.id] = reason
+	if list {
+		m.downs = append(m.downs, DownDevice{Node: d.node.Name, Device: d.Name, Reason: reason, MIG: true})
+	}
+}
+
+// measure sets whole shareable device d's memory adjustment from its
+// measured use M, its shares' requested memory R and its memory T:
+// used is max(R, M) without overcommit; with it, max(M, min(R, M+margin))
+// (requests count until the measurement plus the margin leaves room).
+func (m *Measured) measure(d *Device, r DeviceReport, overcommit bool, marginPct int) {
+	c, ok := d.Capacity[CapacityMemory]
+	if !ok || c.Value.Sign() <= 0 {
+		return
+	}
+	total := c.Value.Value()
+	used := int64(min(r.MemoryUsedBytes, uint64(maxMemoryBytes)))
+	var req int64
+	if u := m.v.usage.dev[d.id]; u != nil {
+		if q, ok := u.consumed[CapacityMemory]; ok {
+			req = q.Value()
+		}
+		if u.exclusive > 0 {
+			return // taken whole: nothing to share
+		}
+	}
+	adj := max(used-req, 0)
+	if overcommit && used < req {
+		margin := total / 100 * int64(marginPct)
+		adj = max(used, min(req, used+margin)) - req
+	}
+	if adj == 0 {
+		return
+	}
+	if m.adjust == nil {
+		m.adjust = make([]int64, len(m.v.devs))
+	}
+	m.adjust[d.id] = adj
+	if used > req {
+		m.over = append(m.over, MemoryExcess{Node: d.node.Name, Device: d.Name, UsedBytes: used, RequestedBytes: req, MemoryBytes: total})
+	}
+}
+
+// of returns m if it was made for v, else nil.
+func (m *Measured) of(v *View) *Measured {
+	if m == nil || m.v != v {
+		return nil
+	}
+	return m
+}
+
+// isDown reports why device d is reported unhealthy ("" if it is not).
+func (m *Measured) isDown(d *Device) string {
+	if m == nil || m.down == nil || d == nil {
+		return ""
+	}
+	return m.down[d.id]
+}
+
+// memAdjust is device d's memory adjustment in bytes.
+func (m *Measured) memAdjust(d *Device) int64 {
+	if m == nil || m.adjust == nil || d == nil {
+		return 0
+	}
+	return m.adjust[d.id]
+}
+
+// Reported reports whether node's agent streams telemetry.
+func (m *Measured) Reported(node string) bool { return m != nil && m.nodes[node] }
+
+// Down lists the devices reported unhealthy, by node and device name (a
+// GPU once, not each of its MIG devices).
+func (m *Measured) Down() []DownDevice {
+	if m == nil {
+		return nil
+	}
+	return m.downs
+}
+
+// Excess lists the shared GPUs whose measured memory use is above what
+// their shares requested, by node and device name.
+func (m *Measured) Excess() []MemoryExcess {
+	if m == nil {
+		return nil
+	}
+	return m.over
+}
+
+// Check is [Check] with overcommit's room: a shared device's memory may be
+// consumed beyond its capacity by as much room as the measurement left.
+func (m *Measured) Check(allocs ...*resourceapi.AllocationResult) error {
+	return check(m.v, m.credit, allocs)
+}
+
+// credit is how far device d's memory may be consumed beyond its
+// capacity (overcommit's room), 0 for none.
+func (m *Measured) credit(d *Device) int64 { return max(-m.memAdjust(d), 0) }

@@ -8,8 +8,9 @@
 // It owns the daemons' processes and directories and nothing else: which
 // GPUs are shared comes from the caller ([Supervisor.SetShared]); the
 // containers' limits (CUDA_MPS_* and the pipe directory) are the device
-// plugin's and the DRA driver's to set. It does not touch NVML (compute
-// mode is not set here).
+// plugin's and the DRA driver's to set, through [PipeDir] and
+// [ContainerPipeDir]. It does not touch NVML: the compute mode is
+// pkg/computemode's.
 package mps
 
 import (
@@ -29,6 +30,20 @@ import (
 
 // DefaultRoot holds each GPU's pipe and log directories.
 const DefaultRoot = "/run/gpud/mps"
+
+// ContainerPipeDir is where a container sharing a GPU sees that GPU's pipe
+// directory, and what its CUDA_MPS_PIPE_DIRECTORY says: CUDA's own default,
+// so a program that drops the variable still finds the daemon.
+const ContainerPipeDir = "/tmp/nvidia-mps"
+
+// EnvPipeDirectory is the variable that points a CUDA client at its
+// daemon's pipe directory.
+const EnvPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
+
+// PipeDir is the host's pipe directory of a GPU's daemon under root (the
+// agent's --mps-root): the directory containers sharing the GPU mount at
+// [ContainerPipeDir].
+func PipeDir(root, uuid string) string { return filepath.Join(root, uuid, "pipe") }
 
 // ControlBinary is the driver's MPS control program, relative to the
 // driver root.
@@ -128,7 +143,10 @@ func (s *Supervisor) SetShared(uuids []string) {
 
 // PipeDir is the GPU's CUDA_MPS_PIPE_DIRECTORY, which containers sharing
 // it must mount and point at.
-func (s *Supervisor) PipeDir(uuid string) string { return filepath.Join(s.cfg.Root, uuid, "pipe") }
+func (s *Supervisor) PipeDir(uuid string) string { return PipeDir(s.cfg.Root, uuid) }
+
+// Root is the directory holding every GPU's pipe and log directories.
+func (s *Supervisor) Root() string { return s.cfg.Root }
 
 // LogDir is the GPU's CUDA_MPS_LOG_DIRECTORY.
 func (s *Supervisor) LogDir(uuid string) string { return filepath.Join(s.cfg.Root, uuid, "log") }

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpud/gpud/pkg/mps"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
 
@@ -19,27 +21,35 @@ const (
 	envVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 	envMPSThreads     = timeslice.EnvMPSActiveThreadPercentage
 	envMPSMemLimit    = timeslice.EnvMPSPinnedDeviceMemLimit
+	envMPSPipeDir     = mps.EnvPipeDirectory
 )
 
 // Allocate answers each container with its devices' CDI names and/or
-// NVIDIA_VISIBLE_DEVICES, and MPS limits for replicas. An unknown device
-// fails the whole request with InvalidArgument, an unhealthy one with
-// FailedPrecondition, each naming the device; nothing is allocated then.
+// NVIDIA_VISIBLE_DEVICES, and MPS limits for replicas; with
+// [Config.MPSRoot] set, a replica's container also mounts its GPU's MPS
+// pipe directory and points CUDA_MPS_PIPE_DIRECTORY at it. An unknown
+// device fails the whole request with InvalidArgument, an unhealthy one
+// with FailedPrecondition, each naming the device; nothing is allocated
+// then.
 func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	set, _ := p.snapshot()
-	resp, err := allocate(set, p.cfg.DeviceListStrategy, req)
+	resp, err := allocate(set, p.cfg.DeviceListStrategy, p.cfg.MPSRoot, req)
 	if err != nil {
 		p.log.Warn("allocate refused", "err", err)
 		return nil, err
 	}
 	for i, c := range req.ContainerRequests {
-		p.log.Info("allocated", "devices", strings.Join(c.DevicesIds, ","), "visible", resp.ContainerResponses[i].Envs[envVisibleDevices])
+		r := resp.ContainerResponses[i]
+		p.log.Info("allocated", "devices", strings.Join(c.DevicesIds, ","), "visible", r.Envs[envVisibleDevices], "mps_pipe", r.Envs[envMPSPipeDir])
+		if n := sharedUnits(set, c.DevicesIds); n > 1 && p.cfg.MPSRoot != "" {
+			p.log.Warn("container shares several GPUs, MPS reaches the first only", "devices", strings.Join(c.DevicesIds, ","), "shared_gpus", n)
+		}
 	}
 	return resp, nil
 }
 
-// allocate is Allocate without the logging.
-func allocate(set *deviceSet, strategy string, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+// allocate is Allocate without the logging. mpsRoot is [Config.MPSRoot].
+func allocate(set *deviceSet, strategy, mpsRoot string, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	for _, c := range req.ContainerRequests {
 		if len(c.DevicesIds) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: a container request names no device", set.resource)
@@ -56,9 +66,51 @@ func allocate(set *deviceSet, strategy string, req *pluginapi.AllocateRequest) (
 	}
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
 	for _, c := range req.ContainerRequests {
-		resp.ContainerResponses = append(resp.ContainerResponses, containerResponse(set, strategy, c.DevicesIds))
+		r := containerResponse(set, strategy, c.DevicesIds)
+		if err := mpsMount(set, mpsRoot, c.DevicesIds, r); err != nil {
+			return nil, err
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
 	}
 	return resp, nil
+}
+
+// mpsMount mounts the pipe directory of the container's first shared unit
+// at [mps.ContainerPipeDir] and points CUDA_MPS_PIPE_DIRECTORY there: a
+// CUDA client talks to one daemon, and each GPU has its own. The
+// directory is created if the daemon has not started yet, since a bind
+// mount of a missing directory fails the container. The CDI spec carries
+// the same edit for runtimes that apply it; CDI replaces a mount at the
+// same path, so the two do not stack.
+func mpsMount(set *deviceSet, mpsRoot string, ids []string, r *pluginapi.ContainerAllocateResponse) error {
+	if mpsRoot == "" {
+		return nil
+	}
+	for _, id := range ids {
+		d := set.byID[id]
+		if d.Replica < 0 {
+			continue
+		}
+		dir := mps.PipeDir(mpsRoot, d.Unit)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return status.Errorf(codes.Internal, "%s: device %q: create its MPS pipe directory %s (check --mps-root): %v", set.resource, id, dir, err)
+		}
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: mps.ContainerPipeDir, HostPath: dir})
+		r.Envs[envMPSPipeDir] = mps.ContainerPipeDir
+		return nil
+	}
+	return nil
+}
+
+// sharedUnits counts the distinct shared units among ids.
+func sharedUnits(set *deviceSet, ids []string) int {
+	units := map[string]bool{}
+	for _, id := range ids {
+		if d, ok := set.byID[id]; ok && d.Replica >= 0 {
+			units[d.Unit] = true
+		}
+	}
+	return len(units)
 }
 
 // unitShare is what a container gets of one unit: the sum of its replicas.

@@ -55,7 +55,7 @@ func BenchmarkAllocate(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					t0 := time.Now()
-					if _, err := allocate(s, ListBoth, req); err != nil {
+					if _, err := allocate(s, ListBoth, "", req); err != nil {
 						b.Fatal(err)
 					}
 					lat = append(lat, time.Since(t0))

@@ -8,6 +8,8 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpud/gpud/pkg/mps"
 )
 
 // CDISpecName is the file the plugin writes in the CDI directory. It is not
@@ -32,13 +34,19 @@ func migCapMinor(gpuMinor, gi, ci int) (giMinor, ciMinor int) {
 }
 
 // buildCDISpec returns the spec naming every unit advertised by sets, or
-// nil when there is none (CDI rejects a spec without devices).
-func buildCDISpec(sets map[string]*deviceSet) *cdispec.Spec {
+// nil when there is none (CDI rejects a spec without devices). With
+// mpsRoot set, a shared unit's device also mounts its MPS pipe directory
+// and sets CUDA_MPS_PIPE_DIRECTORY (see [mpsEdits]).
+func buildCDISpec(sets map[string]*deviceSet, mpsRoot string) *cdispec.Spec {
 	units := map[string]*device{}
+	shared := map[string]bool{}
 	for _, s := range sets {
 		for _, d := range s.devices {
 			if _, ok := units[d.Unit]; !ok {
 				units[d.Unit] = d
+			}
+			if d.Replica >= 0 {
+				shared[d.Unit] = true
 			}
 		}
 	}
@@ -63,12 +71,25 @@ func buildCDISpec(sets map[string]*deviceSet) *cdispec.Spec {
 				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", gi)},
 				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", ci)})
 		}
+		if shared[u] && mpsRoot != "" {
+			mpsEdits(&edits, mps.PipeDir(mpsRoot, u))
+		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: u, ContainerEdits: edits})
 	}
 	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {
 		spec.Version = v
 	}
 	return spec
+}
+
+// mpsEdits mounts a GPU's MPS pipe directory (read-write: clients create
+// their sockets there) at [mps.ContainerPipeDir] and sets
+// CUDA_MPS_PIPE_DIRECTORY, so a container's CUDA_MPS_* limits reach the
+// GPU's control daemon.
+func mpsEdits(edits *cdispec.ContainerEdits, hostPipeDir string) {
+	edits.Mounts = append(edits.Mounts, &cdispec.Mount{HostPath: hostPipeDir, ContainerPath: mps.ContainerPipeDir,
+		Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	edits.Env = append(edits.Env, mps.EnvPipeDirectory+"="+mps.ContainerPipeDir)
 }
 
 // writeCDISpec validates spec with the CDI library's own parser and

@@ -53,6 +53,12 @@ type Config struct {
 	DeviceListStrategy string
 	// Sharing lists the GPUs (and MIG devices) split into replicas.
 	Sharing timeslice.Config
+	// MPSRoot is the agent's --mps-root, set when MPS control daemons run:
+	// containers given a replica mount its unit's pipe directory
+	// (<MPSRoot>/<uuid>/pipe) at /tmp/nvidia-mps and get
+	// CUDA_MPS_PIPE_DIRECTORY, so their CUDA_MPS_* limits reach a daemon.
+	// Empty: the limits are environment only, which nothing enforces.
+	MPSRoot string
 	// RenameShared advertises replicas as <resource>.shared; false keeps
 	// the plain resource name, as NVIDIA's plugin does without renaming.
 	RenameShared bool
@@ -100,6 +106,9 @@ func (c Config) Validate() error {
 	}
 	if c.CDIDir != "" && !filepath.IsAbs(c.CDIDir) {
 		errs = append(errs, fmt.Errorf("deviceplugin: CDI dir %q must be absolute", c.CDIDir))
+	}
+	if c.MPSRoot != "" && !filepath.IsAbs(c.MPSRoot) {
+		errs = append(errs, fmt.Errorf("deviceplugin: MPS root %q must be absolute (set --mps-root)", c.MPSRoot))
 	}
 	if strings.Contains(c.ResourcePrefix, "/") || !strings.Contains(c.ResourcePrefix, ".") {
 		errs = append(errs, fmt.Errorf("deviceplugin: resource prefix %q: want a domain such as nvidia.com", c.ResourcePrefix))

@@ -1,14 +1,16 @@
 package allocator
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // gpuClass is what a request's GPU constraints can tell apart: GPUs of one
-// class are interchangeable for eligibility. Class ids (1..63) index bit
-// sets; id 0 ([noModel]) is "no GPU".
+// class are interchangeable for eligibility. Class ids index [classSet]s;
+// id 0 ([noModel]) is "no GPU". A cluster may hold any number of classes.
 type gpuClass struct {
 	model  string
 	memMiB int64
@@ -16,71 +18,93 @@ type gpuClass struct {
 	mig    bool
 }
 
+// classID is a [gpuClass]'s index in Cluster.classes.
+type classID uint32
+
+// classSet is a set of class ids, a bit per id. nil accepts any GPU that is
+// not in MIG mode (no restriction); a non-nil set accepts its members only.
+// Sets are interned per cluster ([Cluster.intern]) and never modified.
+type classSet []uint64
+
+// has reports whether the set accepts class id.
+func (m classSet) has(id classID) bool {
+	if m == nil {
+		return true
+	}
+	w := int(id >> 6)
+	return w < len(m) && m[w]&(1<<(id&63)) != 0
+}
+
 // classID returns the id of class k, adding it.
-func (c *Cluster) classID(k gpuClass) (uint8, error) {
+func (c *Cluster) classID(k gpuClass) classID {
 	if id, ok := c.classIDs[k]; ok {
-		return id, nil
+		return id
 	}
-	if len(c.classes) >= 63 {
-		return 0, fmt.Errorf("more than 62 kinds of GPU (model, memory, compute capability, MIG mode): %w", ErrInvalid)
-	}
-	id := uint8(len(c.classes))
+	id := classID(len(c.classes))
 	c.classes = append(c.classes, k)
 	c.classIDs[k] = id
 	if k.mig {
-		c.migClasses |= 1 << id
+		c.hasMIG = true
 	}
-	return id, nil
+	return id
 }
 
-// constrained is the sentinel bit of a mask that restricts GPUs; a mask of
-// 0 accepts any non-MIG GPU.
-const constrained = uint64(1) << 63
+// intern returns the cluster's copy of the set in words and its id (>= 1;
+// 0 is the nil set). Looking up a known set does not allocate.
+func (c *Cluster) intern(words []uint64) (classSet, int32) {
+	c.keyBuf = c.keyBuf[:0]
+	for _, w := range words {
+		c.keyBuf = binary.LittleEndian.AppendUint64(c.keyBuf, w)
+	}
+	if id, ok := c.setIDs[string(c.keyBuf)]; ok {
+		return c.sets[id], id
+	}
+	if c.setIDs == nil {
+		c.setIDs = map[string]int32{}
+		c.sets = []classSet{nil}
+	}
+	id := int32(len(c.sets))
+	c.sets = append(c.sets, append(classSet(make([]uint64, 0, len(words))), words...))
+	c.setIDs[string(c.keyBuf)] = id
+	return c.sets[id], id
+}
 
-// modelMask turns a model list into a bit set of known class ids; 0 means any
-// model. A list naming only unknown models gives a mask no GPU matches.
-func (c *Cluster) modelMask(models []string) uint64 {
-	if len(models) == 0 {
-		return 0
-	}
-	m := constrained
-	for id := 1; id < len(c.classes); id++ {
-		for _, name := range models {
-			if c.classes[id].model == name {
-				m |= 1 << id
-			}
-		}
-	}
-	return m
+// words returns a zeroed scratch bit set wide enough for every class.
+func (c *Cluster) words() []uint64 {
+	n := (len(c.classes) + 63) / 64
+	c.scratch = append(c.scratch[:0], make([]uint64, n)...)
+	return c.scratch
 }
 
 // requestMask is the set of classes q may use: its models, memory and
-// compute-capability minimums, and MIG GPUs for MIG requests only. It
-// returns 0 (any GPU, the fast path) when nothing restricts.
-func (c *Cluster) requestMask(q Request, mig bool) (uint64, error) {
+// compute-capability minimums, and MIG GPUs for MIG requests only, with its
+// interned id. It returns nil, 0 (any GPU, the fast path) when nothing
+// restricts.
+func (c *Cluster) requestMask(q Request, mig bool) (classSet, int32, error) {
 	minCC := 0
 	if q.MinComputeCapability != "" {
 		v, err := parseCC(q.MinComputeCapability)
 		if err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 		minCC = v
 	}
-	m := c.modelMask(q.Models)
-	if m == 0 && q.MinGPUMemoryMiB <= 0 && minCC == 0 && !mig && c.migClasses == 0 {
-		return 0, nil
+	if len(q.Models) == 0 && q.MinGPUMemoryMiB <= 0 && minCC == 0 && !mig && !c.hasMIG {
+		return nil, 0, nil
 	}
-	if m == 0 {
-		m = ^uint64(0)
-	}
-	out := constrained
+	w := c.words()
 	for id := 1; id < len(c.classes); id++ {
-		k := c.classes[id]
-		if m&(1<<id) != 0 && k.memMiB >= q.MinGPUMemoryMiB && k.cc >= minCC && k.mig == mig {
-			out |= 1 << id
+		k := &c.classes[id]
+		if k.memMiB < q.MinGPUMemoryMiB || k.cc < minCC || k.mig != mig {
+			continue
 		}
+		if len(q.Models) > 0 && !slices.Contains(q.Models, k.model) {
+			continue
+		}
+		w[id>>6] |= 1 << (id & 63)
 	}
-	return out, nil
+	m, id := c.intern(w)
+	return m, id, nil
 }
 
 // parseCC turns "8.0" or "9" into 80 or 90.

@@ -12,17 +12,20 @@ const maxAffinity = 17
 
 // nodeState is the mutable free view of one node.
 type nodeState struct {
-	spec      *Node
-	cpuFree   int64
-	memFree   int64
-	gpuFree   []int64 // milli free per GPU; 0 for unhealthy GPUs
-	usable    []bool  // healthy GPUs
-	gpuModel  []uint8 // class id per GPU
-	model     uint8   // class id of the node (its first GPU), noModel if none
-	totalFree int64   // sum of gpuFree
-	capMilli  int64   // milli of the healthy GPUs
-	gpuMemMin int64   // smallest known memory (MiB) of a non-MIG GPU; 0 if none
-	version   uint32  // bumped on every change; starts at 1
+	spec     *Node
+	cpuFree  int64
+	memFree  int64
+	gpuFree  []int64   // milli free per GPU; 0 for unhealthy GPUs
+	usable   []bool    // healthy GPUs
+	gpuModel []classID // class id per GPU
+	model    classID   // class id of the node (its first GPU), noModel if none
+	// uniform: every GPU is of class model and not in MIG mode, so
+	// fragmentation depends on the free milli alone (memoized).
+	uniform   bool
+	totalFree int64  // sum of gpuFree
+	capMilli  int64  // milli of the healthy GPUs
+	gpuMemMin int64  // smallest known memory (MiB) of a non-MIG GPU; 0 if none
+	version   uint32 // bumped on every change; starts at 1
 	// topo is set when some GPU carries an NVLink domain label; domain is
 	// then each GPU's domain index (unlabeled GPUs are their own domain).
 	topo     bool
@@ -46,26 +49,32 @@ const noModel = 0
 // Cluster is the free state of a set of nodes. It is not safe for concurrent
 // use.
 type Cluster struct {
-	nodes      []Node
-	state      []nodeState
-	classes    []gpuClass // id -> class; id 0 is "no GPU"
-	classIDs   map[gpuClass]uint8
-	migClasses uint64
+	nodes    []Node
+	state    []nodeState
+	classes  []gpuClass // id -> class; id 0 is "no GPU"
+	classIDs map[gpuClass]classID
+	hasMIG   bool // some class is in MIG mode
+	// sets interns request class sets by their bits (setIDs); keyBuf and
+	// scratch are reused by [Cluster.intern] and [Cluster.words].
+	sets       []classSet
+	setIDs     map[string]int32
+	keyBuf     []byte
+	scratch    []uint64
 	typicalMem int64 // most common GPU memory, for memory-sized typical pods
 	capMilli   int64
 	used       int64
 }
 
 // NewCluster copies nodes into a new, empty cluster. Nodes keep their order:
-// [Decision.Node] indexes it. A node has at most [MaxGPUsPerNode] GPUs and a
-// cluster at most 62 kinds of GPU (distinct model, memory, compute
-// capability and MIG mode).
+// [Decision.Node] indexes it. A node has at most [MaxGPUsPerNode] GPUs; the
+// kinds of GPU in a cluster (distinct model, memory, compute capability and
+// MIG mode) are not bounded.
 func NewCluster(nodes []Node) (*Cluster, error) {
 	c := &Cluster{
 		nodes:    slices.Clone(nodes),
 		state:    make([]nodeState, len(nodes)),
 		classes:  []gpuClass{{}},
-		classIDs: map[gpuClass]uint8{{}: noModel},
+		classIDs: map[gpuClass]classID{{}: noModel},
 	}
 	memCount := map[int64]int{}
 	for i := range c.nodes {
@@ -80,7 +89,7 @@ func NewCluster(nodes []Node) (*Cluster, error) {
 		s.spec = n
 		s.cpuFree, s.memFree = n.CPUMilli, n.MemoryMiB
 		k := len(n.GPUs)
-		s.gpuFree, s.usable, s.gpuModel = make([]int64, k), make([]bool, k), make([]uint8, k)
+		s.gpuFree, s.usable, s.gpuModel = make([]int64, k), make([]bool, k), make([]classID, k)
 		s.domain, s.migUsed, s.migCompute = make([]uint8, k), make([]uint8, k), make([]uint8, k)
 		s.version = 1
 		domains := map[string]int{}
@@ -93,10 +102,7 @@ func NewCluster(nodes []Node) (*Cluster, error) {
 				}
 				cls.cc = cc
 			}
-			id, err := c.classID(cls)
-			if err != nil {
-				return nil, fmt.Errorf("node %q: %w", n.Name, err)
-			}
+			id := c.classID(cls)
 			s.gpuModel[g] = id
 			if g == 0 {
 				s.model = id
@@ -126,6 +132,10 @@ func NewCluster(nodes []Node) (*Cluster, error) {
 			}
 		}
 		s.nDomains = min(len(domains), maxDomains)
+		s.uniform = k > 0 && !c.classes[s.model].mig
+		for _, id := range s.gpuModel {
+			s.uniform = s.uniform && id == s.model
+		}
 	}
 	for m, n := range memCount {
 		if n > memCount[c.typicalMem] || (n == memCount[c.typicalMem] && m < c.typicalMem) {
@@ -154,7 +164,7 @@ func (c *Cluster) FreeGPUMilli(i, g int) int64 { return c.state[i].gpuFree[g] }
 // i; 0 for a GPU not in MIG mode.
 func (c *Cluster) FreeMIGSlices(i, g int) int {
 	s := &c.state[i]
-	if c.migClasses&(1<<s.gpuModel[g]) == 0 || !s.usable[g] {
+	if !c.classes[s.gpuModel[g]].mig || !s.usable[g] {
 		return 0
 	}
 	return MIGMemorySlices - bits.OnesCount8(s.migUsed[g])
@@ -168,6 +178,4 @@ func (c *Cluster) AllocatedGPUMilli() int64 { return c.used }
 
 // accessible reports whether a GPU of class model may serve a request with
 // mask.
-func accessible(mask uint64, model uint8) bool {
-	return mask == 0 || mask&(1<<model) != 0
-}
+func accessible(mask classSet, model classID) bool { return mask.has(model) }

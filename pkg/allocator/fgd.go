@@ -16,7 +16,7 @@ const memoLimit = 1 << 20
 // fragKey identifies node states of equal fragmentation: model, how many
 // typical CPU requests the free CPU satisfies, and the sorted free GPUs.
 type fragKey struct {
-	model uint8
+	model classID
 	n     uint8
 	rank  uint16
 	free  [memoGPUs]int16
@@ -33,13 +33,14 @@ func newFragMemo(w Workload) *fragMemo {
 	return &fragMemo{w: w, memo: make(map[fragKey]float64)}
 }
 
-// of returns the fragmentation of a node of the given model, free CPU and
-// free GPUs (milli).
-func (m *fragMemo) of(model uint8, cpuFree int64, gpuFree []int64) float64 {
-	if len(gpuFree) > memoGPUs {
-		return m.w.fragMilli(model, cpuFree, gpuFree)
+// of returns the fragmentation of node s with the given free CPU and free
+// GPUs (milli). Only uniform nodes ([nodeState.uniform]) of up to
+// [memoGPUs] GPUs are memoized.
+func (m *fragMemo) of(s *nodeState, cpuFree int64, gpuFree []int64) float64 {
+	if len(gpuFree) > memoGPUs || !s.uniform {
+		return m.w.fragMilli(s, cpuFree, gpuFree)
 	}
-	k := fragKey{model: model, n: uint8(len(gpuFree)), rank: uint16(m.w.cpuRank(cpuFree))}
+	k := fragKey{model: s.model, n: uint8(len(gpuFree)), rank: uint16(m.w.cpuRank(cpuFree))}
 	for i, f := range gpuFree {
 		k.free[i] = int16(f)
 	}
@@ -47,7 +48,7 @@ func (m *fragMemo) of(model uint8, cpuFree int64, gpuFree []int64) float64 {
 	if v, ok := m.memo[k]; ok {
 		return v
 	}
-	v := m.w.fragMilli(model, cpuFree, gpuFree)
+	v := m.w.fragMilli(s, cpuFree, gpuFree)
 	if len(m.memo) >= memoLimit {
 		clear(m.memo)
 	}
@@ -56,7 +57,7 @@ func (m *fragMemo) of(model uint8, cpuFree int64, gpuFree []int64) float64 {
 }
 
 // node returns the current fragmentation of s.
-func (m *fragMemo) node(s *nodeState) float64 { return m.of(s.model, s.cpuFree, s.gpuFree) }
+func (m *fragMemo) node(s *nodeState) float64 { return m.of(s, s.cpuFree, s.gpuFree) }
 
 // after returns the fragmentation of s after r takes the GPUs in gpus.
 func (m *fragMemo) after(s *nodeState, r *request, gpus []int) float64 {
@@ -64,13 +65,13 @@ func (m *fragMemo) after(s *nodeState, r *request, gpus []int) float64 {
 	for _, g := range gpus {
 		m.buf[g] -= r.milli
 	}
-	return m.of(s.model, s.cpuFree-r.cpu, m.buf)
+	return m.of(s, s.cpuFree-r.cpu, m.buf)
 }
 
 // NodeFragMilli is the FGD fragmentation of node i against w (milli-GPU).
 func (c *Cluster) NodeFragMilli(w *Workload, i int) float64 {
 	s := &c.state[i]
-	return w.fragMilli(s.model, s.cpuFree, s.gpuFree)
+	return w.fragMilli(s, s.cpuFree, s.gpuFree)
 }
 
 // fgdPolicy is Fragmentation Gradient Descent: place where the expected

@@ -8,7 +8,8 @@ type request struct {
 	num      int
 	milli    int64 // per GPU
 	total    int64
-	mask     uint64
+	mask     classSet
+	maskID   int32 // mask's interned id; 0 for nil
 	tag      int   // GpuClustering affinity tag: 0 share, k whole k GPUs
 	gmem     int64 // GPU memory (MiB) of a memory-sized fraction; milli is then per node
 	mig      int8  // MIG profile index + 1; 0 for none
@@ -20,7 +21,7 @@ type reqKey struct {
 	cpu   int64
 	num   int
 	milli int64
-	mask  uint64
+	mask  int32 // interned class set id
 	gmem  int64
 	mig   int8
 }
@@ -50,18 +51,18 @@ func (c *Cluster) normalize(q Request) (request, error) {
 	}
 	r.total = r.milli * int64(r.num)
 	if r.num > 0 {
-		m, err := c.requestMask(q, mig)
+		m, id, err := c.requestMask(q, mig)
 		if err != nil {
 			return r, err
 		}
-		r.mask = m
+		r.mask, r.maskID = m, id
 		if r.milli < MilliPerGPU {
 			r.tag = 0
 		} else {
 			r.tag = min(r.num, maxAffinity-1)
 		}
 	}
-	r.key = reqKey{cpu: r.cpu, num: r.num, milli: r.milli, mask: r.mask, gmem: r.gmem, mig: r.mig}
+	r.key = reqKey{cpu: r.cpu, num: r.num, milli: r.milli, mask: r.maskID, gmem: r.gmem, mig: r.mig}
 	return r, nil
 }
 

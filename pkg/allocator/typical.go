@@ -14,7 +14,8 @@ type typicalPod struct {
 	cpu   int64
 	milli int64 // per GPU; 0 for CPU-only
 	num   int
-	mask  uint64
+	mask  classSet
+	mig   int8 // MIG profile index + 1; 0 for none
 	freq  float64
 }
 
@@ -35,18 +36,19 @@ func (c *Cluster) Workload(reqs []Request) Workload {
 	type key struct {
 		cpu, milli int64
 		num        int
-		mask       uint64
+		mask       int32
+		mig        int8
 	}
 	counts := map[key]int{}
 	for _, q := range reqs {
 		r, err := c.normalize(q)
-		if err != nil || r.mig != 0 {
-			continue // MIG slices do not fragment milli-GPU
+		if err != nil {
+			continue
 		}
 		if r.gmem > 0 && c.typicalMem > 0 {
 			r.milli = min(max(r.milli, (r.gmem*MilliPerGPU+c.typicalMem-1)/c.typicalMem), MilliPerGPU)
 		}
-		counts[key{r.cpu, r.milli, r.num, r.mask}]++
+		counts[key{r.cpu, r.milli, r.num, r.maskID, r.mig}]++
 	}
 	type kc struct {
 		k key
@@ -70,7 +72,10 @@ func (c *Cluster) Workload(reqs []Request) Workload {
 		if a.k.num != b.k.num {
 			return cmp.Compare(b.k.num, a.k.num)
 		}
-		return cmp.Compare(b.k.mask, a.k.mask)
+		if d := compareSets(c.sets, b.k.mask, a.k.mask); d != 0 {
+			return d
+		}
+		return cmp.Compare(b.k.mig, a.k.mig)
 	})
 	total := float64(len(reqs))
 	var w Workload
@@ -80,7 +85,7 @@ func (c *Cluster) Workload(reqs []Request) Workload {
 			break
 		}
 		cum += float64(e.n)
-		w.pods = append(w.pods, typicalPod{cpu: e.k.cpu, milli: e.k.milli, num: e.k.num, mask: e.k.mask, freq: float64(e.n)})
+		w.pods = append(w.pods, typicalPod{cpu: e.k.cpu, milli: e.k.milli, num: e.k.num, mask: c.set(e.k.mask), mig: e.k.mig, freq: float64(e.n)})
 	}
 	for i := range w.pods {
 		w.pods[i].freq /= cum
@@ -89,6 +94,39 @@ func (c *Cluster) Workload(reqs []Request) Workload {
 	slices.Sort(w.cpuCuts)
 	w.cpuCuts = slices.Compact(w.cpuCuts)
 	return w
+}
+
+// set returns the interned class set of id.
+func (c *Cluster) set(id int32) classSet {
+	if id == 0 {
+		return nil
+	}
+	return c.sets[id]
+}
+
+// compareSets orders interned sets as numbers with a bit per class, the
+// unrestricted (nil) set below every restricting one.
+func compareSets(sets []classSet, a, b int32) int {
+	if a == b {
+		return 0
+	}
+	if a == 0 || b == 0 {
+		return cmp.Compare(a, b) // 0 is the lowest
+	}
+	x, y := sets[a], sets[b]
+	for i := max(len(x), len(y)) - 1; i >= 0; i-- {
+		var u, v uint64
+		if i < len(x) {
+			u = x[i]
+		}
+		if i < len(y) {
+			v = y[i]
+		}
+		if u != v {
+			return cmp.Compare(u, v)
+		}
+	}
+	return 0
 }
 
 // Len is the number of typical pod types.
@@ -101,13 +139,19 @@ func (w *Workload) cpuRank(cpuFree int64) int {
 	return n
 }
 
-// fragMilli is the FGD fragmentation of a node (milli-GPU): the expected
-// amount of its free GPU that the next typical pod could not use.
+// fragMilli is the FGD fragmentation of node s (milli-GPU) with cpuFree
+// and gpuFree (s's own, or as after a placement): the expected amount of
+// its free GPU that the next typical pod could not use.
 //
-// A typical pod that needs no GPU, cannot use this GPU model, lacks CPU, or
-// finds too few GPUs with enough free milli counts all free GPU as fragment;
-// one that fits counts only the GPUs too small for it.
-func (w *Workload) fragMilli(model uint8, cpuFree int64, gpuFree []int64) float64 {
+// A typical pod that needs no GPU or lacks CPU counts all free GPU as
+// fragment. Else each GPU it cannot use (another model, memory or compute
+// capability, MIG mode for a pod that is not a MIG slice and the reverse)
+// or that is too small for it (too little free milli; for a MIG slice, no
+// placement left for its profile) is fragment if enough others take the
+// pod, and all free GPU is if they do not. A MIG GPU's free memory slices
+// count as its free milli (125 each), so free MIG slices no typical slice
+// can use count as fragment too.
+func (w *Workload) fragMilli(s *nodeState, cpuFree int64, gpuFree []int64) float64 {
 	var total int64
 	for _, f := range gpuFree {
 		total += f
@@ -115,10 +159,50 @@ func (w *Workload) fragMilli(model uint8, cpuFree int64, gpuFree []int64) float6
 	if total == 0 {
 		return 0
 	}
+	if s.uniform {
+		return w.fragUniform(s.model, cpuFree, gpuFree, total)
+	}
 	var frag float64
 	for i := range w.pods {
 		t := &w.pods[i]
-		if t.milli == 0 || cpuFree < t.cpu || (t.mask != 0 && (model == noModel || t.mask&(1<<model) == 0)) {
+		if t.milli == 0 || cpuFree < t.cpu {
+			frag += t.freq * float64(total)
+			continue
+		}
+		n := 0
+		var small int64
+		for g, f := range gpuFree {
+			switch {
+			case !s.usable[g] || !t.mask.has(s.gpuModel[g]):
+				small += f
+			case t.mig != 0:
+				if migStart(s, g, &MIGProfiles[t.mig-1]) >= 0 {
+					n++
+				} else {
+					small += f
+				}
+			case f >= t.milli:
+				n++
+			default:
+				small += f
+			}
+		}
+		if n >= max(t.num, 1) {
+			frag += t.freq * float64(small)
+		} else {
+			frag += t.freq * float64(total)
+		}
+	}
+	return frag
+}
+
+// fragUniform is [Workload.fragMilli] for a node whose GPUs are all of
+// class model, none in MIG mode: it depends on the free milli alone.
+func (w *Workload) fragUniform(model classID, cpuFree int64, gpuFree []int64, total int64) float64 {
+	var frag float64
+	for i := range w.pods {
+		t := &w.pods[i]
+		if t.milli == 0 || t.mig != 0 || cpuFree < t.cpu || !t.mask.has(model) {
 			frag += t.freq * float64(total)
 			continue
 		}

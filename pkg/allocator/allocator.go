@@ -17,6 +17,8 @@ type Allocator struct {
 	counts map[string]int
 	// rank, if set, breaks ties toward the lowest rank instead of at random.
 	rank []int
+	// narrow is [Allocator.variant]'s mask buffer.
+	narrow classSet
 }
 
 // SetTieOrder makes ties go to the node of lowest rank[i] instead of a
@@ -74,29 +76,34 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 	var adj request
 	for i := range a.c.state {
 		s := &a.c.state[i]
-		if r.gmem > 0 {
-			var ok bool
-			if adj, ok = atNode(s, &r); !ok {
-				a.counts[ReasonGPUMemory]++
+		var sc float64
+		if r.gmem > 0 && !s.memUniform {
+			// GPUs of different memory: the best of sizing r for each.
+			var why string
+			if sc, _, why = a.bestVariant(s, &r); why != "" {
+				a.counts[why]++
 				continue
 			}
-			rn = &adj
-		}
-		if why := fit(s, rn); why != "" {
-			a.counts[why]++
-			continue
-		}
-		var sc float64
-		if cache != nil && cache[i].version == s.version {
-			sc = cache[i].score
 		} else {
-			if r.mig != 0 {
-				sc = migScore(s, rn)
-			} else {
-				sc = a.p.score(s, rn)
+			if r.gmem > 0 {
+				adj, _ = atNode(s, &r)
+				rn = &adj
 			}
-			if cache != nil {
-				cache[i] = cached{version: s.version, score: sc}
+			if why := fit(s, rn); why != "" {
+				a.counts[why]++
+				continue
+			}
+			if cache != nil && cache[i].version == s.version {
+				sc = cache[i].score
+			} else {
+				if r.mig != 0 {
+					sc = migScore(s, rn)
+				} else {
+					sc = a.p.score(s, rn)
+				}
+				if cache != nil {
+					cache[i] = cached{version: s.version, score: sc}
+				}
 			}
 		}
 		switch {
@@ -117,7 +124,12 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 		return Decision{}, a.noFit()
 	}
 	s := &a.c.state[pick]
-	r, _ = atNode(s, &r)
+	if r.gmem > 0 && !s.memUniform {
+		_, k, _ := a.bestVariant(s, &r)
+		r = a.variant(s, &r, k)
+	} else {
+		r, _ = atNode(s, &r)
+	}
 	d := Decision{Node: pick, MilliPerGPU: r.milli}
 	switch {
 	case r.mig != 0:
@@ -127,6 +139,53 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 		d.GPUs = a.p.selectGPUs(s, &r, a.rng, make([]int, 0, r.num))
 	}
 	return d, nil
+}
+
+// variant is memory-sized fraction r on node s restricted to the node's
+// GPUs of its k-th memory (s.memKinds[k]) and sized against that memory.
+// The mask lives in a buffer of a, valid until the next call.
+func (a *Allocator) variant(s *nodeState, r *request, k int) request {
+	mem := s.memKinds[k]
+	out := atMem(r, mem)
+	set := a.c.memSets[mem]
+	a.narrow = append(a.narrow[:0], set...)
+	if r.mask != nil {
+		for w := range a.narrow {
+			if w < len(r.mask) {
+				a.narrow[w] &= r.mask[w]
+			} else {
+				a.narrow[w] = 0
+			}
+		}
+	}
+	out.mask = a.narrow
+	return out
+}
+
+// bestVariant scores memory-sized fraction r on node s whose GPUs differ
+// in memory: the best score over [Allocator.variant]s that fit, and which;
+// or the reason none fits.
+func (a *Allocator) bestVariant(s *nodeState, r *request) (float64, int, string) {
+	if len(s.memKinds) == 0 {
+		return 0, -1, ReasonGPUMemory
+	}
+	best, bestK, why := math.Inf(-1), -1, ""
+	for k := range s.memKinds {
+		v := a.variant(s, r, k)
+		if w := fit(s, &v); w != "" {
+			if why == "" || w == ReasonGPU {
+				why = w
+			}
+			continue
+		}
+		if sc := a.p.score(s, &v); sc > best {
+			best, bestK = sc, k
+		}
+	}
+	if bestK < 0 {
+		return 0, -1, why
+	}
+	return best, bestK, ""
 }
 
 // Place decides and binds q.

@@ -5,7 +5,8 @@ import (
 	"slices"
 )
 
-// fit checks node s against r (already adjusted with [atNode]) and returns
+// fit checks node s against r (already sized with [atNode] or
+// [Allocator.variant]) and returns
 // "" or the failing reason.
 func fit(s *nodeState, r *request) string {
 	if s.cpuFree < r.cpu {
@@ -70,16 +71,19 @@ func (c *Cluster) resolve(d Decision, req Request, op string) (*nodeState, reque
 		return nil, r, fmt.Errorf("%s: node %d of %d: %w", op, d.Node, len(c.state), ErrInvalid)
 	}
 	s := &c.state[d.Node]
-	r, ok := atNode(s, &r)
-	if !ok {
-		return nil, r, fmt.Errorf("%s %+v on %q: GPU memory unknown: %w", op, req, s.spec.Name, ErrNoFit)
-	}
 	if len(d.GPUs) != r.num {
 		return nil, r, fmt.Errorf("%s %+v on %q: %d GPUs for %d: %w", op, req, s.spec.Name, len(d.GPUs), r.num, ErrInvalid)
 	}
 	for i, g := range d.GPUs {
 		if g < 0 || g >= len(s.gpuFree) || slices.Contains(d.GPUs[:i], g) {
 			return nil, r, fmt.Errorf("%s %+v on %q: gpu %d: %w", op, req, s.spec.Name, g, ErrInvalid)
+		}
+	}
+	if r.gmem > 0 {
+		// A memory-sized fraction takes its share of its own GPU's memory.
+		var ok bool
+		if r, ok = atGPU(s, &r, d.GPUs[0]); !ok {
+			return nil, r, fmt.Errorf("%s %+v on %q gpu %d: GPU memory unknown: %w", op, req, s.spec.Name, d.GPUs[0], ErrNoFit)
 		}
 	}
 	if r.mig != 0 && (d.MIGStart < 0 || d.MIGStart >= MIGMemorySlices) {

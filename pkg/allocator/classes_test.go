@@ -74,3 +74,38 @@ func TestFragPerGPUClass(t *testing.T) {
 		t.Fatalf("frag %v, want 1000 (the T4 is fragment, the V100 is not)", got)
 	}
 }
+
+// TestMemoryFractionPerGPU: a memory-sized fraction takes its share of the
+// memory of the GPU it lands on, not of the node's smallest GPU.
+func TestMemoryFractionPerGPU(t *testing.T) {
+	n := gpuNode("mixed", "T4", 2, 16384, "7.5")
+	n.GPUs[1].Model, n.GPUs[1].MemoryMiB, n.GPUs[1].ComputeCapability = "A100", 81920, "8.0"
+	for _, pol := range PolicyNames {
+		t.Run(pol, func(t *testing.T) {
+			c, _ := NewCluster([]Node{n})
+			p, _ := NewPolicy(pol, c.Workload(nil))
+			a := New(c, p, rand.New(rand.NewPCG(1, 2)))
+			d, err := a.Place(Request{NumGPU: 1, GPUMemoryMiB: 8192, Models: []string{"A100"}})
+			if err != nil || d.GPUs[0] != 1 || d.MilliPerGPU != 100 || c.FreeGPUMilli(0, 1) != 900 {
+				t.Fatalf("8 GiB on the A100: %+v, %v, A100 free %d; want 100 milli of GPU 1", d, err, c.FreeGPUMilli(0, 1))
+			}
+			// 12 GiB is 750 of the T4 or 150 of the A100: either, sized by its own.
+			d, err = a.Place(Request{NumGPU: 1, GPUMemoryMiB: 12288})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[int]int64{0: 750, 1: 150}[d.GPUs[0]]
+			if d.MilliPerGPU != want || c.AllocatedGPUMilli() != 100+want {
+				t.Fatalf("12 GiB: %+v, allocated %d; want %d milli on GPU %d", d, c.AllocatedGPUMilli(), want, d.GPUs[0])
+			}
+			if err := c.Unbind(d, Request{NumGPU: 1, GPUMemoryMiB: 12288}); err != nil || c.AllocatedGPUMilli() != 100 {
+				t.Fatalf("Unbind: %v, allocated %d", err, c.AllocatedGPUMilli())
+			}
+			// 20 GiB is a whole T4 (the documented round-up) or 250 of the A100.
+			d, err = a.Place(Request{NumGPU: 1, GPUMemoryMiB: 20480})
+			if want := map[int]int64{0: 1000, 1: 250}[d.GPUs[0]]; err != nil || d.MilliPerGPU != want {
+				t.Fatalf("20 GiB: %+v, %v; want %d milli", d, err, want)
+			}
+		})
+	}
+}

@@ -22,10 +22,14 @@ type nodeState struct {
 	// uniform: every GPU is of class model and not in MIG mode, so
 	// fragmentation depends on the free milli alone (memoized).
 	uniform   bool
-	totalFree int64  // sum of gpuFree
-	capMilli  int64  // milli of the healthy GPUs
-	gpuMemMin int64  // smallest known memory (MiB) of a non-MIG GPU; 0 if none
-	version   uint32 // bumped on every change; starts at 1
+	totalFree int64 // sum of gpuFree
+	capMilli  int64 // milli of the healthy GPUs
+	gpuMemMin int64 // smallest known memory (MiB) of a non-MIG GPU; 0 if none
+	// memKinds are the distinct known memories (MiB) of the non-MIG GPUs,
+	// ascending; memUniform: there is one and every non-MIG GPU has it.
+	memKinds   []int64
+	memUniform bool
+	version    uint32 // bumped on every change; starts at 1
 	// topo is set when some GPU carries an NVLink domain label; domain is
 	// then each GPU's domain index (unlabeled GPUs are their own domain).
 	topo     bool
@@ -56,10 +60,12 @@ type Cluster struct {
 	hasMIG   bool // some class is in MIG mode
 	// sets interns request class sets by their bits (setIDs); keyBuf and
 	// scratch are reused by [Cluster.intern] and [Cluster.words].
-	sets       []classSet
-	setIDs     map[string]int32
-	keyBuf     []byte
-	scratch    []uint64
+	sets    []classSet
+	setIDs  map[string]int32
+	keyBuf  []byte
+	scratch []uint64
+	// memSets[m] is the set of non-MIG classes of memory m (MiB).
+	memSets    map[int64]classSet
 	typicalMem int64 // most common GPU memory, for memory-sized typical pods
 	capMilli   int64
 	used       int64
@@ -122,6 +128,9 @@ func NewCluster(nodes []Node) (*Cluster, error) {
 				if s.gpuMemMin == 0 || gpu.MemoryMiB < s.gpuMemMin {
 					s.gpuMemMin = gpu.MemoryMiB
 				}
+				if !slices.Contains(s.memKinds, gpu.MemoryMiB) {
+					s.memKinds = append(s.memKinds, gpu.MemoryMiB)
+				}
 			}
 			if !gpu.Unhealthy {
 				s.usable[g] = true
@@ -132,10 +141,30 @@ func NewCluster(nodes []Node) (*Cluster, error) {
 			}
 		}
 		s.nDomains = min(len(domains), maxDomains)
+		slices.Sort(s.memKinds)
+		s.memUniform = len(s.memKinds) == 1
+		for g, gpu := range n.GPUs {
+			if !c.classes[s.gpuModel[g]].mig && gpu.MemoryMiB != s.gpuMemMin {
+				s.memUniform = false
+			}
+		}
 		s.uniform = k > 0 && !c.classes[s.model].mig
 		for _, id := range s.gpuModel {
 			s.uniform = s.uniform && id == s.model
 		}
+	}
+	c.memSets = map[int64]classSet{}
+	for id := 1; id < len(c.classes); id++ {
+		k := &c.classes[id]
+		if k.mig || k.memMiB <= 0 {
+			continue
+		}
+		set := c.memSets[k.memMiB]
+		if set == nil {
+			set = make(classSet, (len(c.classes)+63)/64)
+			c.memSets[k.memMiB] = set
+		}
+		set[id>>6] |= 1 << (id & 63)
 	}
 	for m, n := range memCount {
 		if n > memCount[c.typicalMem] || (n == memCount[c.typicalMem] && m < c.typicalMem) {

@@ -84,7 +84,7 @@ func TestPlacementInvariants(t *testing.T) {
 						if errors.Is(err, ErrNoFit) {
 							r, _ := c.normalize(q)
 							for i := range c.state {
-								if rn, ok := atNode(&c.state[i], &r); ok && fit(&c.state[i], &rn) == "" {
+								if fitsAnyVariant(a, &c.state[i], &r) {
 									t.Fatalf("no fit for %+v but node %d fits", q, i)
 								}
 							}
@@ -139,4 +139,14 @@ func checkDecision(t *testing.T, c *Cluster, d Decision, q Request) {
 			t.Fatalf("decision %+v for %+v: GPU %+v in the wrong MIG mode", d, q, gpu)
 		}
 	}
+}
+
+// fitsAnyVariant reports whether r fits node s as Decide sizes it there.
+func fitsAnyVariant(a *Allocator, s *nodeState, r *request) bool {
+	if r.gmem > 0 && !s.memUniform {
+		_, _, why := a.bestVariant(s, r)
+		return why == ""
+	}
+	rn, ok := atNode(s, r)
+	return ok && fit(s, &rn) == ""
 }

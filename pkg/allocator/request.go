@@ -66,21 +66,41 @@ func (c *Cluster) normalize(q Request) (request, error) {
 	return r, nil
 }
 
-// atNode returns r as it applies to node s: a memory-sized fraction takes
-// the larger of its cores share and its memory's share of the node's
-// smallest eligible GPU. ok is false if the node's GPU memory is unknown.
+// atNode returns r as it applies to node s when every GPU of s has the
+// same known memory ([nodeState.memUniform]): a memory-sized fraction takes
+// the larger of its cores share and its memory's share of that memory. ok
+// is false on any other node; [Allocator.variant] sizes r there, per GPU
+// memory.
 func atNode(s *nodeState, r *request) (request, bool) {
 	if r.gmem == 0 {
 		return *r, true
 	}
-	if s.gpuMemMin <= 0 {
+	if !s.memUniform {
 		return *r, false
 	}
+	return atMem(r, s.gpuMemMin), true
+}
+
+// atMem sizes memory-sized fraction r against a GPU of memMiB (> 0).
+func atMem(r *request, memMiB int64) request {
 	out := *r
-	out.milli = max(r.milli, (r.gmem*MilliPerGPU+s.gpuMemMin-1)/s.gpuMemMin)
+	out.milli = max(r.milli, (r.gmem*MilliPerGPU+memMiB-1)/memMiB)
 	if out.milli >= MilliPerGPU {
 		out.milli, out.tag = MilliPerGPU, 1
 	}
 	out.total = out.milli
-	return out, true
+	return out
+}
+
+// atGPU sizes r for GPU g of s, as [Cluster.Bind] takes it; ok is false if
+// r is memory-sized and g's memory is unknown.
+func atGPU(s *nodeState, r *request, g int) (request, bool) {
+	if r.gmem == 0 {
+		return *r, true
+	}
+	m := s.spec.GPUs[g].MemoryMiB
+	if m <= 0 {
+		return *r, false
+	}
+	return atMem(r, m), true
 }

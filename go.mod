@@ -26,7 +26,10 @@ require (
 	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
 
-require google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
+require (
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
+)
 
 require (
 	github.com/containerd/log v0.1.0 // indirect
@@ -116,7 +119,7 @@ require (
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	helm.sh/helm/v4 v4.3.1 // indirect

@@ -1,0 +1,13 @@
+package stream
+
+import "errors"
+
+// Sentinels of the package; errors wrap them with what failed.
+var (
+	// ErrTLSConfig is a missing or unusable certificate, key or CA file.
+	ErrTLSConfig = errors.New("stream: TLS configuration")
+	// ErrConfig is an invalid Config or ServerConfig field.
+	ErrConfig = errors.New("stream: invalid configuration")
+	// ErrInvalidMessage is an agent message the server refuses.
+	ErrInvalidMessage = errors.New("stream: invalid message")
+)

@@ -1,0 +1,282 @@
+package stream
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
+	"github.com/gpud/gpud/internal/testwait"
+)
+
+// rawStream opens a stream with files' certificate (no Client: the tests
+// see each refusal as the agent would).
+func rawStream(t *testing.T, addr string, files CertFiles) grpc.BidiStreamingClient[telemetryv1.AgentMessage, telemetryv1.Ack] {
+	t.Helper()
+	st, err := openStream(t, addr, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// openStream opens a stream; a refused handshake fails here or later.
+func openStream(t *testing.T, addr string, files CertFiles) (grpc.BidiStreamingClient[telemetryv1.AgentMessage, telemetryv1.Ack], error) {
+	t.Helper()
+	certs := loadCerts(t, files)
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(certs.ClientConfig("localhost"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return telemetryv1.NewTelemetryClient(conn).Stream(t.Context())
+}
+
+func sendHello(t *testing.T, st grpc.BidiStreamingClient[telemetryv1.AgentMessage, telemetryv1.Ack], node string) {
+	t.Helper()
+	h := testHello()
+	h.NodeName, h.IntervalMillis = node, 1000
+	if err := st.Send(&telemetryv1.AgentMessage{Seq: 1, Kind: &telemetryv1.AgentMessage_Hello{Hello: h}}); err != nil && !errors.Is(err, context.Canceled) {
+		t.Logf("send hello: %v", err) // a refused handshake fails here or at Recv
+	}
+}
+
+func TestStreamAuthentication(t *testing.T) {
+	p := newPKI(t)
+	srv := newTestServer(t, ServerConfig{})
+	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	other := newPKI(t) // a CA the scheduler does not trust
+	untrusted := other.nodeFiles("node-a")
+	untrusted.CA = p.serverFiles().CA // the client trusts the scheduler
+
+	tests := []struct {
+		name     string
+		files    CertFiles
+		node     string
+		wantCode codes.Code
+	}{
+		{name: "node reports for itself", files: p.nodeFiles("node-a"), node: "node-a", wantCode: codes.OK},
+		{name: "SAN names the node", files: p.files("san", Leaf{CommonName: "agent", DNSNames: []string{"node-san"}, Client: true}), node: "node-san", wantCode: codes.OK},
+		{name: "node reports for another", files: p.nodeFiles("node-b"), node: "node-c", wantCode: codes.PermissionDenied},
+		{name: "untrusted CA", files: untrusted, node: "node-a", wantCode: codes.Unavailable},
+		{name: "CN without the node prefix", files: p.files("plain", Leaf{CommonName: "node-d", Client: true}), node: "node-d", wantCode: codes.PermissionDenied},
+		{name: "server certificate as a client", files: p.serverFiles(), node: "localhost", wantCode: codes.Unavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var ack *telemetryv1.Ack
+			st, err := openStream(t, addr, tc.files)
+			if err == nil {
+				sendHello(t, st, tc.node)
+				ack, err = st.Recv()
+			}
+			if got := status.Code(err); got != tc.wantCode {
+				t.Fatalf("Recv() = %v, %v; want code %s", ack, err, tc.wantCode)
+			}
+			if tc.wantCode != codes.OK {
+				if _, ok := srv.Telemetry(time.Now(), 3)[tc.node]; ok {
+					t.Errorf("node %s has telemetry after a refused stream", tc.node)
+				}
+				return
+			}
+			if ack.GetSeq() != 1 {
+				t.Errorf("ack %d, want 1", ack.GetSeq())
+			}
+			if _, ok := srv.Telemetry(time.Now(), 3)[tc.node]; !ok {
+				t.Errorf("no telemetry of %s after its hello", tc.node)
+			}
+		})
+	}
+}
+
+func TestServerCertRotationKeepsStreams(t *testing.T) {
+	p := newPKI(t)
+	files := p.serverFiles()
+	certs := loadCerts(t, files)
+	testwait.Run(t, "cert reloader", certs.Run)
+	srv := newTestServer(t, ServerConfig{})
+	addr := startServer(t, srv, certs)
+
+	st := rawStream(t, addr, p.nodeFiles("node-a"))
+	sendHello(t, st, "node-a")
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	before := servedSerial(t, addr, p)
+
+	p.serverFiles() // rotate: a new key and certificate in the same files
+	testwait.For(t, 10*time.Second, "the scheduler to serve the rotated certificate", func() bool {
+		return servedSerial(t, addr, p) != before
+	})
+	// The stream accepted before the rotation still carries samples.
+	for seq := uint64(2); seq < 4; seq++ {
+		if err := st.Send(&telemetryv1.AgentMessage{Seq: seq, Kind: &telemetryv1.AgentMessage_Samples{Samples: testSamples(seq << 30)}}); err != nil {
+			t.Fatalf("send on the old stream: %v", err)
+		}
+		ack, err := st.Recv()
+		if err != nil || ack.GetSeq() != seq {
+			t.Fatalf("ack on the old stream = %v, %v; want %d", ack, err, seq)
+		}
+	}
+	if got := srv.Telemetry(time.Now(), 3)["node-a"].Devices[testGPU].MemoryUsedBytes; got != 3<<30 {
+		t.Errorf("memory used %d after the rotation, want %d", got, 3<<30)
+	}
+	if srv.Streams() != 1 {
+		t.Errorf("Streams() = %d, want 1", srv.Streams())
+	}
+}
+
+// servedSerial handshakes with the scheduler and returns its leaf's serial.
+func servedSerial(t *testing.T, addr string, p *pki) string {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca.Cert)
+	client := loadCerts(t, p.nodeFiles("probe"))
+	cfg := client.ClientConfig("localhost")
+	conn, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+func TestHealthEventsOverrideUntilHealthy(t *testing.T) {
+	p := newPKI(t)
+	var wakes atomic.Int32
+	srv := newTestServer(t, ServerConfig{OnHealthChange: func() { wakes.Add(1) }})
+	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	st := rawStream(t, addr, p.nodeFiles("node-a"))
+	sendHello(t, st, "node-a")
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	send := func(seq uint64, ev *telemetryv1.Event) {
+		t.Helper()
+		if err := st.Send(&telemetryv1.AgentMessage{Seq: seq, Kind: &telemetryv1.AgentMessage_Event{Event: ev}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev := func() (bool, string) {
+		d := srv.Telemetry(time.Now(), 3)["node-a"].Devices[testGPU]
+		return d.Unhealthy, d.HealthReason
+	}
+	send(2, &telemetryv1.Event{Kind: telemetryv1.Event_KIND_XID, DeviceUuid: testGPU, Xid: 13}) // ignored by the agent: no health
+	if un, _ := dev(); un || wakes.Load() != 0 {
+		t.Fatalf("an Xid without health made the GPU unhealthy (%v) or woke the scheduler (%d)", un, wakes.Load())
+	}
+	send(3, &telemetryv1.Event{Kind: telemetryv1.Event_KIND_XID, DeviceUuid: testGPU, Xid: 79, Health: telemetryv1.Health_HEALTH_UNHEALTHY})
+	if un, why := dev(); !un || why != "Xid 79" || wakes.Load() != 1 {
+		t.Fatalf("after Xid 79: unhealthy %v %q, wakes %d; want true, Xid 79, 1", un, why, wakes.Load())
+	}
+	// Samples do not clear it; a healthy event does.
+	if err := st.Send(&telemetryv1.AgentMessage{Seq: 4, Kind: &telemetryv1.AgentMessage_Samples{Samples: testSamples(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if un, _ := dev(); !un {
+		t.Fatal("a sample cleared the health override")
+	}
+	send(5, &telemetryv1.Event{Kind: telemetryv1.Event_KIND_HEALTH, DeviceUuid: testGPU, Health: telemetryv1.Health_HEALTH_HEALTHY})
+	if un, _ := dev(); un || wakes.Load() != 2 {
+		t.Fatalf("after a healthy event: unhealthy %v, wakes %d", un, wakes.Load())
+	}
+}
+
+func TestInvalidMessagesEndTheStream(t *testing.T) {
+	p := newPKI(t)
+	srv := newTestServer(t, ServerConfig{MaxDevices: 4})
+	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	nan, inf := math.NaN(), math.Inf(1)
+	tests := []struct {
+		name string
+		msg  *telemetryv1.AgentMessage
+	}{
+		{"NaN utilization", &telemetryv1.AgentMessage{Kind: &telemetryv1.AgentMessage_Samples{Samples: &telemetryv1.Samples{Devices: []*telemetryv1.DeviceSample{{Uuid: testGPU, SmUtilPercent: &nan}}}}}},
+		{"infinite power", &telemetryv1.AgentMessage{Kind: &telemetryv1.AgentMessage_Samples{Samples: &telemetryv1.Samples{Devices: []*telemetryv1.DeviceSample{{Uuid: testGPU, PowerWatts: &inf}}}}}},
+		{"utilization above 100", &telemetryv1.AgentMessage{Kind: &telemetryv1.AgentMessage_Samples{Samples: &telemetryv1.Samples{Devices: []*telemetryv1.DeviceSample{{Uuid: testGPU, SmUtilPercent: ptr(101.0)}}}}}},
+		{"unknown device", &telemetryv1.AgentMessage{Kind: &telemetryv1.AgentMessage_Samples{Samples: &telemetryv1.Samples{Devices: []*telemetryv1.DeviceSample{{Uuid: "GPU-other"}}}}}},
+		{"event on an unknown device", &telemetryv1.AgentMessage{Kind: &telemetryv1.AgentMessage_Event{Event: &telemetryv1.Event{Kind: telemetryv1.Event_KIND_ECC, DeviceUuid: "GPU-other"}}}},
+		{"too many devices", &telemetryv1.AgentMessage{Kind: &telemetryv1.AgentMessage_Event{Event: &telemetryv1.Event{Kind: telemetryv1.Event_KIND_MIG_LAYOUT,
+			Devices: []*telemetryv1.Device{{Uuid: "a"}, {Uuid: "b"}, {Uuid: "c"}, {Uuid: "d"}, {Uuid: "e"}}}}}},
+		{"second hello", &telemetryv1.AgentMessage{Kind: &telemetryv1.AgentMessage_Hello{Hello: testHello()}}},
+		{"no kind", &telemetryv1.AgentMessage{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := rawStream(t, addr, p.nodeFiles("node-a"))
+			sendHello(t, st, "node-a")
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			tc.msg.Seq = 2
+			if err := st.Send(tc.msg); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("Recv() error %v, want InvalidArgument", err)
+			}
+			testwait.For(t, 5*time.Second, "the node's state to be dropped", func() bool {
+				_, ok := srv.Telemetry(time.Now(), 3)["node-a"]
+				return !ok
+			})
+		})
+	}
+}
+
+func TestOnlyTheLeaderTakesStreams(t *testing.T) {
+	p := newPKI(t)
+	var leading atomic.Bool
+	srv := newTestServer(t, ServerConfig{Ready: leading.Load})
+	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	st := rawStream(t, addr, p.nodeFiles("node-a"))
+	sendHello(t, st, "node-a")
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a non-leader answered %v, want Unavailable", err)
+	}
+	leading.Store(true)
+	st = rawStream(t, addr, p.nodeFiles("node-a"))
+	sendHello(t, st, "node-a")
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("the leader refused: %v", err)
+	}
+	leading.Store(false) // the lease is lost: the stream ends
+	start := time.Now()
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("after losing the lead Recv() = %v, want Unavailable", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the stream ended %s after the lead was lost, want within a second", d)
+	}
+}
+
+func TestStaleNodesAreLeftOut(t *testing.T) {
+	now := time.Unix(1000, 0)
+	srv := newTestServer(t, ServerConfig{Now: func() time.Time { return now }})
+	srv.hello("node-a", 1, func() {}, &telemetryv1.Hello{IntervalMillis: 1000, Devices: testHello().Devices})
+	if _, ok := srv.Telemetry(now.Add(3*time.Second), 3)["node-a"]; !ok {
+		t.Fatal("a node 3 intervals old is left out")
+	}
+	if _, ok := srv.Telemetry(now.Add(5*time.Second), 3)["node-a"]; ok {
+		t.Fatal("a node 5 intervals old is kept with staleIntervals 3")
+	}
+	srv.gone("node-a", 1)
+	if _, ok := srv.Telemetry(now, 3)["node-a"]; ok {
+		t.Fatal("a node whose stream ended is kept")
+	}
+}

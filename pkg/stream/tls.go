@@ -1,0 +1,190 @@
+package stream
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/gpud/gpud/internal/filewatch"
+)
+
+// NodeCommonNamePrefix is the CommonName prefix of a node's client
+// certificate ("system:node:<node>", as kubelet client certificates).
+const NodeCommonNamePrefix = "system:node:"
+
+// maxPEMBytes bounds each certificate, key or CA file read.
+const maxPEMBytes = 1 << 20
+
+// CertFiles names the PEM files of one end of the stream.
+type CertFiles struct {
+	// Cert and Key are this end's certificate (chain) and private key;
+	// CA is the bundle that signs the other end's certificates.
+	Cert, Key, CA string
+}
+
+// Validate reports whether all three files are named.
+func (f CertFiles) Validate() error {
+	var errs []error
+	for _, p := range []struct{ flag, v string }{{"tls-cert", f.Cert}, {"tls-key", f.Key}, {"tls-ca", f.CA}} {
+		if p.v == "" {
+			errs = append(errs, fmt.Errorf("--%s is empty: %w", p.flag, ErrTLSConfig))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Certs holds one end's certificate and CA pool, loaded from [CertFiles];
+// [Certs.Run] reloads them when the files change (a Secret's rotation),
+// keeping the previous pair when the new files do not load. Connections
+// take the current pair when they handshake; accepted connections are
+// never touched. It is safe for concurrent use.
+type Certs struct {
+	files CertFiles
+	log   *slog.Logger
+	cur   atomic.Pointer[certPair]
+	// reloaded counts successful reloads after the first load.
+	reloaded atomic.Uint64
+}
+
+type certPair struct {
+	cert *tls.Certificate
+	pool *x509.CertPool
+}
+
+// LoadCerts loads the files once; log may be nil.
+func LoadCerts(files CertFiles, log *slog.Logger) (*Certs, error) {
+	if err := files.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Certs{files: files, log: log}
+	p, err := loadPair(files)
+	if err != nil {
+		return nil, err
+	}
+	c.cur.Store(p)
+	return c, nil
+}
+
+func loadPair(f CertFiles) (*certPair, error) {
+	certPEM, err := readBounded(f.Cert)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := readBounded(f.Key)
+	if err != nil {
+		return nil, err
+	}
+	caPEM, err := readBounded(f.CA)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("stream: certificate %s with key %s: %w: %w", f.Cert, f.Key, err, ErrTLSConfig)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("stream: CA bundle %s has no PEM certificate: %w", f.CA, ErrTLSConfig)
+	}
+	return &certPair{cert: &cert, pool: pool}, nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("stream: %w: %w", err, ErrTLSConfig)
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxPEMBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("stream: read %s: %w: %w", path, err, ErrTLSConfig)
+	}
+	if len(b) > maxPEMBytes {
+		return nil, fmt.Errorf("stream: %s is larger than %d bytes: %w", path, maxPEMBytes, ErrTLSConfig)
+	}
+	return b, nil
+}
+
+// Reload rereads the files; on failure the current pair stays.
+func (c *Certs) Reload() error {
+	p, err := loadPair(c.files)
+	if err != nil {
+		return err
+	}
+	c.cur.Store(p)
+	c.reloaded.Add(1)
+	return nil
+}
+
+// Run reloads the files whenever they change, until ctx ends.
+func (c *Certs) Run(ctx context.Context) error {
+	return filewatch.Watcher{
+		Paths: []string{c.files.Cert, c.files.Key, c.files.CA},
+		OnChange: func() {
+			if err := c.Reload(); err != nil {
+				c.log.Warn("certificates not reloaded, keeping the previous ones", "err", err)
+				return
+			}
+			c.log.Info("certificates reloaded", "cert", c.files.Cert, "ca", c.files.CA)
+		},
+		Log: c.log,
+	}.Run(ctx)
+}
+
+// ServerConfig is the scheduler's TLS config: TLS 1.3, its current
+// certificate, and client certificates required and verified against the
+// current CA bundle.
+func (c *Certs) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			p := c.cur.Load()
+			return &tls.Config{
+				MinVersion:   tls.VersionTLS13,
+				Certificates: []tls.Certificate{*p.cert},
+				ClientAuth:   tls.RequireAndVerifyClientCert,
+				ClientCAs:    p.pool,
+			}, nil
+		},
+	}
+}
+
+// ClientConfig is the agent's TLS config for one connection: its current
+// certificate, and the scheduler's verified against the current CA bundle
+// under serverName.
+func (c *Certs) ClientConfig(serverName string) *tls.Config {
+	p := c.cur.Load()
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{*p.cert},
+		RootCAs:      p.pool,
+		ServerName:   serverName,
+	}
+}
+
+// certNames are the node names a verified client certificate may report
+// for: the CommonName's node (system:node:<node>) and its DNS SANs.
+func certNames(cert *x509.Certificate) []string {
+	var names []string
+	if n, ok := strings.CutPrefix(cert.Subject.CommonName, NodeCommonNamePrefix); ok && n != "" {
+		names = append(names, n)
+	}
+	return append(names, cert.DNSNames...)
+}
+
+// certAllows reports whether a verified client certificate may report for
+// node.
+func certAllows(cert *x509.Certificate, node string) bool {
+	return slices.Contains(certNames(cert), node)
+}

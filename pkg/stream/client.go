@@ -140,9 +140,9 @@ func (c Config) Validate() error {
 // scheduler, reconnecting with backoff and sending Hello first each time;
 // events sent but not acknowledged when a stream breaks are sent again.
 type Client struct {
-	cfg Config
-	q   *queue
-	m   *clientMetrics
+	cfg       Config
+	q         *queue
+	m         *clientMetrics
 	mu        sync.Mutex // guards connected: a stream is open
 	connected bool
 }

@@ -111,4 +111,3 @@ func testSamples(used uint64) *telemetryv1.Samples {
 		{Uuid: testGPU, SmUtilPercent: ptr(42.0), MemoryUsedBytes: ptr(used), PowerWatts: ptr(300.0), TemperatureCelsius: ptr(50.0)},
 	}}
 }
-

@@ -20,13 +20,13 @@ type nodeState struct {
 }
 
 type deviceState struct {
-	unhealthy    bool
-	reason       string
-	memUsed      uint64
-	memTotal     uint64
-	smUtil       float64
-	claimMem     map[string]uint64
-	podMem       map[string]uint64 // by pod UID, from attributed processes
+	unhealthy bool
+	reason    string
+	memUsed   uint64
+	memTotal  uint64
+	smUtil    float64
+	claimMem  map[string]uint64
+	podMem    map[string]uint64 // by pod UID, from attributed processes
 }
 
 func healthOf(h telemetryv1.Health, reason string) (unhealthy bool, why string) {

@@ -51,8 +51,14 @@ type cycle struct {
 	// whether they fit).
 	anyDomain bool
 	// measured is the snapshot's telemetry on the view; nil without a
-	// telemetry listener.
-	measured *view.Measured
+	// telemetry listener. strict is it without overcommit (nil when
+	// overcommit is off), for what-ifs that release running pods: their
+	// measured use is not known per pod, so overcommit's room is not
+	// credited there.
+	measured, strict *view.Measured
+	// releasing counts the running pods (or victims) what-ifs under way
+	// have released.
+	releasing int
 }
 
 type journalEntry struct {
@@ -64,6 +70,11 @@ func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{}, pdbUsed: map[string]int{},
 		memo: map[string]*failure{}, nominated: map[string]bool{}}
 	c.measured = measure(cfg, s)
+	if cfg.Overcommit && c.measured != nil {
+		strict := cfg
+		strict.Overcommit = false
+		c.strict = measure(strict, s)
+	}
 	c.buildQueues()
 	return c
 }

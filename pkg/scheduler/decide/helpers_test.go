@@ -71,6 +71,9 @@ type env struct {
 	// matches and celCache carry across cycles as the runtime's do.
 	matches  *view.MatchCache
 	celCache *cel.Cache
+	// telemetry is what the nodes' agents stream (Snapshot.Telemetry);
+	// nil: no listener.
+	telemetry map[string]*plan.NodeTelemetry
 }
 
 func newEnv(t testing.TB) *env {
@@ -181,7 +184,62 @@ func (e *env) snapshotOf(bound, pending []*plan.Pod) *plan.Snapshot {
 	s := &plan.Snapshot{Now: e.now, View: v, Pending: slices.Clone(pending), Bound: slices.Clone(bound),
 		Groups: e.groups, Queues: e.queues, Reservations: e.res, Policy: "gpud"}
 	s.PDBs = e.pdbs
+	s.Telemetry = e.telemetry
 	return s
+}
+
+// uuidOf is the "uuid" attribute of device dev on node.
+func (e *env) uuidOf(node, dev string) string {
+	e.t.Helper()
+	for _, s := range e.slices {
+		if s.Spec.Pool.Name != node {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			if d.Name == dev {
+				if a := d.Attributes["uuid"].StringValue; a != nil {
+					return *a
+				}
+			}
+		}
+	}
+	e.t.Fatalf("no device %s with a uuid on node %s", dev, node)
+	return ""
+}
+
+// report sets what node's agent streams about device dev (whole GPU or
+// MIG device), turning telemetry on.
+func (e *env) report(node, dev string, d plan.DeviceTelemetry) {
+	e.t.Helper()
+	e.streams(node).Devices[e.uuidOf(node, dev)] = d
+}
+
+// streams turns telemetry on for node (no device reported yet) and
+// returns it.
+func (e *env) streams(node string) *plan.NodeTelemetry {
+	if e.telemetry == nil {
+		e.telemetry = map[string]*plan.NodeTelemetry{}
+	}
+	nt := e.telemetry[node]
+	if nt == nil {
+		nt = &plan.NodeTelemetry{Received: e.now, Interval: time.Second, Devices: map[string]plan.DeviceTelemetry{}}
+		e.telemetry[node] = nt
+	}
+	return nt
+}
+
+// devicesOf lists the devices a bind's new allocations take, "node/device".
+func devicesOf(b plan.Bind) []string {
+	var out []string
+	for _, a := range b.Allocations {
+		if a.Result == nil {
+			continue
+		}
+		for _, r := range a.Result.Devices.Results {
+			out = append(out, r.Pool+"/"+r.Device)
+		}
+	}
+	return out
 }
 
 // decide runs one cycle with share IDs drawn in order.
@@ -192,8 +250,8 @@ func (e *env) decide(cfg Config) plan.Plan {
 		cfg.NewShareID = func() types.UID { e.ids++; return types.UID(fmt.Sprintf("share-%d", e.ids)) }
 	}
 	p := New(cfg).Decide(s)
-	checkPlan(e.t, s, p)
-	oracle(e.t, e, p)
+	checkPlan(e.t, s, p, cfg)
+	oracle(e.t, e, p, cfg)
 	return p
 }
 
@@ -240,7 +298,7 @@ func (e *env) finish(keys ...string) {
 // on a fresh view, gangs bind at least minMember together, every pending
 // pod is in exactly one of binds and pending, and Decide left the view as
 // it was.
-func checkPlan(t testing.TB, s *plan.Snapshot, p plan.Plan) {
+func checkPlan(t testing.TB, s *plan.Snapshot, p plan.Plan, cfg Config) {
 	t.Helper()
 	var results []*resourceapi.AllocationResult
 	seen := map[*plan.Pod]int{}
@@ -259,7 +317,11 @@ func checkPlan(t testing.TB, s *plan.Snapshot, p plan.Plan) {
 			}
 		}
 	}
-	if err := view.Check(s.View, results...); err != nil {
+	check := func(r ...*resourceapi.AllocationResult) error { return view.Check(s.View, r...) }
+	if m := measure(cfg, s); cfg.Overcommit && m != nil {
+		check = m.Check // overcommit's room is the oracle's to check
+	}
+	if err := check(results...); err != nil {
 		t.Errorf("plan over-allocates: %v", err)
 	}
 	for g, n := range gangs {

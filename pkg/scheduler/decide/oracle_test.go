@@ -3,6 +3,8 @@ package decide
 import (
 	"testing"
 
+	"github.com/gpud/gpud/pkg/scheduler/view"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -13,8 +15,12 @@ import (
 // pkg/scheduler/view: an exclusive device taken once and never shared at
 // the same time, fractions' memory within the GPU's, and on each GPU the
 // whole device and its MIG devices never together, MIG placements
-// disjoint.
-func oracle(t testing.TB, e *env, p plan.Plan) {
+// disjoint. With telemetry: no new allocation on a device reported
+// unhealthy (or on its GPU), and new fractions on a reported GPU within
+// its real free memory (capacity less the larger of the requested and the
+// measured use; with overcommit, less the measured use and the margin
+// where that is less than the requests).
+func oracle(t testing.TB, e *env, p plan.Plan, cfg Config) {
 	t.Helper()
 	type key struct{ pool, dev string }
 	devs := map[key]*resourceapi.Device{}
@@ -24,6 +30,38 @@ func oracle(t testing.TB, e *env, p plan.Plan) {
 		}
 	}
 	var all []*resourceapi.AllocationResult
+	before := map[key]resource.Quantity{} // fraction memory bound before the cycle
+	for _, b := range e.bound {
+		for _, c := range b.Claims {
+			if c == nil || c.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if r.ShareID != nil {
+					k := key{r.Pool, r.Device}
+					m := before[k]
+					m.Add(r.ConsumedCapacity["memory"])
+					before[k] = m
+				}
+			}
+		}
+	}
+	for _, b := range p.Binds {
+		for _, a := range b.Allocations {
+			if a.Claim.Status.Allocation != nil || a.Result == nil {
+				continue
+			}
+			for _, r := range a.Result.Devices.Results {
+				d := devs[key{r.Pool, r.Device}]
+				if d == nil {
+					continue
+				}
+				if why := reportedDown(e, r.Pool, d); why != "" {
+					t.Errorf("oracle: %s placed on %s/%s, reported unhealthy (%s)", b.Pod.Key(), r.Pool, r.Device, why)
+				}
+			}
+		}
+	}
 	for _, b := range e.bound {
 		for _, c := range b.Claims {
 			if c != nil && c.Status.Allocation != nil {
@@ -87,8 +125,26 @@ func oracle(t testing.TB, e *env, p plan.Plan) {
 		}
 	}
 	for k, m := range mem {
-		if c := devs[k].Capacity["memory"].Value; m.Cmp(c) > 0 {
+		c := devs[k].Capacity["memory"].Value
+		rep, measured := reported(e, k.pool, devs[k])
+		if m.Cmp(c) > 0 && !(cfg.Overcommit && measured) {
 			t.Errorf("oracle: %s/%s fractions take %s of %s", k.pool, k.dev, m.String(), c.String())
+		}
+		if !measured {
+			continue
+		}
+		b0 := before[k]
+		total, r0, used := c.Value(), b0.Value(), int64(rep.MemoryUsedBytes)
+		taken := max(r0, used)
+		if pct := cfg.OvercommitMarginPercent; cfg.Overcommit && used < r0 {
+			if pct <= 0 {
+				pct = view.DefaultMarginPercent
+			}
+			taken = max(used, min(r0, used+total/100*int64(pct)))
+		}
+		if added := m.Value() - r0; added > 0 && added > total-taken {
+			t.Errorf("oracle: %s/%s new fractions take %d bytes, real free memory is %d (requested %d, measured %d, overcommit %v)",
+				k.pool, k.dev, added, total-taken, r0, used, cfg.Overcommit)
 		}
 	}
 	for g := range slicesUsed {
@@ -96,4 +152,35 @@ func oracle(t testing.TB, e *env, p plan.Plan) {
 			t.Errorf("oracle: %s GPU %d allocated whole and as MIG", g.pool, g.index)
 		}
 	}
+}
+
+// reported is what node's agent streams about device d (by its uuid), and
+// whether it streams anything about it.
+func reported(e *env, node string, d *resourceapi.Device) (plan.DeviceTelemetry, bool) {
+	nt := e.telemetry[node]
+	if nt == nil {
+		return plan.DeviceTelemetry{}, false
+	}
+	if u := d.Attributes["uuid"].StringValue; u != nil {
+		r, ok := nt.Devices[*u]
+		return r, ok
+	}
+	return plan.DeviceTelemetry{}, false
+}
+
+// reportedDown is why device d or its GPU is reported unhealthy, "" if
+// neither is.
+func reportedDown(e *env, node string, d *resourceapi.Device) string {
+	nt := e.telemetry[node]
+	if nt == nil {
+		return ""
+	}
+	for _, attr := range []resourceapi.QualifiedName{"uuid", "parentUUID"} {
+		if u := d.Attributes[attr].StringValue; u != nil {
+			if r, ok := nt.Devices[*u]; ok && r.Unhealthy {
+				return r.HealthReason + " "
+			}
+		}
+	}
+	return ""
 }

@@ -299,7 +299,7 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 	}
 	reserve := reserveOnly(p)
 	opt := view.Options{Policy: c.s.Policy, Typical: c.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID, NodeUsed: c.nodes.used,
-		Measured: c.measured}
+		Measured: c.measuredNow()}
 	cpu, mem := requests(p.Pod)
 	if len(items) == 0 {
 		node, err := c.v.PlaceNode(allocator.Request{CPUMilli: cpu, MemoryMiB: mem >> 20}, opt)

@@ -234,6 +234,7 @@ type search struct {
 
 // free releases vs (devices, CPU, memory, queue usage) on the view.
 func (sr *search) free(vs []*victim) {
+	sr.c.releasing += len(vs)
 	for _, v := range vs {
 		for _, h := range v.holds {
 			sr.c.release(h.allocs...)
@@ -245,6 +246,7 @@ func (sr *search) free(vs []*victim) {
 
 // hold takes back what free released.
 func (sr *search) hold(vs []*victim) {
+	sr.c.releasing -= len(vs)
 	for i := len(vs) - 1; i >= 0; i-- {
 		v := vs[i]
 		for _, h := range v.holds {

@@ -196,6 +196,8 @@ const never = int64(1) << 62
 // without runs f with the holds released (their CPU and memory too) and
 // puts them back.
 func (c *cycle) without(holds []relPod, f func()) {
+	c.releasing++
+	defer func() { c.releasing-- }()
 	for _, h := range holds {
 		c.release(h.allocs...)
 		c.nodes.give(h.node, h.pod)

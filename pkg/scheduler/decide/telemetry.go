@@ -28,6 +28,15 @@ func measure(cfg Config, s *plan.Snapshot) *view.Measured {
 	return s.View.Measure(reports, view.MeasureConfig{Overcommit: cfg.Overcommit, MarginPercent: cfg.OvercommitMarginPercent})
 }
 
+// measuredNow is the telemetry placements use now: without overcommit's
+// room inside what-ifs that release running pods (see cycle.strict).
+func (c *cycle) measuredNow() *view.Measured {
+	if c.releasing > 0 && c.strict != nil {
+		return c.strict
+	}
+	return c.measured
+}
+
 // maxNotes caps the devices or nodes one telemetry note names.
 const maxNotes = 3
 

@@ -14,6 +14,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/pkg/mps"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
 
@@ -49,8 +50,11 @@ func migCapMinor(gpuMinor, gi, ci int) (giMinor, ciMinor int) {
 }
 
 // buildCDISpec is a claim's spec: one CDI device per prepared device with
-// its device nodes, and for a fraction its MPS limits as environment.
-func buildCDISpec(claimUID types.UID, devs []PreparedDevice) (*cdispec.Spec, error) {
+// its device nodes, and for a fraction its MPS limits as environment and,
+// with mpsRoot set (the agent's --mps-root, where the GPUs' MPS daemons
+// run), its GPU's pipe directory mounted at [mps.ContainerPipeDir] with
+// CUDA_MPS_PIPE_DIRECTORY pointing there.
+func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
 	for _, p := range commonNodes {
 		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: p})
@@ -77,6 +81,11 @@ func buildCDISpec(claimUID types.UID, devs []PreparedDevice) (*cdispec.Spec, err
 			for _, k := range names {
 				edits.Env = append(edits.Env, k+"="+env[k])
 			}
+			if mpsRoot != "" {
+				edits.Mounts = append(edits.Mounts, &cdispec.Mount{HostPath: mps.PipeDir(mpsRoot, d.Device.GPUUUID),
+					ContainerPath: mps.ContainerPipeDir, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+				edits.Env = append(edits.Env, mps.EnvPipeDirectory+"="+mps.ContainerPipeDir)
+			}
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: edits})
 	}
@@ -84,6 +93,25 @@ func buildCDISpec(claimUID types.UID, devs []PreparedDevice) (*cdispec.Spec, err
 		spec.Version = v
 	}
 	return spec, nil
+}
+
+// mkMPSPipeDirs creates the pipe directories a claim's fractions mount,
+// if their daemons have not yet: a bind mount of a missing directory
+// fails the container.
+func mkMPSPipeDirs(mpsRoot string, devs []PreparedDevice) error {
+	if mpsRoot == "" {
+		return nil
+	}
+	for _, d := range devs {
+		if !d.Fraction() {
+			continue
+		}
+		dir := mps.PipeDir(mpsRoot, d.Device.GPUUUID)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("device %q: create its MPS pipe directory %s (check --mps-root): %w", d.Device.Name, dir, err)
+		}
+	}
+	return nil
 }
 
 // writeCDISpec writes a claim's spec atomically (fileio.WriteFile), readable

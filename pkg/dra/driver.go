@@ -61,6 +61,8 @@ type Options struct {
 	// prepared. It should make the inventory source rediscover after a
 	// change so the slices follow.
 	MIG MIGManager
+	// MPSRoot is [PreparerConfig.MPSRoot].
+	MPSRoot string
 	// HealthResend is how often device health is resent to the kubelet,
 	// which forgets it after HealthTimeout; zero means 10s.
 	HealthResend time.Duration
@@ -128,7 +130,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	prep, err := NewPreparer(PreparerConfig{NodeName: opts.NodeName, StateDir: opts.PluginDir, CDIDir: opts.CDIDir,
-		Devices: d.Devices, MIG: opts.MIG, Log: d.log})
+		Devices: d.Devices, MIG: opts.MIG, MPSRoot: opts.MPSRoot, Log: d.log})
 	if err != nil {
 		return nil, err
 	}

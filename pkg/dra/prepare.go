@@ -50,6 +50,10 @@ type PreparerConfig struct {
 	Devices func() map[string]DeviceRef
 	// MIG creates dynamic MIG devices; nil makes their prepare fail.
 	MIG MIGManager
+	// MPSRoot is where the GPUs' MPS daemons keep their pipe directories
+	// (the agent's --mps-root); a fraction's container mounts its GPU's.
+	// Empty: fractions get their CUDA_MPS_* limits as environment only.
+	MPSRoot string
 	// Log may be nil.
 	Log *slog.Logger
 }
@@ -288,8 +292,11 @@ func (p *Preparer) deliver(ctx context.Context, uid types.UID, entry *PreparedCl
 			return err
 		}
 	}
-	spec, err := buildCDISpec(uid, entry.Devices)
+	spec, err := buildCDISpec(uid, entry.Devices, p.cfg.MPSRoot)
 	if err != nil {
+		return err
+	}
+	if err := mkMPSPipeDirs(p.cfg.MPSRoot, entry.Devices); err != nil {
 		return err
 	}
 	if err := writeCDISpec(p.cfg.CDIDir, uid, spec); err != nil {

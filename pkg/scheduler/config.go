@@ -82,6 +82,14 @@ type Config struct {
 	Workers int
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Telemetry, if set, is the telemetry stream's server: each cycle
+	// passes its nodes as Snapshot.Telemetry. Nil: decisions use the
+	// ResourceSlices and claims alone.
+	Telemetry TelemetrySource
+	// TelemetryStaleIntervals is how many stream intervals old a node's
+	// newest message may be before its telemetry is left out; default
+	// [DefaultTelemetryStaleIntervals], 1 to 100.
+	TelemetryStaleIntervals int
 }
 
 // LeaderElection configures the Lease. Zero durations take the client-go
@@ -122,6 +130,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.TelemetryStaleIntervals == 0 {
+		c.TelemetryStaleIntervals = DefaultTelemetryStaleIntervals
 	}
 	if le := c.LeaderElection; le != nil {
 		cp := *le
@@ -173,6 +184,9 @@ func (c Config) Validate() error {
 	}
 	if c.Workers < 1 || c.Workers > MaxWorkers {
 		bad("workers %d: want 1 to %d", c.Workers, MaxWorkers)
+	}
+	if c.TelemetryStaleIntervals < 1 || c.TelemetryStaleIntervals > 100 {
+		bad("telemetry stale intervals %d: want 1 to 100", c.TelemetryStaleIntervals)
 	}
 	if le := c.LeaderElection; le != nil {
 		if msgs := validation.IsDNS1123Label(le.Namespace); len(msgs) > 0 {

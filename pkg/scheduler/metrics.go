@@ -38,6 +38,8 @@ type metrics struct {
 	queueUsed  *prometheus.GaugeVec
 	queueGuar  *prometheus.GaugeVec
 	queueLimit *prometheus.GaugeVec
+	// telemetryNodes are the nodes whose stream fed the last cycle.
+	telemetryNodes prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -109,8 +111,12 @@ func newMetrics() *metrics {
 			Name: "gpud_scheduler_queue_limit",
 			Help: "A queue's limit (--queues), per resource; absent when unlimited.",
 		}, []string{"queue", "resource"}),
+		telemetryNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpud_scheduler_telemetry_nodes",
+			Help: "Nodes whose telemetry stream fed the last decision cycle (open and not stale); the others are placed on ResourceSlices and claims alone.",
+		}),
 	}
-	m.reg.MustRegister(m.attempts, m.cycle, m.podLatency, m.pending, m.oldest, m.preempts, m.victims, m.binds,
+	m.reg.MustRegister(m.telemetryNodes, m.attempts, m.cycle, m.podLatency, m.pending, m.oldest, m.preempts, m.victims, m.binds,
 		m.conflicts, m.rollbacks, m.gpuMemory, m.skipped, m.leader, m.queueUsed, m.queueGuar, m.queueLimit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

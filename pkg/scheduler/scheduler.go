@@ -393,6 +393,7 @@ func (s *Scheduler) cycle(ctx context.Context) {
 		return
 	}
 	sn := s.snap.build(in, now)
+	sn.Telemetry = s.telemetry(now, in.claims)
 	s.m.observeView(sn.View, sn.claims, sn.skips)
 	for _, sk := range sn.skips {
 		s.log.Debug("object left out of the view", "kind", sk.Kind, "name", sk.Name, "reason", sk.Reason)

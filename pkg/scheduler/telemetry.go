@@ -1,0 +1,101 @@
+package scheduler
+
+import (
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
+	"github.com/gpud/gpud/pkg/stream"
+)
+
+// DefaultTelemetryStaleIntervals is how many of its stream intervals a
+// node's newest message may be old before its telemetry is left out of
+// decisions (the node then counts as having no stream).
+const DefaultTelemetryStaleIntervals = 3
+
+// TelemetrySource is the telemetry stream's server ([stream.Server]).
+type TelemetrySource interface {
+	// Telemetry returns the nodes whose stream is open and whose newest
+	// message is at most staleIntervals intervals old.
+	Telemetry(now time.Time, staleIntervals int) map[string]*stream.NodeTelemetry
+}
+
+var _ TelemetrySource = (*stream.Server)(nil)
+
+// Wake asks for a decision cycle now; the telemetry server calls it when a
+// device's health changes, so that the device is left out of placements
+// within one stream interval. It never blocks.
+func (s *Scheduler) Wake() { s.poke() }
+
+// telemetry is the snapshot's Snapshot.Telemetry: the stream's nodes,
+// with the memory of each pod's processes attributed to the pod's claim
+// on that node where it has exactly one (the agent knows pods, the
+// scheduler claims). Nil without a source.
+func (s *Scheduler) telemetry(now time.Time, claims []*resourceapi.ResourceClaim) map[string]*plan.NodeTelemetry {
+	if s.cfg.Telemetry == nil {
+		return nil
+	}
+	nodes := s.cfg.Telemetry.Telemetry(now, s.cfg.TelemetryStaleIntervals)
+	s.m.telemetryNodes.Set(float64(len(nodes)))
+	if len(nodes) == 0 {
+		return nil
+	}
+	type podNode struct {
+		pod  types.UID
+		node string
+	}
+	// The claims of this driver each pod holds, by the node they are on.
+	var held map[podNode][]string
+	for _, c := range claims {
+		a := c.Status.Allocation
+		if a == nil || len(c.Status.ReservedFor) == 0 {
+			continue
+		}
+		var node string
+		for _, r := range a.Devices.Results {
+			if r.Driver == view.DriverName {
+				node = r.Pool
+				break
+			}
+		}
+		if _, ok := nodes[node]; !ok {
+			continue
+		}
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource == "pods" {
+				if held == nil {
+					held = map[podNode][]string{}
+				}
+				k := podNode{ref.UID, node}
+				held[k] = append(held[k], string(c.UID))
+			}
+		}
+	}
+	out := make(map[string]*plan.NodeTelemetry, len(nodes))
+	for name, n := range nodes {
+		nt := &plan.NodeTelemetry{Received: n.Received, Interval: n.Interval, Devices: make(map[string]plan.DeviceTelemetry, len(n.Devices))}
+		for uuid, d := range n.Devices {
+			dt := plan.DeviceTelemetry{Unhealthy: d.Unhealthy, HealthReason: d.HealthReason, MemoryUsedBytes: d.MemoryUsedBytes,
+				MemoryTotalBytes: d.MemoryTotalBytes, SMUtilPercent: d.SMUtilPercent, ClaimMemoryBytes: d.ClaimMemoryBytes}
+			for pod, b := range d.PodMemoryBytes {
+				cs := held[podNode{types.UID(pod), name}]
+				if len(cs) != 1 {
+					continue // unknown pod, or several claims: unattributed
+				}
+				if _, reported := d.ClaimMemoryBytes[cs[0]]; reported {
+					continue
+				}
+				if dt.ClaimMemoryBytes == nil {
+					dt.ClaimMemoryBytes = map[string]uint64{}
+				}
+				dt.ClaimMemoryBytes[cs[0]] += b
+			}
+			nt.Devices[uuid] = dt
+		}
+		out[name] = nt
+	}
+	return out
+}

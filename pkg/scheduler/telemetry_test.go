@@ -87,7 +87,9 @@ func TestTelemetryAttributesPodMemoryToItsClaim(t *testing.T) {
 
 // recordingDecider leaves every pod pending and records each snapshot's
 // telemetry.
-type recordingDecider struct{ seen chan map[string]*plan.NodeTelemetry }
+type recordingDecider struct {
+	seen chan map[string]*plan.NodeTelemetry
+}
 
 func (d recordingDecider) Decide(s *plan.Snapshot) plan.Plan {
 	select {

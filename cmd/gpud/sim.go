@@ -17,7 +17,7 @@ import (
 )
 
 const simUsage = `usage:
-  gpud sim openb  --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seeds 42-51] [--tune 1.3] [--family NAME] [-o csv] [--plot F.svg]
+  gpud sim openb  --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seeds 42-51] [--tune 1.3] [--family NAME|all] [-o csv] [--plot F.svg]
   gpud sim replay --nodes FILE --pods FILE [--policy NAME[,NAME...]] [--seed 42] [-o csv]
   gpud sim jobs     --nodes FILE --jobs FILE [--policies gpud,fifo,no-backfill]   (gang, queues, preemption, backfill)
   gpud sim jobs-gen --pods FILE --nodes FILE [--seed 42] [--jobs 20000] [-o jobs.csv]   (synthetic job trace; docs/job-trace.md)
@@ -102,7 +102,7 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	plot := fs.String("plot", "", "also write an SVG plot of unallocated GPU % to this file")
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	published := fs.String("published", "", "published table CSV to print ours next to, on stderr")
-	family := fs.String("family", "", "derive a workload family from the pod list: "+strings.Join(tracefamily.Names(), ", "))
+	family := fs.String("family", "", "derive a workload family from the pod list (pkg/tracefamily), or all of them: "+strings.Join(tracefamily.Names(), ", ")+", all")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("sim openb: %w", err)
 	}
@@ -113,39 +113,55 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if !(*tune > 0 && *tune <= simulate.MaxTune) { // NaN fails both
 		return fmt.Errorf("sim openb: --tune %v: want a number in (0, %d]", *tune, simulate.MaxTune)
 	}
-	var fam tracefamily.Family
-	if *family != "" {
-		if fam, err = tracefamily.ByName(*family); err != nil {
+	// fams are the families to derive; nil runs the pod list as it is.
+	var fams []tracefamily.Family
+	switch *family {
+	case "":
+	case "all":
+		fams = tracefamily.Families
+	default:
+		fam, err := tracefamily.ByName(*family)
+		if err != nil {
 			return fmt.Errorf("sim openb: --family: %w", err)
 		}
+		fams = []tracefamily.Family{fam}
 	}
 	nodes, pods, policies, err := f.load()
 	if err != nil {
 		return err
 	}
-	workload := trace.Workload(f.pods)
-	if *family != "" {
-		if pods, err = fam.Apply(nodes, pods); err != nil {
-			return fmt.Errorf("sim openb: %w", err)
-		}
-		workload += "+" + fam.Name
-	}
 	cfg := simulate.Config{
-		Workload: workload, Nodes: nodes, Pods: pods,
+		Workload: trace.Workload(f.pods), Nodes: nodes, Pods: pods,
 		Policies: policies, Seeds: seedList, Tune: *tune,
 	}
 	if !*quiet {
 		cfg.Progress = stderr
 		fmt.Fprintf(stderr, "sim openb: %s: read columns %s\n", f.pods, strings.Join(f.podColumns, ","))
 	}
-	rows, _, err := simulate.RunOpenB(ctx, cfg)
-	switch {
-	case errors.Is(err, simulate.ErrNoGPUPods):
-		return fmt.Errorf("sim openb: %s: %w", f.pods, simulate.ErrNoGPUPods)
-	case errors.Is(err, simulate.ErrNoGPUNodes):
-		return fmt.Errorf("sim openb: %s: %w", f.nodes, simulate.ErrNoGPUNodes)
-	case err != nil:
-		return err
+	runs := []simulate.Config{cfg}
+	if fams != nil {
+		runs = runs[:0]
+		for _, fam := range fams {
+			c := cfg
+			if c.Pods, err = fam.Apply(nodes, pods); err != nil {
+				return fmt.Errorf("sim openb: %w", err)
+			}
+			c.Workload += "+" + fam.Name
+			runs = append(runs, c)
+		}
+	}
+	var rows []simulate.Row
+	for _, c := range runs {
+		r, _, err := simulate.RunOpenB(ctx, c)
+		switch {
+		case errors.Is(err, simulate.ErrNoGPUPods):
+			return fmt.Errorf("sim openb: %s: %w", f.pods, simulate.ErrNoGPUPods)
+		case errors.Is(err, simulate.ErrNoGPUNodes):
+			return fmt.Errorf("sim openb: %s: %w", f.nodes, simulate.ErrNoGPUNodes)
+		case err != nil:
+			return err
+		}
+		rows = append(rows, r...)
 	}
 	if err := simulate.WriteCSV(stdout, rows); err != nil {
 		return err

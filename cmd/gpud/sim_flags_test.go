@@ -104,3 +104,32 @@ func TestSimOpenBFiveColumns(t *testing.T) {
 		t.Fatalf("no result rows for the gpud policy:\n%s", out.String())
 	}
 }
+
+// TestSimOpenBFamilies derives workload families from a pod list: one by
+// name, or all, each reported under "<list>+<family>".
+func TestSimOpenBFamilies(t *testing.T) {
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.csv")
+	pods := filepath.Join(dir, "pods.csv")
+	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,A100\nn1,64000,262144,2,T4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,100,1,1000\np1,500,100,1,250\np2,8000,1000,2,1000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range []string{"gpuspec15", "all"} {
+		var out, errOut bytes.Buffer
+		if err := runSimOpenB(t.Context(), []string{"--nodes", nodes, "--pods", pods, "--seeds", "1", "--policy", "FGD,gpud", "-q", "--family", fam}, &out, &errOut); err != nil {
+			t.Fatalf("--family %s: %v\n%s", fam, err, errOut.String())
+		}
+		want := []string{"gpuspec15"}
+		if fam == "all" {
+			want = []string{"gpuspec05", "gpuspec33-single", "multigpu20-8"}
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), "pods+"+w+",07-gpud,") {
+				t.Fatalf("--family %s: no gpud rows for pods+%s:\n%s", fam, w, out.String())
+			}
+		}
+	}
+}

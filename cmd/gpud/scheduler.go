@@ -64,6 +64,7 @@ type schedulerOptions struct {
 	burst          int
 	logLevel       string
 	logFormat      string
+	telemetry      schedulerTelemetryOptions
 }
 
 func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
@@ -87,6 +88,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "API requests the scheduler may send at once above --kube-api-qps")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	o.telemetry.register(fs)
 }
 
 // validate checks every flag without contacting the API server; it returns
@@ -147,6 +149,7 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 			errs = append(errs, flagErr("kubeconfig", "%w", err))
 		}
 	}
+	errs = append(errs, o.telemetry.validate()...)
 	return queues, res, errs
 }
 
@@ -190,6 +193,11 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	// client-go (leader election, informers) logs through klog, at Info
 	// and above: its verbose levels would drown --log-level debug.
 	klog.SetSlogLogger(slog.New(minLevel{log.Handler(), slog.LevelInfo}).With("component", "client-go"))
+	var s *scheduler.Scheduler // set below, before the telemetry server runs
+	tel, certs, err := o.telemetry.newServer(func() bool { return s.Ready() }, func() { s.Wake() }, log)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	restCfg, err := o.restConfig()
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -206,7 +214,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	cfg := scheduler.Config{
 		Client: client, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
-		Decider: decide.New(decide.Config{RackLabel: o.rackLabel}),
+		Decider: decide.New(o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel})),
 		Groups:  groups.groups, GroupsSynced: groups.synced,
 		Log: log, Resync: o.resync,
 	}
@@ -218,7 +226,10 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		cfg.LeaderElection = &scheduler.LeaderElection{Namespace: o.leaseNamespace, Identity: host + "_" + uuid.NewString(),
 			LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod}
 	}
-	s, err := scheduler.New(cfg)
+	if tel != nil {
+		cfg.Telemetry = tel
+	}
+	s, err = scheduler.New(cfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -226,11 +237,26 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("scheduler: listen on --metrics-addr %s: %w", o.metricsAddr, err)
 	}
+	var telLn net.Listener
+	if tel != nil {
+		s.Registry().MustRegister(tel.Collectors()...)
+		if telLn, err = net.Listen("tcp", o.telemetry.addr); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("scheduler: listen on --telemetry-addr %s: %w", o.telemetry.addr, err)
+		}
+		log.Info("telemetry stream listening", "addr", telLn.Addr().String(), "mtls", certs != nil)
+	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.kind)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveHTTP(ctx, ln, s.Handler(), log) })
 	g.Go(func() error { return groups.run(ctx) })
+	if tel != nil {
+		g.Go(func() error { return tel.Serve(ctx, telLn, certs) })
+		if certs != nil {
+			g.Go(func() error { return certs.Run(ctx) })
+		}
+	}
 	g.Go(func() error {
 		err := s.Run(ctx)
 		if err == nil {

@@ -50,6 +50,14 @@ func TestSchedulerFlags(t *testing.T) {
 		{name: "argument", args: []string{"extra"}, want: "unexpected argument"},
 		{name: "bad qps", args: []string{"--kube-api-qps", "NaN"}, want: "--kube-api-qps"},
 		{name: "bad burst", args: []string{"--kube-api-burst", "0"}, want: "--kube-api-burst"},
+		{name: "telemetry with mutual TLS", args: []string{"--telemetry-addr", ":9403", "--tls-cert", "s.crt", "--tls-key", "s.key", "--tls-ca", "ca.crt", "--overcommit"}},
+		{name: "telemetry insecure", args: []string{"--telemetry-addr", ":9403", "--telemetry-insecure"}},
+		{name: "telemetry without TLS", args: []string{"--telemetry-addr", ":9403"}, want: "needs mutual TLS"},
+		{name: "telemetry missing the CA", args: []string{"--telemetry-addr", ":9403", "--tls-cert", "s.crt", "--tls-key", "s.key"}, want: "--tls-ca is empty"},
+		{name: "insecure and TLS", args: []string{"--telemetry-addr", ":9403", "--telemetry-insecure", "--tls-ca", "ca.crt"}, want: "--telemetry-insecure"},
+		{name: "TLS without an address", args: []string{"--tls-ca", "ca.crt"}, want: "--telemetry-addr: empty"},
+		{name: "bad telemetry addr", args: []string{"--telemetry-addr", "9403", "--telemetry-insecure"}, want: "--telemetry-addr"},
+		{name: "bad overcommit margin", args: []string{"--overcommit-margin-percent", "95"}, want: "--overcommit-margin-percent"},
 		{name: "two errors at once", args: []string{"--policy", "x", "--resync-period", "1ms"}, want: "--resync-period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -59,8 +60,17 @@ func TestPropertyRandomCycles(t *testing.T) {
 					Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: int32(r.IntN(2))},
 				}}
 			}
+			// Half the seeds stream telemetry (random health and measured
+			// memory each cycle), a third of those with overcommit.
+			tele, cfg := r.IntN(2) == 0, Config{}
+			if tele && r.IntN(3) == 0 {
+				cfg.Overcommit, cfg.OvercommitMarginPercent = true, r.IntN(30)
+			}
 			id := 0
 			for cycle := range 5 {
+				if tele {
+					randomTelemetry(r, e)
+				}
 				for range 4 + r.IntN(12) {
 					id++
 					opts := []podOpt{prio(int32(r.IntN(4)))}
@@ -88,10 +98,10 @@ func TestPropertyRandomCycles(t *testing.T) {
 					}
 					e.pod(fmt.Sprint("p", id), reqs(req), opts...)
 				}
-				p := e.decide(Config{})
+				p := e.decide(cfg)
 				t.Logf("cycle %d: %d binds, %d evictions, %d pending", cycle, len(p.Binds), len(p.Evictions), len(p.Pending))
 				if len(p.Evictions) > 0 {
-					verifyPreemptors(t, e, p)
+					verifyPreemptors(t, e, p, cfg)
 				}
 				// Terminating pods of the last cycle are gone now.
 				var gone []string
@@ -120,9 +130,62 @@ func randomRequest(r *rand.Rand) resourceapi.DeviceRequest {
 	return gpus(1)
 }
 
+// randomTelemetry streams from most nodes: each GPU (whole device, else
+// its MIG devices' parent) unhealthy now and then, and a measured memory
+// use around what its fractions asked.
+func randomTelemetry(r *rand.Rand, e *env) {
+	e.telemetry = map[string]*plan.NodeTelemetry{}
+	asked := map[string]int64{} // uuid -> fractions' memory
+	for _, b := range e.bound {
+		for _, c := range b.Claims {
+			if c == nil || c.Status.Allocation == nil {
+				continue
+			}
+			for _, res := range c.Status.Allocation.Devices.Results {
+				if q, ok := res.ConsumedCapacity["memory"]; ok && res.ShareID != nil {
+					asked[res.Pool+"/"+res.Device] += q.Value()
+				}
+			}
+		}
+	}
+	for _, n := range e.nodes {
+		if r.IntN(4) == 0 {
+			continue // no stream from this node
+		}
+		nt := e.streams(n.Name)
+		for _, s := range e.slices {
+			if s.Spec.Pool.Name != n.Name {
+				continue
+			}
+			for _, d := range s.Spec.Devices {
+				a := d.Attributes
+				uuid := a["uuid"].StringValue
+				if a["type"].StringValue == nil || *a["type"].StringValue != "gpu" || uuid == nil {
+					if p := a["parentUUID"].StringValue; p != nil && r.IntN(40) == 0 {
+						nt.Devices[*p] = plan.DeviceTelemetry{Unhealthy: true, HealthReason: "Xid 48"}
+					}
+					continue
+				}
+				q := d.Capacity["memory"].Value
+				total := q.Value()
+				used := asked[n.Name+"/"+d.Name]
+				switch r.IntN(3) {
+				case 0:
+					used += r.Int64N(total/4 + 1) // tenants use more than asked
+				case 1:
+					used = r.Int64N(used + 1) // less
+				}
+				nt.Devices[*uuid] = plan.DeviceTelemetry{Unhealthy: r.IntN(10) == 0, HealthReason: "Xid 79",
+					MemoryUsedBytes: uint64(min(used, total)), MemoryTotalBytes: uint64(total)}
+			}
+		}
+	}
+}
+
 // verifyPreemptors: with the plan's binds done and every victim (and
 // terminating pod) gone, each preemptor the plan nominated binds, alone.
-func verifyPreemptors(t *testing.T, e *env, p plan.Plan) {
+// The victims' measured memory goes with them (as much as they asked).
+func verifyPreemptors(t *testing.T, e *env, p plan.Plan, cfg Config) {
 	t.Helper()
 	gone := map[*plan.Pod]bool{}
 	for _, ev := range p.Evictions {
@@ -143,6 +206,7 @@ func verifyPreemptors(t *testing.T, e *env, p plan.Plan) {
 		}
 	}
 	s := e.snapshotOf(bound, pre)
+	s.Telemetry = withoutVictims(e, p)
 	for _, b := range p.Binds {
 		if err := s.View.Assume(b.Allocations...); err != nil {
 			t.Fatal(err)
@@ -155,7 +219,7 @@ func verifyPreemptors(t *testing.T, e *env, p plan.Plan) {
 			}
 		}
 	}
-	p2 := New(Config{}).Decide(s)
+	p2 := New(cfg).Decide(s)
 	got := map[*plan.Pod]bool{}
 	for _, b := range p2.Binds {
 		got[b.Pod] = true
@@ -186,4 +250,45 @@ func verifyPreemptors(t *testing.T, e *env, p plan.Plan) {
 			}
 		}
 	}
+}
+
+// withoutVictims is e's telemetry less the memory the plan's victims and
+// the terminating pods asked, on their shared GPUs.
+func withoutVictims(e *env, p plan.Plan) map[string]*plan.NodeTelemetry {
+	if e.telemetry == nil {
+		return nil
+	}
+	gone := map[*plan.Pod]bool{}
+	for _, ev := range p.Evictions {
+		gone[ev.Victim] = true
+	}
+	out := map[string]*plan.NodeTelemetry{}
+	for n, nt := range e.telemetry {
+		cp := *nt
+		cp.Devices = maps.Clone(nt.Devices)
+		out[n] = &cp
+	}
+	for _, b := range e.bound {
+		if !gone[b] && b.Pod.DeletionTimestamp == nil {
+			continue
+		}
+		for _, c := range b.Claims {
+			if c == nil || c.Status.Allocation == nil {
+				continue
+			}
+			for _, res := range c.Status.Allocation.Devices.Results {
+				q, ok := res.ConsumedCapacity["memory"]
+				nt := out[res.Pool]
+				if !ok || res.ShareID == nil || nt == nil {
+					continue
+				}
+				uuid := e.uuidOf(res.Pool, res.Device)
+				if d, ok := nt.Devices[uuid]; ok {
+					d.MemoryUsedBytes -= min(d.MemoryUsedBytes, uint64(q.Value()))
+					nt.Devices[uuid] = d
+				}
+			}
+		}
+	}
+	return out
 }

@@ -167,7 +167,7 @@ func (m *Measured) measure(d *Device, r DeviceReport, overcommit bool, marginPct
 		if q, ok := u.consumed[CapacityMemory]; ok {
 			req = q.Value()
 		}
-		if u.exclusive > 0 {
+		if u.exclusive > 0 || u.whole > 0 {
 			return // taken whole: nothing to share
 		}
 	}
@@ -233,10 +233,12 @@ func (m *Measured) Excess() []MemoryExcess {
 	return m.over
 }
 
-// Check is [Check] with overcommit's room: a shared device's memory may be
-// consumed beyond its capacity by as much room as the measurement left.
+// Check is [Check] of the devices allocs take, with overcommit's room: a
+// shared device's memory may be consumed beyond its capacity by as much
+// room as the measurement left. Devices allocs do not take are not
+// checked: earlier overcommit may exceed what a newer measurement leaves.
 func (m *Measured) Check(allocs ...*resourceapi.AllocationResult) error {
-	return check(m.v, m.credit, allocs)
+	return check(m.v, m.credit, allocs, true)
 }
 
 // credit is how far device d's memory may be consumed beyond its

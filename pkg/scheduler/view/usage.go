@@ -20,6 +20,9 @@ type devUse struct {
 	// shares counts allocations with one; consumed sums their capacity.
 	shares   int
 	consumed map[resourceapi.QualifiedName]resource.Quantity
+	// whole counts shares that took all of the device's memory (a
+	// whole-GPU request on a shareable device): no overcommit there.
+	whole int
 	// milli caches sharedMilli's result; milliOK says it is valid (add
 	// and sub clear it).
 	milli   int64
@@ -134,6 +137,9 @@ func (u usage) add(v *View, a *resourceapi.AllocationResult, j *undoLog) error {
 			continue
 		}
 		d.shares++
+		if fullMemory(dev, r.ConsumedCapacity) {
+			d.whole++
+		}
 		if d.consumed == nil {
 			d.consumed = map[resourceapi.QualifiedName]resource.Quantity{}
 		}
@@ -170,12 +176,22 @@ func (u usage) sub(v *View, a *resourceapi.AllocationResult, j *undoLog) {
 			continue
 		}
 		d.shares--
+		if fullMemory(dev, r.ConsumedCapacity) {
+			d.whole--
+		}
 		for name, q := range r.ConsumedCapacity {
 			sum := d.consumed[name]
 			sum.Sub(q)
 			d.consumed[name] = sum
 		}
 	}
+}
+
+// fullMemory reports whether consumed takes all of d's memory.
+func fullMemory(d *Device, consumed map[resourceapi.QualifiedName]resource.Quantity) bool {
+	q, ok := consumed[CapacityMemory]
+	c, has := d.Capacity[CapacityMemory]
+	return ok && has && q.Cmp(c.Value) >= 0
 }
 
 // device is the named device of the view, or nil.
@@ -202,12 +218,13 @@ func (e Violation) String() string { return fmt.Sprintf("%s/%s: %s", e.Node, e.D
 // [ErrOverAllocated] that lists every violation, or one matching
 // [ErrInvalid] if allocs name unknown devices.
 func Check(v *View, allocs ...*resourceapi.AllocationResult) error {
-	return check(v, nil, allocs)
+	return check(v, nil, allocs, false)
 }
 
 // check is Check with credit (nil: none) bytes of memory allowed beyond
-// a device's capacity.
-func check(v *View, credit func(*Device) int64, allocs []*resourceapi.AllocationResult) error {
+// a device's capacity; touched: only the devices (and their counter sets)
+// that allocs take are checked.
+func check(v *View, credit func(*Device) int64, allocs []*resourceapi.AllocationResult, touched bool) error {
 	u := v.usage
 	if len(allocs) > 0 {
 		u = u.clone()
@@ -220,7 +237,25 @@ func check(v *View, credit func(*Device) int64, allocs []*resourceapi.Allocation
 			}
 		}
 	}
-	if vs := violations(v, u, "", credit); len(vs) > 0 {
+	vs := violations(v, u, "", credit)
+	if touched {
+		keep := map[devKey]bool{}
+		for _, a := range allocs {
+			if a == nil {
+				continue
+			}
+			for _, r := range a.Devices.Results {
+				if d := v.device(r.Pool, r.Device); d != nil && r.Driver == DriverName {
+					keep[devKey{r.Pool, r.Device}] = true
+					for _, cc := range d.Consumes {
+						keep[devKey{r.Pool, cc.CounterSet}] = true
+					}
+				}
+			}
+		}
+		vs = slices.DeleteFunc(vs, func(x Violation) bool { return !keep[devKey{x.Node, x.Device}] })
+	}
+	if len(vs) > 0 {
 		msg := make([]string, len(vs))
 		for i, x := range vs {
 			msg[i] = x.String()

@@ -156,7 +156,8 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	tasks = append(tasks, enforceTasks...)
-	tasks = append(tasks, cfg.mps.newMPSTask(sim != nil, src.sharing, src.store, log.With("component", "mps"))...)
+	mpsA := cfg.mps.newMPSAgent(sim != nil, lib, src.sharing, src.store, log.With("component", "mps"))
+	tasks = append(tasks, mpsA.tasks...)
 	if cfg.http.addr != "" {
 		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
 		tasks = append(tasks, task{"http", srv.Run})
@@ -175,16 +176,17 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	tasks = append(tasks, labelTasks...)
 	if cfg.dra.enabled() {
 		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State, sim: sim, sharing: src.sharing,
-			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, log: log.With("component", "dra")})
+			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root, log: log.With("component", "dra")})
 		if err != nil {
 			return nil, err
 		}
+		mpsA.shareFractions(preparedFractions(drv.Preparer()))
 		return append(tasks, task{"dra", drv.Run}), nil
 	}
 	dp, err := cfg.dp.newDevicePlugin(struct {
 		*discovery.Store
 		*timeslice.Runtime
-	}{src.store, src.sharing}, log.With("component", "deviceplugin"))
+	}{src.store, src.sharing}, mpsA.Root, log.With("component", "deviceplugin"))
 	if err != nil {
 		return nil, err
 	}

@@ -88,8 +88,9 @@ func (o *devicePluginOptions) config() (deviceplugin.Config, error) {
 
 // newDevicePlugin builds the device plugin manager on its sources (the
 // inventory store and the sharing runtime); nil when --device-plugin-dir
-// is empty.
-func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, log *slog.Logger) (*deviceplugin.Manager, error) {
+// is empty. mpsRoot is where the MPS daemons keep their pipe dirs, which
+// replicas' containers mount; empty when none runs.
+func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, mpsRoot string, log *slog.Logger) (*deviceplugin.Manager, error) {
 	if o.pluginDir == "" {
 		return nil, nil
 	}
@@ -97,6 +98,7 @@ func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, log *slog
 	if err != nil {
 		return nil, err
 	}
+	cfg.MPSRoot = mpsRoot
 	if cfg.PluginDir != kubeletPluginDir {
 		if err := os.MkdirAll(cfg.PluginDir, 0o755); err != nil {
 			return nil, fmt.Errorf("create --device-plugin-dir %s: %w", cfg.PluginDir, err)

@@ -138,6 +138,9 @@ type draDeps struct {
 	// no fractions, and a change republishes. Nil: none.
 	sharing draSharing
 	cdiDir  string
+	// mpsRoot is where the MPS daemons keep their pipe dirs; empty when
+	// none runs (fractions then get their limits as environment only).
+	mpsRoot string
 	log     *slog.Logger
 	// client is the API client; nil builds one from --kubeconfig or the
 	// in-cluster config (tests pass a fake).
@@ -200,6 +203,7 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		PluginDir:   filepath.Join(pluginsDir, dra.DriverName),
 		RegistryDir: registryDir,
 		CDIDir:      cdiDir,
+		MPSRoot:     deps.mpsRoot,
 		Inventory:   deps.inventory,
 		NodeState:   st.nodeState,
 		Changed:     changed,

@@ -5,9 +5,16 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gpud/gpud/pkg/computemode"
+	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mps"
 	"github.com/gpud/gpud/pkg/timeslice"
@@ -26,47 +33,131 @@ func (o *mpsOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.root, "mps-root", mps.DefaultRoot, "each shared GPU's MPS pipe and log directories go to <dir>/<gpu-uuid>/{pipe,log}")
 }
 
-// newMPSTask returns the supervisor's task, or none when --mps is off,
-// the driver has no MPS control program, or the node is simulated and
-// --driver-root was left at the host's (a simulated node must not start
-// the host's daemons; tests point --driver-root at a stand-in).
-func (o *mpsOptions) newMPSTask(simulated bool, sharing *timeslice.Runtime, store interface {
+// mpsAgent is the MPS part of the agent: the supervisor and the compute
+// modes of the GPUs it shares. Root is what the device plugin and the DRA
+// driver mount into containers; empty when no daemon runs.
+type mpsAgent struct {
+	Root      string
+	tasks     []task
+	fractions atomic.Pointer[func() []string]
+}
+
+// shareFractions adds the GPUs that prepared DRA fractions (by UUID) to
+// those the sharing config shares; it is read every mpsPollInterval.
+func (m *mpsAgent) shareFractions(f func() []string) { m.fractions.Store(&f) }
+
+// mpsPollInterval is how often the DRA fractions are reread.
+const mpsPollInterval = time.Second
+
+// newMPSAgent returns the supervisor's task, or none (an empty Root) when
+// --mps is off, the driver has no MPS control program, or the node is
+// simulated and --driver-root was left at the host's (a simulated node
+// must not start the host's daemons; tests point --driver-root at a
+// stand-in). A GPU that becomes shared is set EXCLUSIVE_PROCESS before its
+// daemon starts, and gets its previous mode back once its daemon stopped
+// (unshared, or the agent stopping). Compute modes are set only with a
+// daemon: an exclusive GPU without one would admit a single process.
+func (o *mpsOptions) newMPSAgent(simulated bool, lib nvml.Interface, sharing *timeslice.Runtime, store interface {
 	Current() gpu.Inventory
 	InventoryChanged() <-chan struct{}
-}, log *slog.Logger) []task {
+}, log *slog.Logger) *mpsAgent {
+	m := &mpsAgent{}
 	if !o.enabled {
-		return nil
+		return m
 	}
 	if simulated && o.driverRoot == "/" {
 		log.Info("mps not available", "reason", "simulated node with --driver-root /")
-		return nil
+		return m
 	}
 	sup, err := mps.New(mps.Config{DriverRoot: o.driverRoot, Root: o.root}, log)
 	if err != nil {
 		log.Warn("mps not available", "err", err)
-		return nil
+		return m
 	}
+	root, err := filepath.Abs(sup.Root())
+	if err != nil {
+		log.Warn("mps not available", "err", err)
+		return m
+	}
+	modes := computemode.New(lib, computemode.Config{StateDir: root}, log)
 	run := func(ctx context.Context) error {
-		g, ctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return sup.Run(ctx) })
-		g.Go(func() error {
-			for {
-				sharingChanged, invChanged := sharing.SharingChanged(), store.InventoryChanged()
-				sup.SetShared(sharedDevices(sharing.Sharing(), store.Current()))
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-sharingChanged:
-				case <-invChanged:
-				}
-			}
-		})
-		if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return sup.Run(gctx) })
+		g.Go(func() error { return m.follow(gctx, sharing, store, modes, sup, log) })
+		err := g.Wait()
+		// The daemons quit when sup.Run ended: the GPUs go back to the
+		// modes they had.
+		if rerr := modes.RestoreAll(); rerr != nil {
+			log.Warn("compute mode not restored", "err", rerr)
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 		return nil
 	}
-	return []task{{"mps", run}}
+	m.Root, m.tasks = root, []task{{"mps", run}}
+	return m
+}
+
+// follow keeps the supervisor and the compute modes on the shared GPUs:
+// the sharing config's and the DRA fractions'. A compute mode failure is
+// logged once per distinct error and retried at the next change; the
+// daemon still runs (its clients get their limits; other processes are
+// not kept off the GPU).
+func (m *mpsAgent) follow(ctx context.Context, sharing *timeslice.Runtime, store interface {
+	Current() gpu.Inventory
+	InventoryChanged() <-chan struct{}
+}, modes *computemode.Manager, sup *mps.Supervisor, log *slog.Logger) error {
+	tick := time.NewTicker(mpsPollInterval)
+	defer tick.Stop()
+	var last []string
+	lastErr := ""
+	for {
+		sharingChanged, invChanged := sharing.SharingChanged(), store.InventoryChanged()
+		shared := sharedDevices(sharing.Sharing(), store.Current())
+		if f := m.fractions.Load(); f != nil {
+			shared = append(shared, (*f)()...)
+		}
+		slices.Sort(shared)
+		shared = slices.Compact(shared)
+		if !slices.Equal(shared, last) || lastErr != "" {
+			err := modes.Set(shared)
+			switch {
+			case err != nil && err.Error() != lastErr:
+				log.Warn("compute mode not set", "err", err)
+				lastErr = err.Error()
+			case err == nil:
+				lastErr = ""
+			}
+		}
+		if !slices.Equal(shared, last) {
+			sup.SetShared(shared)
+			last = shared
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sharingChanged:
+		case <-invChanged:
+		case <-tick.C:
+		}
+	}
+}
+
+// preparedFractions lists the GPUs (UUIDs) that DRA fractions were
+// prepared on: each needs its MPS daemon.
+func preparedFractions(p *dra.Preparer) func() []string {
+	return func() []string {
+		var out []string
+		for _, c := range p.Prepared() {
+			for _, d := range c.Devices {
+				if d.Fraction() {
+					out = append(out, d.Device.GPUUUID)
+				}
+			}
+		}
+		return out
+	}
 }
 
 // sharedDevices lists the GPUs and MIG devices the sharing config shares:

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -48,9 +50,10 @@ func TestSharedDevices(t *testing.T) {
 func TestNewMPSTask(t *testing.T) {
 	store := discovery.NewStore(discovery.New(simnode.NewBuiltin("dgx-h100"), "n", nil), quietLog())
 	rt := timeslice.NewRuntime(timeslice.RuntimeConfig{Inventory: store.Current})
+	lib := simnode.NewBuiltin("dgx-h100")
 	o := mpsOptions{enabled: true, driverRoot: t.TempDir(), root: t.TempDir()}
-	if tasks := o.newMPSTask(false, rt, store, quietLog()); tasks != nil {
-		t.Errorf("no control program: %d tasks, want none", len(tasks))
+	if m := o.newMPSAgent(false, lib, rt, store, quietLog()); m.tasks != nil || m.Root != "" {
+		t.Errorf("no control program: %d tasks, root %q; want none", len(m.tasks), m.Root)
 	}
 	bin := filepath.Join(o.driverRoot, mps.ControlBinary)
 	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
@@ -59,12 +62,12 @@ func TestNewMPSTask(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if tasks := o.newMPSTask(false, rt, store, quietLog()); len(tasks) != 1 || tasks[0].name != "mps" {
-		t.Errorf("with a control program: %v, want the mps task", tasks)
+	if m := o.newMPSAgent(false, lib, rt, store, quietLog()); len(m.tasks) != 1 || m.tasks[0].name != "mps" || m.Root != o.root {
+		t.Errorf("with a control program: %v, root %q; want the mps task and %s", m.tasks, m.Root, o.root)
 	}
 	o.driverRoot = "/"
-	if tasks := o.newMPSTask(true, rt, store, quietLog()); tasks != nil {
-		t.Errorf("simulated with the host's driver root: %d tasks, want none", len(tasks))
+	if m := o.newMPSAgent(true, lib, rt, store, quietLog()); m.tasks != nil || m.Root != "" {
+		t.Errorf("simulated with the host's driver root: %d tasks, root %q; want none", len(m.tasks), m.Root)
 	}
 }
 
@@ -82,6 +85,7 @@ func TestAgentRunsMPSDaemons(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(mpsRoot) })
+	state := filepath.Join(dir, "sim-state.json")
 	sharing := filepath.Join(dir, "sharing.yaml")
 	if err := os.WriteFile(sharing, []byte("devices:\n  \"0\": {replicas: 4}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -94,7 +98,7 @@ func TestAgentRunsMPSDaemons(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, append([]string{"agent"}, agentArgs(dir, "--simulate", "dgx-h100", "--log-level", "error", "--http-addr", "",
-			"--sharing-config", sharing, "--driver-root", driver, "--mps-root", mpsRoot, "--nri-socket", "")...), io.Discard, io.Discard)
+			"--sharing-config", sharing, "--driver-root", driver, "--mps-root", mpsRoot, "--nri-socket", "", "--sim-state-file", state)...), io.Discard, io.Discard)
 	}()
 	stopped := false
 	t.Cleanup(func() {
@@ -114,6 +118,11 @@ func TestAgentRunsMPSDaemons(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(mpsRoot, inv.GPUs[1].UUID)); err == nil {
 		t.Errorf("gpu 1 is not shared but has MPS directories")
 	}
+	// GPU 0 is EXCLUSIVE_PROCESS (the simulated node keeps its compute
+	// modes in its state file), GPU 1 is left as it was.
+	testwait.ForErr(t, 10*time.Second, "gpu 0 exclusive process", func() error {
+		return wantComputeModes(state, map[string]int{inv.GPUs[0].UUID: 3, inv.GPUs[1].UUID: 0})
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("agent stopped with %v", err)
@@ -122,4 +131,35 @@ func TestAgentRunsMPSDaemons(t *testing.T) {
 	if _, err := os.Stat(sock); err == nil {
 		t.Errorf("the daemon still listens after the agent stopped")
 	}
+	if err := wantComputeModes(state, map[string]int{inv.GPUs[0].UUID: 0}); err != nil {
+		t.Errorf("after the agent stopped: %v", err)
+	}
+}
+
+// wantComputeModes checks the compute modes (NVML's numbers) a simulated
+// node's state file holds, by GPU UUID.
+func wantComputeModes(stateFile string, want map[string]int) error {
+	b, err := os.ReadFile(stateFile)
+	if err != nil {
+		return err
+	}
+	var st struct {
+		GPUs []struct {
+			UUID        string `json:"uuid"`
+			ComputeMode int    `json:"computeMode"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	got := map[string]int{}
+	for _, g := range st.GPUs {
+		got[g.UUID] = g.ComputeMode
+	}
+	for u, m := range want {
+		if got[u] != m {
+			return fmt.Errorf("gpu %s compute mode %d, want %d", u, got[u], m)
+		}
+	}
+	return nil
 }

@@ -57,55 +57,61 @@ func (c *cycle) telemetryNotes(items []*view.Item, open func(*view.Node) bool) s
 		n := c.v.Node(name)
 		return n != nil && open(n)
 	}
-	var down []string
+	var down capped
 	for _, d := range c.measured.Down() {
-		if (d.MIG && !mig) || !isOpen(d.Node) {
-			continue
+		if (!d.MIG || mig) && isOpen(d.Node) {
+			down.add(func() string { return fmt.Sprintf("%s on %s unhealthy (%s, from telemetry)", d.Device, d.Node, d.Reason) })
 		}
-		down = append(down, fmt.Sprintf("%s on %s unhealthy (%s, from telemetry)", d.Device, d.Node, d.Reason))
 	}
-	note(&b, down, "")
+	down.write(&b, "; ", "; ", "")
 	if !frac {
 		return b.String()
 	}
-	var over []string
+	var over capped
 	for _, x := range c.measured.Excess() {
 		if isOpen(x.Node) {
-			over = append(over, fmt.Sprintf("%s on %s: tenants use %s of %s, asked %s", x.Device, x.Node,
-				gibString(x.UsedBytes), gibString(x.MemoryBytes), gibString(x.RequestedBytes)))
+			over.add(func() string {
+				return fmt.Sprintf("%s on %s: tenants use %s of %s, asked %s", x.Device, x.Node,
+					gibString(x.UsedBytes), gibString(x.MemoryBytes), gibString(x.RequestedBytes))
+			})
 		}
 	}
-	note(&b, over, " (from telemetry)")
-	var blind []string
+	over.write(&b, "; ", "; ", " (from telemetry)")
+	var blind capped
 	for _, n := range c.v.Nodes() {
 		if len(n.GPUs) > 0 && !c.measured.Reported(n.Name) && open(n) {
-			blind = append(blind, n.Name)
+			blind.add(func() string { return n.Name })
 		}
 	}
-	if len(blind) > 0 {
-		b.WriteString("; no telemetry from ")
-		b.WriteString(listCapped(blind, ", "))
-		b.WriteString(": placed by requests only")
-	}
+	blind.write(&b, "; no telemetry from ", ", ", ": placed by requests only")
 	return b.String()
 }
 
-// note appends "; " and parts (at most maxNotes, then "and N more"),
-// followed by suffix.
-func note(b *strings.Builder, parts []string, suffix string) {
-	if len(parts) == 0 {
-		return
-	}
-	b.WriteString("; ")
-	b.WriteString(listCapped(parts, "; "))
-	b.WriteString(suffix)
+// capped collects up to maxNotes parts of a note, formatted only if shown,
+// and counts the rest.
+type capped struct {
+	parts []string
+	n     int
 }
 
-func listCapped(parts []string, sep string) string {
-	if len(parts) <= maxNotes {
-		return strings.Join(parts, sep)
+func (c *capped) add(f func() string) {
+	if c.n++; c.n <= maxNotes {
+		c.parts = append(c.parts, f())
 	}
-	return fmt.Sprintf("%s and %d more", strings.Join(parts[:maxNotes], sep), len(parts)-maxNotes)
+}
+
+// write appends, if there is a part, lead, the parts joined by sep, "and N
+// more" for the rest, then suffix.
+func (c *capped) write(b *strings.Builder, lead, sep, suffix string) {
+	if c.n == 0 {
+		return
+	}
+	b.WriteString(lead)
+	b.WriteString(strings.Join(c.parts, sep))
+	if c.n > maxNotes {
+		fmt.Fprintf(b, " and %d more", c.n-maxNotes)
+	}
+	b.WriteString(suffix)
 }
 
 // gibString spells bytes in GiB: "40Gi", "12.5Gi".

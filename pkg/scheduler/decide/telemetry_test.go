@@ -126,6 +126,20 @@ func TestTelemetryUnhealthyAvoided(t *testing.T) {
 			t.Errorf("once healthy: placed on %v, want a/%s", got, free)
 		}
 	})
+	t.Run("many: the first three named", func(t *testing.T) {
+		e := newEnv(t)
+		e.node("a", "dgx-h100", nil)
+		for i := range 8 {
+			e.reportGPU("a", int64(i), xid)
+		}
+		e.pod("new", reqs(gpus(1)))
+		w, _ := pendingOf(e.decide(Config{}), "new")
+		want := "gpu-0 on a unhealthy (Xid 79, from telemetry); gpu-1 on a unhealthy (Xid 79, from telemetry); " +
+			"gpu-2 on a unhealthy (Xid 79, from telemetry) and 5 more"
+		if !strings.HasSuffix(w.Message, want) {
+			t.Errorf("new: %q, want it to end with %q", w.Message, want)
+		}
+	})
 	t.Run("MIG slices of an unhealthy GPU", func(t *testing.T) {
 		e := newEnv(t)
 		e.node("a", "dgx-a100", nil, 0, 1)

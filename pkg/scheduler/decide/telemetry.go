@@ -60,7 +60,9 @@ func (c *cycle) telemetryNotes(items []*view.Item, open func(*view.Node) bool) s
 	var down capped
 	for _, d := range c.measured.Down() {
 		if (!d.MIG || mig) && isOpen(d.Node) {
-			down.add(func() string { return fmt.Sprintf("%s on %s unhealthy (%s, from telemetry)", d.Device, d.Node, d.Reason) })
+			down.add(func() string {
+				return fmt.Sprintf("%s on %s unhealthy (%s, from telemetry)", d.Device, d.Node, d.Reason)
+			})
 		}
 	}
 	down.write(&b, "; ", "; ", "")

@@ -6,8 +6,9 @@ import "math/rand/v2"
 // sigmoid-quantized fragmentation gradient against the typical-pod workload,
 // and subtracts, in the same units, what FGD does not see:
 //
-//   - CPU stranding. A node whose free CPU cannot feed its free GPUs at the
-//     workload's CPU-per-GPU ratio (kappa) strands the difference; growth of
+//   - CPU stranding, per GPU model. A node whose free CPU cannot feed its
+//     free GPUs at the CPU-per-GPU ratio (kappa) of the typical pods that
+//     can use its GPU model strands the difference; growth of
 //     that stranded milli-GPU counts like growth of fragmentation (the
 //     sigmoid's slope at zero, [fragUnit] per milli-GPU). This is the term
 //     that wins: a node out of CPU strands its GPUs, and FGD looks only one
@@ -26,12 +27,20 @@ import "math/rand/v2"
 // node order), as for FGD: best-fit tie-breaking, gpud's first version,
 // measured worse.
 //
-// GPU-model constraints enter through the typical-pod distribution, as in
-// FGD: a GPU that constrained typical pods need counts as fragment when an
-// unconstrained pod takes it in a way they cannot use.
+// GPU-model constraints enter every term through which typical pods can use
+// which GPUs. The fragmentation gradient is FGD's measured only over the
+// GPUs each typical pod can use ([Workload.owned]): FGD counts a GPU of a
+// model a constrained typical pod cannot use as that pod's fragment, so
+// taking a GPU of a scarce model looks like less fragmentation and FGD fills
+// the small models first, leaving the pods constrained to them nowhere to
+// go. CPU stranding uses each model's own kappa. No weight was added or
+// changed for this: the terms are the same, their inputs are per model.
 type gpudPolicy struct {
-	frag  *fragMemo
-	kappa float64 // CPU milli per GPU milli of the typical GPU pods
+	frag *fragMemo
+	// kappa is the CPU milli per GPU milli of the typical GPU pods that
+	// can use each class of GPU (index: class id; defaultKappa past the
+	// end), so CPU stranding is per GPU model.
+	kappa []float64
 	gpus  []int
 	one   [1]int
 }
@@ -54,22 +63,26 @@ const (
 )
 
 func newGpudPolicy(w Workload) *gpudPolicy {
-	var cpu, gpu float64
-	for _, t := range w.pods {
-		if t.milli > 0 {
-			cpu += t.freq * float64(t.cpu)
-			gpu += t.freq * float64(t.milli) * float64(t.num)
+	p := &gpudPolicy{frag: newFragMemo(w.owned()), kappa: make([]float64, len(w.classCap))}
+	for id := range p.kappa {
+		var cpu, gpu float64
+		for i := range w.pods {
+			t := &w.pods[i]
+			if t.milli > 0 && t.mask.has(classID(id)) && (t.mig != 0) == w.classMIG[id] {
+				cpu += t.freq * float64(t.cpu)
+				gpu += t.freq * float64(t.milli) * float64(max(t.num, 1))
+			}
+		}
+		p.kappa[id] = defaultKappa
+		if gpu > 0 && cpu > 0 {
+			p.kappa[id] = cpu / gpu
 		}
 	}
-	kappa := defaultKappa
-	if gpu > 0 && cpu > 0 {
-		kappa = cpu / gpu
-	}
-	return &gpudPolicy{frag: newFragMemo(w), kappa: kappa}
+	return p
 }
 
 // defaultKappa is the CPU-per-GPU ratio (CPU milli per GPU milli) assumed
-// when the workload has no GPU pods: 8 cores per GPU.
+// for GPUs no typical GPU pod can use: 8 cores per GPU.
 const defaultKappa = 8.0
 
 func (*gpudPolicy) Name() string { return PolicyGpud }
@@ -80,16 +93,26 @@ func (p *gpudPolicy) score(s *nodeState, r *request) float64 {
 	return sc
 }
 
+// kappaOf is the CPU-per-GPU ratio of the pods that can use class id.
+func (p *gpudPolicy) kappaOf(id classID) float64 {
+	if int(id) < len(p.kappa) {
+		return p.kappa[id]
+	}
+	return defaultKappa
+}
+
 // stranded is the free milli-GPU of a node with gpuFree milli-GPU and
-// cpuFree CPU that the CPU cannot feed at the workload's ratio.
-func (p *gpudPolicy) stranded(gpuFree, cpuFree int64) float64 {
-	return max(0, float64(gpuFree)-float64(cpuFree)/p.kappa)
+// cpuFree CPU that the CPU cannot feed at the ratio of the pods that can
+// use its GPUs (kappa).
+func stranded(kappa float64, gpuFree, cpuFree int64) float64 {
+	return max(0, float64(gpuFree)-float64(cpuFree)/kappa)
 }
 
 // choose returns the node's score for r and, for a fraction, the GPU.
 func (p *gpudPolicy) choose(s *nodeState, r *request) (float64, int) {
 	before := p.frag.node(s)
-	pen := fragUnit * (p.stranded(s.totalFree-r.total, s.cpuFree-r.cpu) - p.stranded(s.totalFree, s.cpuFree))
+	kappa := p.kappaOf(s.model)
+	pen := fragUnit * (stranded(kappa, s.totalFree-r.total, s.cpuFree-r.cpu) - stranded(kappa, s.totalFree, s.cpuFree))
 	if r.num == 0 {
 		pen += cpuOnlyPerGPU * float64(s.totalFree) / MilliPerGPU
 	} else if s.totalFree == s.capMilli {

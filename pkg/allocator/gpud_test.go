@@ -81,3 +81,43 @@ func TestGpudKeepsCPUForGPUs(t *testing.T) {
 		})
 	}
 }
+
+// TestGpudLeavesScarceModels: with pods constrained to each model in
+// proportion to its GPUs, FGD sends an unconstrained pod to the small
+// model (its GPUs count as fragment for every pod constrained elsewhere, so
+// taking them lowers FGD's measure), and the pods constrained to it find it
+// full. gpud measures fragmentation only over the GPUs each pod can use and
+// keeps filling the node it has opened.
+func TestGpudLeavesScarceModels(t *testing.T) {
+	typical := []Request{
+		{CPUMilli: 4000, NumGPU: 1}, {CPUMilli: 4000, NumGPU: 1}, {CPUMilli: 4000, NumGPU: 1},
+		{CPUMilli: 4000, NumGPU: 1}, {CPUMilli: 4000, NumGPU: 1}, {CPUMilli: 4000, NumGPU: 1},
+		{CPUMilli: 4000, NumGPU: 1, Models: []string{"G2"}}, {CPUMilli: 4000, NumGPU: 1, Models: []string{"G2"}},
+		{CPUMilli: 4000, NumGPU: 1, Models: []string{"G2"}}, {CPUMilli: 4000, NumGPU: 1, Models: []string{"T4"}},
+	}
+	fgdT4 := 0
+	for seed := range uint64(16) {
+		for _, pol := range []string{PolicyGpud, PolicyFGD} {
+			c, _ := NewCluster([]Node{node("g2", 96000, "G2", 8), node("t4", 96000, "T4", 2)})
+			fill(t, c, 0, 4000, 0, 1, 2, 3)
+			p, _ := NewPolicy(pol, c.Workload(typical))
+			a := New(c, p, rand.New(rand.NewPCG(seed, 5)))
+			if err := a.SetTieOrder([]int{int(seed % 2), int(1 - seed%2)}); err != nil {
+				t.Fatal(err)
+			}
+			d, err := a.Decide(Request{CPUMilli: 4000, NumGPU: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case pol == PolicyGpud && d.Node != 0:
+				t.Fatalf("seed %d: gpud took the T4, which the T4-only pods need", seed)
+			case pol == PolicyFGD && d.Node == 1:
+				fgdT4++
+			}
+		}
+	}
+	if fgdT4 == 0 {
+		t.Fatal("FGD never took the T4; the case does not show the difference")
+	}
+}

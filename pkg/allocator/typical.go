@@ -26,6 +26,22 @@ type Workload struct {
 	pods []typicalPod
 	// cpuCuts are the distinct CPU requests of the typical pods, ascending.
 	cpuCuts []int64
+	// classCap is the cluster's healthy GPU milli per class id, and
+	// classMIG which classes are in MIG mode.
+	classCap []int64
+	classMIG []bool
+	// own counts, for each typical pod, only the GPUs it can use: GPUs of
+	// a model (or MIG mode) it cannot use are neither its fragment nor
+	// its free GPU. FGD's measure (own false) counts them all as
+	// fragment, which makes taking a GPU of a model that many constrained
+	// pods cannot use look like less fragmentation.
+	own bool
+}
+
+// owned returns w measuring only the GPUs each typical pod can use.
+func (w Workload) owned() Workload {
+	w.own = true
+	return w
 }
 
 // Workload builds the typical-pod distribution of reqs as the FGD simulator
@@ -90,6 +106,19 @@ func (c *Cluster) Workload(reqs []Request) Workload {
 	for i := range w.pods {
 		w.pods[i].freq /= cum
 		w.cpuCuts = append(w.cpuCuts, w.pods[i].cpu)
+	}
+	w.classCap = make([]int64, len(c.classes))
+	w.classMIG = make([]bool, len(c.classes))
+	for id := range c.classes {
+		w.classMIG[id] = c.classes[id].mig
+	}
+	for i := range c.state {
+		s := &c.state[i]
+		for g, id := range s.gpuModel {
+			if s.usable[g] {
+				w.classCap[id] += MilliPerGPU
+			}
+		}
 	}
 	slices.Sort(w.cpuCuts)
 	w.cpuCuts = slices.Compact(w.cpuCuts)
@@ -170,8 +199,12 @@ func (w *Workload) fragMilli(s *nodeState, cpuFree int64, gpuFree []int64) float
 			continue
 		}
 		n := 0
-		var small int64
+		var small, usable int64
 		for g, f := range gpuFree {
+			if w.own && (!s.usable[g] || !t.mask.has(s.gpuModel[g])) {
+				continue
+			}
+			usable += f
 			switch {
 			case !s.usable[g] || !t.mask.has(s.gpuModel[g]):
 				small += f
@@ -190,7 +223,7 @@ func (w *Workload) fragMilli(s *nodeState, cpuFree int64, gpuFree []int64) float
 		if n >= max(t.num, 1) {
 			frag += t.freq * float64(small)
 		} else {
-			frag += t.freq * float64(total)
+			frag += t.freq * float64(usable)
 		}
 	}
 	return frag
@@ -202,6 +235,9 @@ func (w *Workload) fragUniform(model classID, cpuFree int64, gpuFree []int64, to
 	var frag float64
 	for i := range w.pods {
 		t := &w.pods[i]
+		if t.milli != 0 && w.own && (t.mig != 0 || !t.mask.has(model)) {
+			continue // a GPU this pod cannot use is not its fragment
+		}
 		if t.milli == 0 || t.mig != 0 || cpuFree < t.cpu || !t.mask.has(model) {
 			frag += t.freq * float64(total)
 			continue

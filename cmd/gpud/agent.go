@@ -114,7 +114,7 @@ func (s *nodeSources) close(log *slog.Logger) {
 func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode.Node, src *nodeSources, log *slog.Logger) ([]task, error) {
 	metrics := prometheus.NewRegistry()
 	sampler, err := telemetry.NewSampler(lib, src.store.Inventory, telemetry.Attribution{Pods: src.pods, Procs: src.containers, Names: src.podNames},
-		telemetry.Config{Interval: cfg.telemetry.interval, Hostname: src.node}, log.With("component", "telemetry"))
+		telemetry.Config{Interval: cfg.telemetry.sweepInterval(), Hostname: src.node}, log.With("component", "telemetry"))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
@@ -150,6 +150,15 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		{"telemetry", sampler.Run},
 		{"mig", migC.Run},
 		{"sharing", sharingC.Run},
+	}
+	st, err := cfg.telemetry.stream.newStream(streamDeps{node: src.node, inventory: src.store.Current, changed: src.store.InventoryChanged,
+		sharing: src.sharing, snapshot: sampler.Snapshot, metrics: metrics, log: log.With("component", "stream")})
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		src.health.OnXid(st.OnXid)
+		tasks = append(tasks, task{"stream", st.Run})
 	}
 	enforceTasks, enforceStatus, err := cfg.enforce.newEnforceTasks(cfg, src, src.store.Current, log.With("component", "enforce"))
 	if err != nil {

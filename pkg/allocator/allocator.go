@@ -14,7 +14,8 @@ type Allocator struct {
 	rng    *rand.Rand
 	types  map[reqKey]int
 	cache  [][]cached // [type][node]
-	counts map[string]int
+	// fails counts the nodes that failed the filter, by [reasons] index.
+	fails [len(reasons)]int
 	// rank, if set, breaks ties toward the lowest rank instead of at random.
 	rank []int
 	// narrow is [Allocator.variant]'s mask buffer.
@@ -42,7 +43,7 @@ type cached struct {
 // New returns an allocator over c. rng breaks ties and drives random
 // policies; the same seed gives the same decisions.
 func New(c *Cluster, p Policy, rng *rand.Rand) *Allocator {
-	return &Allocator{c: c, p: p, rng: rng, types: map[reqKey]int{}, counts: map[string]int{}}
+	return &Allocator{c: c, p: p, rng: rng, types: map[reqKey]int{}}
 }
 
 // Cluster returns the cluster the allocator places on.
@@ -71,7 +72,7 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 	}
 	_, random := a.p.(randomPolicy)
 	best, n, pick := math.Inf(-1), 0, -1
-	clear(a.counts)
+	clear(a.fails[:])
 	rn := &r
 	var adj request
 	for i := range a.c.state {
@@ -81,7 +82,7 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 			// GPUs of different memory: the best of sizing r for each.
 			var why string
 			if sc, _, why = a.bestVariant(s, &r); why != "" {
-				a.counts[why]++
+				a.fail(why)
 				continue
 			}
 		} else {
@@ -90,7 +91,7 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 				rn = &adj
 			}
 			if why := fit(s, rn); why != "" {
-				a.counts[why]++
+				a.fail(why)
 				continue
 			}
 			if cache != nil && cache[i].version == s.version {
@@ -200,10 +201,39 @@ func (a *Allocator) Place(q Request) (Decision, error) {
 	return d, nil
 }
 
+// reasons are the filter's failure reasons, indexed by [Allocator.fail].
+var reasons = [...]string{ReasonCPU, ReasonMemory, ReasonModel, ReasonGPU, ReasonNoGPU, ReasonMIG, ReasonGPUMemory}
+
+// fail counts a node that failed the filter for why, one of [reasons]:
+// a switch on the constants, not a map update, as most nodes may fail.
+func (a *Allocator) fail(why string) {
+	i := 0
+	switch why {
+	case ReasonCPU:
+	case ReasonMemory:
+		i = 1
+	case ReasonModel:
+		i = 2
+	case ReasonGPU:
+		i = 3
+	case ReasonNoGPU:
+		i = 4
+	case ReasonMIG:
+		i = 5
+	default:
+		i = 6
+	}
+	a.fails[i]++
+}
+
 func (a *Allocator) noFit() error {
-	e := &NoFitError{Reason: "no nodes", Counts: make(map[string]int, len(a.counts))}
+	e := &NoFitError{Reason: "no nodes", Counts: map[string]int{}}
 	most := 0
-	for k, v := range a.counts {
+	for i, v := range a.fails {
+		if v == 0 {
+			continue
+		}
+		k := reasons[i]
 		e.Counts[k] = v
 		if v > most || (v == most && k < e.Reason) {
 			e.Reason, most = k, v

@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto
+.PHONY: k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale
 
 all: build
 
@@ -17,6 +17,13 @@ build:
 ## the Go plugins at go.mod's tool versions).
 proto:
 	./hack/proto.sh
+
+## stream-scale: one telemetry server with 1,000 simulated agents (real
+## clients over mutual TLS, 8 GPUs each, 1 sample/s, in a child process):
+## prints server CPU per 1,000 samples/s and memory per stream, and the
+## agents' CPU and memory; fails above 5% of a core or 50 KiB per stream.
+stream-scale:
+	GPUD_STREAM_SCALE=1000 $(GO) test -count=1 -run '^TestScaleStreams$$' -v ./pkg/stream
 
 ## run: the agent on the embedded simulated DGX H100 (Ctrl-C to stop).
 run: build

@@ -46,7 +46,7 @@ func FuzzAgentMessage(f *testing.F) {
 		if err != nil {
 			return
 		}
-		srv.hello(hello.GetNodeName(), 1, func() {}, hello)
+		srv.hello(hello.GetNodeName(), 1, func(error) {}, hello)
 		if m.GetHello() == nil {
 			_ = srv.apply(hello.GetNodeName(), 1, &m, &known)
 		}

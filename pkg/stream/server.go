@@ -28,9 +28,11 @@ const (
 	// idleIntervals is how many of its intervals a stream may stay silent
 	// (no sample, no event) before the server ends it.
 	idleIntervals = 30
-	// leaderCheck is how often an open stream checks that this replica
-	// still leads.
+	// leaderCheck is how often the server checks that this replica still
+	// leads.
 	leaderCheck = 500 * time.Millisecond
+	// bufferBytes is each connection's read and write buffer.
+	bufferBytes = 8 << 10
 )
 
 // ServerConfig configures a [Server]. Zero values take the documented
@@ -123,6 +125,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ConnectionTimeout(10 * time.Second),
+		// Small per-connection buffers: a stream carries a few KiB a second.
+		grpc.ReadBufferSize(bufferBytes), grpc.WriteBufferSize(bufferBytes), grpc.SharedWriteBuffer(true),
+		grpc.InitialWindowSize(64 << 10), grpc.InitialConnWindowSize(64 << 10),
 	}
 	switch {
 	case certs != nil:
@@ -134,6 +139,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error
 	telemetryv1.RegisterTelemetryServer(g, s)
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(ln) }()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go s.watchLeader(wctx)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("stream server: serve %s: %w", ln.Addr(), err)
@@ -156,7 +164,8 @@ func (s *Server) refuse(reason string, code codes.Code, err error, attrs ...any)
 
 // Stream implements the Telemetry service: Hello, then samples and events
 // until the agent leaves, a message is refused, or this replica stops
-// leading.
+// leading. The Hello and each event are acknowledged; samples are not (a
+// newer one supersedes a lost one), which halves the writes at scale.
 func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, telemetryv1.Ack]) error {
 	if !s.cfg.Ready() {
 		return s.refuse("not-leader", codes.Unavailable, errors.New("this scheduler replica does not lead; reconnect through the Service"))
@@ -165,46 +174,46 @@ func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, te
 	if err != nil {
 		return s.refuse("no-client-certificate", codes.Unauthenticated, err)
 	}
-	msgs := make(chan *telemetryv1.AgentMessage)
-	recvErr := make(chan error, 1)
-	ctx, cancel := context.WithCancel(st.Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(st.Context())
+	defer cancel(nil)
+	// One goroutine receives and applies; this one watches the clock.
+	var last atomic.Int64 // unix nanos of the newest message
+	last.Store(time.Now().UnixNano())
+	type helloMsg struct {
+		h   *telemetryv1.Hello
+		seq uint64
+	}
+	hellos := make(chan helloMsg, 1)
+	errc := make(chan error, 1)
 	go func() {
-		for {
-			m, err := st.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
+		m, err := st.Recv()
+		if err != nil {
+			errc <- err
+			return
 		}
+		if m.GetHello() == nil {
+			errc <- s.refuse("no-hello", codes.InvalidArgument, invalid("first message is not a hello"))
+			return
+		}
+		hellos <- helloMsg{m.GetHello(), m.GetSeq()}
 	}()
-
-	// The Hello.
-	var hello *telemetryv1.Hello
-	var seq uint64
+	var hello helloMsg
+	helloTimer := time.NewTimer(s.cfg.HelloTimeout)
 	select {
-	case m := <-msgs:
-		hello, seq = m.GetHello(), m.GetSeq()
-		if hello == nil {
-			return s.refuse("no-hello", codes.InvalidArgument, invalid("first message is not a hello"))
-		}
-	case err := <-recvErr:
+	case hello = <-hellos:
+		helloTimer.Stop()
+	case err := <-errc:
 		return err
-	case <-time.After(s.cfg.HelloTimeout):
+	case <-helloTimer.C:
 		return s.refuse("no-hello", codes.DeadlineExceeded, fmt.Errorf("no hello within %s", s.cfg.HelloTimeout))
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	known, err := validateHello(hello, s.cfg.MaxDevices)
+	known, err := validateHello(hello.h, s.cfg.MaxDevices)
 	if err != nil {
 		return s.refuse("invalid", codes.InvalidArgument, err)
 	}
-	node := hello.GetNodeName()
+	node := hello.h.GetNodeName()
 	if cert != nil && !certAllows(cert, node) {
 		return s.refuse("wrong-node", codes.PermissionDenied,
 			fmt.Errorf("certificate of %v may not report for node %q", certNames(cert), node), "node", node)
@@ -215,41 +224,79 @@ func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, te
 	}
 	defer s.streams.Add(-1)
 	gen := s.gen.Add(1)
-	interval := time.Duration(hello.GetIntervalMillis()) * time.Millisecond
-	s.hello(node, gen, cancel, hello)
+	interval := time.Duration(hello.h.GetIntervalMillis()) * time.Millisecond
+	s.hello(node, gen, cancel, hello.h)
 	defer s.gone(node, gen)
-	if err := st.Send(&telemetryv1.Ack{Seq: seq}); err != nil {
+	if err := st.Send(&telemetryv1.Ack{Seq: hello.seq}); err != nil {
 		return err
 	}
-
-	idle := time.NewTimer(idleIntervals * interval)
-	defer idle.Stop()
-	leader := time.NewTicker(leaderCheck)
-	defer leader.Stop()
+	go func() {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			last.Store(time.Now().UnixNano())
+			if err := s.apply(node, gen, m, &known); err != nil {
+				errc <- s.refuse("invalid", codes.InvalidArgument, err, "node", node)
+				return
+			}
+			if m.GetEvent() != nil {
+				if err := st.Send(&telemetryv1.Ack{Seq: m.GetSeq()}); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}
+	}()
+	idle := idleIntervals * interval
+	check := time.NewTicker(idle / 2)
+	defer check.Stop()
 	for {
 		select {
-		case m := <-msgs:
-			if err := s.apply(node, gen, m, &known); err != nil {
-				return s.refuse("invalid", codes.InvalidArgument, err, "node", node)
-			}
-			if err := st.Send(&telemetryv1.Ack{Seq: m.GetSeq()}); err != nil {
-				return err
-			}
-			idle.Reset(idleIntervals * interval)
-		case err := <-recvErr:
+		case err := <-errc:
 			return err
-		case <-idle.C:
-			return status.Errorf(codes.DeadlineExceeded, "no message from node %s for %d intervals", node, idleIntervals)
-		case <-leader.C:
-			if !s.cfg.Ready() {
-				return status.Error(codes.Unavailable, "this scheduler replica stopped leading; reconnect through the Service")
+		case <-check.C:
+			if time.Since(time.Unix(0, last.Load())) > idle {
+				return status.Errorf(codes.DeadlineExceeded, "no message from node %s for %d intervals", node, idleIntervals)
 			}
 		case <-ctx.Done():
-			if ctx.Err() != nil && st.Context().Err() == nil {
+			switch cause := context.Cause(ctx); {
+			case errors.Is(cause, errReplaced):
 				return status.Error(codes.Aborted, "a newer stream for this node replaced this one")
+			case errors.Is(cause, errNotLeader):
+				return status.Error(codes.Unavailable, "this scheduler replica stopped leading; reconnect through the Service")
 			}
 			return ctx.Err()
 		}
+	}
+}
+
+var (
+	errReplaced  = errors.New("replaced by a newer stream")
+	errNotLeader = errors.New("stopped leading")
+)
+
+// watchLeader ends every open stream within leaderCheck of Ready turning
+// false, until ctx ends.
+func (s *Server) watchLeader(ctx context.Context) {
+	t := time.NewTicker(leaderCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.cfg.Ready() {
+			continue
+		}
+		s.mu.Lock()
+		for _, n := range s.nodes {
+			n.cancel(errNotLeader)
+		}
+		s.mu.Unlock()
 	}
 }
 

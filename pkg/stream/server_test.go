@@ -118,15 +118,16 @@ func TestServerCertRotationKeepsStreams(t *testing.T) {
 	testwait.For(t, 10*time.Second, "the scheduler to serve the rotated certificate", func() bool {
 		return servedSerial(t, addr, p) != before
 	})
-	// The stream accepted before the rotation still carries samples.
-	for seq := uint64(2); seq < 4; seq++ {
-		if err := st.Send(&telemetryv1.AgentMessage{Seq: seq, Kind: &telemetryv1.AgentMessage_Samples{Samples: testSamples(seq << 30)}}); err != nil {
-			t.Fatalf("send on the old stream: %v", err)
-		}
-		ack, err := st.Recv()
-		if err != nil || ack.GetSeq() != seq {
-			t.Fatalf("ack on the old stream = %v, %v; want %d", ack, err, seq)
-		}
+	// The stream accepted before the rotation still carries samples (not
+	// acknowledged) and events (acknowledged).
+	if err := st.Send(&telemetryv1.AgentMessage{Seq: 2, Kind: &telemetryv1.AgentMessage_Samples{Samples: testSamples(3 << 30)}}); err != nil {
+		t.Fatalf("send on the old stream: %v", err)
+	}
+	if err := st.Send(&telemetryv1.AgentMessage{Seq: 3, Kind: &telemetryv1.AgentMessage_Event{Event: &telemetryv1.Event{Kind: telemetryv1.Event_KIND_XID, DeviceUuid: testGPU, Xid: 13}}}); err != nil {
+		t.Fatalf("send on the old stream: %v", err)
+	}
+	if ack, err := st.Recv(); err != nil || ack.GetSeq() != 3 {
+		t.Fatalf("ack on the old stream = %v, %v; want 3", ack, err)
 	}
 	if got := srv.Telemetry(time.Now(), 3)["node-a"].Devices[testGPU].MemoryUsedBytes; got != 3<<30 {
 		t.Errorf("memory used %d after the rotation, want %d", got, 3<<30)
@@ -186,9 +187,9 @@ func TestHealthEventsOverrideUntilHealthy(t *testing.T) {
 	if err := st.Send(&telemetryv1.AgentMessage{Seq: 4, Kind: &telemetryv1.AgentMessage_Samples{Samples: testSamples(1)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	testwait.For(t, 5*time.Second, "the sample", func() bool {
+		return srv.Telemetry(time.Now(), 3)["node-a"].Devices[testGPU].MemoryUsedBytes == 1
+	})
 	if un, _ := dev(); !un {
 		t.Fatal("a sample cleared the health override")
 	}
@@ -268,7 +269,7 @@ func TestOnlyTheLeaderTakesStreams(t *testing.T) {
 func TestStaleNodesAreLeftOut(t *testing.T) {
 	now := time.Unix(1000, 0)
 	srv := newTestServer(t, ServerConfig{Now: func() time.Time { return now }})
-	srv.hello("node-a", 1, func() {}, &telemetryv1.Hello{IntervalMillis: 1000, Devices: testHello().Devices})
+	srv.hello("node-a", 1, func(error) {}, &telemetryv1.Hello{IntervalMillis: 1000, Devices: testHello().Devices})
 	if _, ok := srv.Telemetry(now.Add(3*time.Second), 3)["node-a"]; !ok {
 		t.Fatal("a node 3 intervals old is left out")
 	}

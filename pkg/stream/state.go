@@ -12,8 +12,8 @@ import (
 // nodeState is the newest state one node streamed, kept while its stream
 // is open.
 type nodeState struct {
-	gen      uint64             // the stream that owns it
-	cancel   context.CancelFunc // ends that stream
+	gen      uint64                  // the stream that owns it
+	cancel   context.CancelCauseFunc // ends that stream, with why
 	received time.Time
 	interval time.Duration
 	devices  map[string]*deviceState
@@ -69,13 +69,13 @@ func (n *nodeState) setDevices(devs []*telemetryv1.Device) bool {
 
 // hello starts the state of node for stream gen, ending an older stream
 // of the same node.
-func (s *Server) hello(node string, gen uint64, cancel context.CancelFunc, h *telemetryv1.Hello) {
+func (s *Server) hello(node string, gen uint64, cancel context.CancelCauseFunc, h *telemetryv1.Hello) {
 	n := &nodeState{gen: gen, cancel: cancel, received: s.cfg.Now(), interval: time.Duration(h.GetIntervalMillis()) * time.Millisecond}
 	s.mu.Lock()
 	old := s.nodes[node]
 	if old != nil {
 		n.devices = old.devices
-		old.cancel()
+		old.cancel(errReplaced)
 	}
 	changed := n.setDevices(h.GetDevices())
 	s.nodes[node] = n

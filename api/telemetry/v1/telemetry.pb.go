@@ -844,7 +844,7 @@ func (x *Event) GetCount() uint32 {
 	return 0
 }
 
-// Ack acknowledges the agent's messages up to seq.
+// Ack acknowledges the agent's Hello or Events up to seq.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`

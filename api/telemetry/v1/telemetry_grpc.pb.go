@@ -35,9 +35,10 @@ const (
 // Telemetry is served by the leading scheduler replica.
 type TelemetryClient interface {
 	// Stream is one agent's stream. The first message must be a Hello; the
-	// scheduler answers each message it accepted with an Ack, and ends the
-	// stream with an error on a message it refuses (wrong node, bad values)
-	// or when it stops leading.
+	// scheduler acknowledges the Hello and each Event (samples are not
+	// acknowledged: a newer one supersedes a lost one), and ends the stream
+	// with an error on a message it refuses (wrong node, bad values) or when
+	// it stops leading.
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AgentMessage, Ack], error)
 }
 
@@ -69,9 +70,10 @@ type Telemetry_StreamClient = grpc.BidiStreamingClient[AgentMessage, Ack]
 // Telemetry is served by the leading scheduler replica.
 type TelemetryServer interface {
 	// Stream is one agent's stream. The first message must be a Hello; the
-	// scheduler answers each message it accepted with an Ack, and ends the
-	// stream with an error on a message it refuses (wrong node, bad values)
-	// or when it stops leading.
+	// scheduler acknowledges the Hello and each Event (samples are not
+	// acknowledged: a newer one supersedes a lost one), and ends the stream
+	// with an error on a message it refuses (wrong node, bad values) or when
+	// it stops leading.
 	Stream(grpc.BidiStreamingServer[AgentMessage, Ack]) error
 	mustEmbedUnimplementedTelemetryServer()
 }

@@ -78,6 +78,61 @@ func TestMeasureHealth(t *testing.T) {
 	}
 }
 
+// TestMeasureMIGDevice: a MIG device reported unhealthy (an existing one,
+// published with its own uuid) is left out alone; its GPU's other MIG
+// devices still take pods.
+func TestMeasureMIGDevice(t *testing.T) {
+	c := newCluster(t)
+	const down = "MIG-0000-test"
+	var name string
+	for i, sl := range c.in.Slices {
+		if sl.Spec.Pool.Name != "a100-a" || name != "" {
+			continue
+		}
+		sl = sl.DeepCopy()
+		for k := range sl.Spec.Devices {
+			d := &sl.Spec.Devices[k]
+			if p := d.Attributes["profile"].StringValue; p != nil && *p == "1g.5gb" && name == "" {
+				u := down
+				d.Attributes["uuid"] = resourceapi.DeviceAttribute{StringValue: &u}
+				name = d.Name
+			}
+		}
+		c.in.Slices[i] = sl
+	}
+	if name == "" {
+		t.Fatal("no 1g.5gb MIG device on a100-a")
+	}
+	v := c.build(t)
+	m := v.Measure(map[string]map[string]DeviceReport{"a100-a": {down: {Unhealthy: true, Reason: "Xid 94"}}}, MeasureConfig{})
+	if want := []DownDevice{{Node: "a100-a", Device: name, Reason: "Xid 94", MIG: true}}; !slices.Equal(m.Down(), want) {
+		t.Errorf("Down() = %+v, want %+v", m.Down(), want)
+	}
+	// fill places 1g.5gb slices until none fits, never on the device
+	// reported down.
+	fill := func(v *View, m *Measured) int {
+		opt := Options{Measured: m, NodeFilter: onlyNode("a100-a")}
+		placed := 0
+		for {
+			a, err := place(t, v, opt, claim("m"+strconv.Itoa(placed), migReq("mig", "1g.5gb")))
+			if err != nil {
+				return placed
+			}
+			if got := a[0].Result.Devices.Results[0].Device; got == name && m != nil {
+				t.Fatalf("placed on %s, reported unhealthy", got)
+			}
+			if err := v.Assume(a...); err != nil {
+				t.Fatal(err)
+			}
+			placed++
+		}
+	}
+	with, without := fill(v, m), fill(c.build(t), nil)
+	if with != without-1 {
+		t.Errorf("%d 1g.5gb slices placed with %s reported unhealthy, %d without: want one fewer", with, name, without)
+	}
+}
+
 // TestMeasureMemory: a shared GPU's measured use above its requests
 // closes it to fractions beyond the real free memory; with overcommit, a
 // use below them opens it up to the measured free memory less the margin,

@@ -9,11 +9,11 @@ import (
 // Allocator decides placements on a [Cluster] with one [Policy]. It is not
 // safe for concurrent use.
 type Allocator struct {
-	c      *Cluster
-	p      Policy
-	rng    *rand.Rand
-	types  map[reqKey]int
-	cache  [][]cached // [type][node]
+	c     *Cluster
+	p     Policy
+	rng   *rand.Rand
+	types map[reqKey]int
+	cache [][]cached // [type][node]
 	// fails counts the nodes that failed the filter, by [reasons] index.
 	fails [len(reasons)]int
 	// rank, if set, breaks ties toward the lowest rank instead of at random.

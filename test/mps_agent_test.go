@@ -150,8 +150,9 @@ func TestMPSAgentEnforcesLimits(t *testing.T) {
 			t.Errorf("Allocate env %s = %q, want %q", k, r.Envs[k], v)
 		}
 	}
-	if len(r.Mounts) != 1 || r.Mounts[0].HostPath != pipe || r.Mounts[0].ContainerPath != mps.ContainerPipeDir {
-		t.Fatalf("Allocate mounts = %v, want %s at %s", r.Mounts, pipe, mps.ContainerPipeDir)
+	if len(r.Mounts) != 2 || r.Mounts[0].HostPath != pipe || r.Mounts[0].ContainerPath != mps.ContainerPipeDir ||
+		r.Mounts[1].HostPath != mps.ShmDir(mpsRoot) || r.Mounts[1].ContainerPath != "/dev/shm" {
+		t.Fatalf("Allocate mounts = %v, want %s at %s and the daemons' shm at /dev/shm", r.Mounts, pipe, mps.ContainerPipeDir)
 	}
 	spec, err := os.ReadFile(filepath.Join(cdiDir, "gpud-nvidia.com-gpu.json"))
 	if err != nil || !strings.Contains(string(spec), pipe) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -30,7 +31,7 @@ type mpsOptions struct {
 func (o *mpsOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.enabled, "mps", true, "run and supervise one MPS control daemon per shared GPU (where <driver-root>/"+mps.ControlBinary+" exists; otherwise the agent says so once and runs without)")
 	fs.StringVar(&o.driverRoot, "driver-root", "/", "the host driver's root, where the MPS control program is")
-	fs.StringVar(&o.root, "mps-root", mps.DefaultRoot, "each shared GPU's MPS pipe and log directories go to <dir>/<gpu-uuid>/{pipe,log}")
+	fs.StringVar(&o.root, "mps-root", mps.DefaultRoot, "each shared GPU's MPS pipe and log directories go to <dir>/<gpu-uuid>/{pipe,log}, the daemons' shared memory to <dir>/shm; containers mount them from the host, so the agent must see this dir at the host's path, and <dir>/shm at its /dev/shm")
 }
 
 // mpsAgent is the MPS part of the agent: the supervisor and the compute
@@ -79,6 +80,7 @@ func (o *mpsOptions) newMPSAgent(simulated bool, lib nvml.Interface, sharing *ti
 		log.Warn("mps not available", "err", err)
 		return m
 	}
+	checkShm(root, log)
 	modes := computemode.New(lib, computemode.Config{StateDir: root}, log)
 	run := func(ctx context.Context) error {
 		g, gctx := errgroup.WithContext(ctx)
@@ -97,6 +99,27 @@ func (o *mpsOptions) newMPSAgent(simulated bool, lib nvml.Interface, sharing *ti
 	}
 	m.Root, m.tasks = root, []task{{"mps", run}}
 	return m
+}
+
+// agentShm is the agent's own /dev/shm, where the daemons it starts keep
+// the shared memory their clients map.
+const agentShm = "/dev/shm"
+
+// checkShm says once when the daemons' /dev/shm is not <root>/shm, which
+// containers sharing a GPU mount as theirs: their CUDA clients would then
+// not reach the servers' shared memory. The DaemonSet mounts it.
+func checkShm(root string, log *slog.Logger) {
+	shm := mps.ShmDir(root)
+	if err := os.MkdirAll(shm, 0o755); err != nil {
+		log.Warn("mps shared memory dir not created", "dir", shm, "err", err)
+		return
+	}
+	a, errA := os.Stat(agentShm)
+	b, errB := os.Stat(shm)
+	if errA != nil || errB != nil || !os.SameFile(a, b) {
+		log.Warn("mps clients in other containers cannot reach the daemons' shared memory", "agent_shm", agentShm, "client_shm", shm,
+			"fix", "mount the host's "+shm+" at the agent's "+agentShm+" (the DaemonSet does)")
+	}
 }
 
 // follow keeps the supervisor and the compute modes on the shared GPUs:

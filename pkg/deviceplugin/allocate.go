@@ -77,8 +77,9 @@ func allocate(set *deviceSet, strategy, mpsRoot string, req *pluginapi.AllocateR
 
 // mpsMount mounts the pipe directory of the container's first shared unit
 // at [mps.ContainerPipeDir] and points CUDA_MPS_PIPE_DIRECTORY there: a
-// CUDA client talks to one daemon, and each GPU has its own. The
-// directory is created if the daemon has not started yet, since a bind
+// CUDA client talks to one daemon, and each GPU has its own. It also
+// mounts the daemons' shared memory ([mps.ShmDir]) at /dev/shm. The
+// directories are created if the daemon has not started yet, since a bind
 // mount of a missing directory fails the container. The CDI spec carries
 // the same edit for runtimes that apply it; CDI replaces a mount at the
 // same path, so the two do not stack.
@@ -91,11 +92,14 @@ func mpsMount(set *deviceSet, mpsRoot string, ids []string, r *pluginapi.Contain
 		if d.Replica < 0 {
 			continue
 		}
-		dir := mps.PipeDir(mpsRoot, d.Unit)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return status.Errorf(codes.Internal, "%s: device %q: create its MPS pipe directory %s (check --mps-root): %v", set.resource, id, dir, err)
+		dir, shm := mps.PipeDir(mpsRoot, d.Unit), mps.ShmDir(mpsRoot)
+		for _, p := range []string{dir, shm} {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return status.Errorf(codes.Internal, "%s: device %q: create MPS directory %s (check --mps-root): %v", set.resource, id, p, err)
+			}
 		}
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: mps.ContainerPipeDir, HostPath: dir})
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: mps.ContainerPipeDir, HostPath: dir},
+			&pluginapi.Mount{ContainerPath: mps.ContainerShmDir, HostPath: shm})
 		r.Envs[envMPSPipeDir] = mps.ContainerPipeDir
 		return nil
 	}

@@ -72,7 +72,7 @@ func buildCDISpec(sets map[string]*deviceSet, mpsRoot string) *cdispec.Spec {
 				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", ci)})
 		}
 		if shared[u] && mpsRoot != "" {
-			mpsEdits(&edits, mps.PipeDir(mpsRoot, u))
+			mpsEdits(&edits, mpsRoot, u)
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: u, ContainerEdits: edits})
 	}
@@ -83,12 +83,14 @@ func buildCDISpec(sets map[string]*deviceSet, mpsRoot string) *cdispec.Spec {
 }
 
 // mpsEdits mounts a GPU's MPS pipe directory (read-write: clients create
-// their sockets there) at [mps.ContainerPipeDir] and sets
-// CUDA_MPS_PIPE_DIRECTORY, so a container's CUDA_MPS_* limits reach the
-// GPU's control daemon.
-func mpsEdits(edits *cdispec.ContainerEdits, hostPipeDir string) {
-	edits.Mounts = append(edits.Mounts, &cdispec.Mount{HostPath: hostPipeDir, ContainerPath: mps.ContainerPipeDir,
-		Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+// their sockets there) at [mps.ContainerPipeDir] and the daemons' shared
+// memory at /dev/shm, and sets CUDA_MPS_PIPE_DIRECTORY, so a container's
+// CUDA_MPS_* limits reach the GPU's control daemon.
+func mpsEdits(edits *cdispec.ContainerEdits, mpsRoot, uuid string) {
+	opts := []string{"rbind", "rw", "nosuid", "nodev"}
+	edits.Mounts = append(edits.Mounts,
+		&cdispec.Mount{HostPath: mps.PipeDir(mpsRoot, uuid), ContainerPath: mps.ContainerPipeDir, Type: "bind", Options: opts},
+		&cdispec.Mount{HostPath: mps.ShmDir(mpsRoot), ContainerPath: mps.ContainerShmDir, Type: "bind", Options: opts})
 	edits.Env = append(edits.Env, mps.EnvPipeDirectory+"="+mps.ContainerPipeDir)
 }
 

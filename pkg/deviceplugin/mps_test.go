@@ -37,8 +37,10 @@ func TestAllocateMountsMPSPipe(t *testing.T) {
 	}
 	r := resp.ContainerResponses[0]
 	pipe := filepath.Join(root, "GPU-0000", "pipe")
-	if len(r.Mounts) != 1 || r.Mounts[0].HostPath != pipe || r.Mounts[0].ContainerPath != "/tmp/nvidia-mps" || r.Mounts[0].ReadOnly {
-		t.Errorf("mounts = %v, want %s read-write at /tmp/nvidia-mps", r.Mounts, pipe)
+	shm := filepath.Join(root, "shm")
+	if len(r.Mounts) != 2 || r.Mounts[0].HostPath != pipe || r.Mounts[0].ContainerPath != "/tmp/nvidia-mps" || r.Mounts[0].ReadOnly ||
+		r.Mounts[1].HostPath != shm || r.Mounts[1].ContainerPath != "/dev/shm" || r.Mounts[1].ReadOnly {
+		t.Errorf("mounts = %v, want %s at /tmp/nvidia-mps and %s at /dev/shm, read-write", r.Mounts, pipe, shm)
 	}
 	// Two replicas: 2 x 25% of the SMs and 2 x 20 GiB.
 	want := map[string]string{
@@ -51,8 +53,10 @@ func TestAllocateMountsMPSPipe(t *testing.T) {
 			t.Errorf("env %s = %q, want %q (all: %v)", k, r.Envs[k], v, r.Envs)
 		}
 	}
-	if fi, err := os.Stat(pipe); err != nil || !fi.IsDir() {
-		t.Errorf("the pipe directory was not created before the daemon: %v", err)
+	for _, d := range []string{pipe, shm} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Errorf("%s was not created before the daemon: %v", d, err)
+		}
 	}
 
 	// A whole GPU gets no MPS edits; nor does a replica without an MPS root.
@@ -90,8 +94,9 @@ func TestCDISpecMPSEdits(t *testing.T) {
 		byName[d.Name] = d.ContainerEdits
 	}
 	shared := byName["GPU-0000"]
-	if len(shared.Mounts) != 1 || shared.Mounts[0].HostPath != "/run/gpud/mps/GPU-0000/pipe" || shared.Mounts[0].ContainerPath != "/tmp/nvidia-mps" {
-		t.Errorf("shared GPU mounts = %+v, want its pipe dir at /tmp/nvidia-mps", shared.Mounts)
+	if len(shared.Mounts) != 2 || shared.Mounts[0].HostPath != "/run/gpud/mps/GPU-0000/pipe" || shared.Mounts[0].ContainerPath != "/tmp/nvidia-mps" ||
+		shared.Mounts[1].HostPath != "/run/gpud/mps/shm" || shared.Mounts[1].ContainerPath != "/dev/shm" {
+		t.Errorf("shared GPU mounts = %+v, want its pipe dir at /tmp/nvidia-mps and the daemons' shm at /dev/shm", shared.Mounts)
 	}
 	if !slices.Contains(shared.Mounts[0].Options, "rbind") || !slices.Contains(shared.Env, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps") {
 		t.Errorf("shared GPU edits = %+v, want a bind mount and CUDA_MPS_PIPE_DIRECTORY", shared)

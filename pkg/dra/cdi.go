@@ -53,7 +53,8 @@ func migCapMinor(gpuMinor, gi, ci int) (giMinor, ciMinor int) {
 // its device nodes, and for a fraction its MPS limits as environment and,
 // with mpsRoot set (the agent's --mps-root, where the GPUs' MPS daemons
 // run), its GPU's pipe directory mounted at [mps.ContainerPipeDir] with
-// CUDA_MPS_PIPE_DIRECTORY pointing there.
+// CUDA_MPS_PIPE_DIRECTORY pointing there, and the daemons' shared memory
+// ([mps.ShmDir]) at /dev/shm.
 func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
 	for _, p := range commonNodes {
@@ -82,8 +83,10 @@ func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string) (*c
 				edits.Env = append(edits.Env, k+"="+env[k])
 			}
 			if mpsRoot != "" {
-				edits.Mounts = append(edits.Mounts, &cdispec.Mount{HostPath: mps.PipeDir(mpsRoot, d.Device.GPUUUID),
-					ContainerPath: mps.ContainerPipeDir, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+				opts := []string{"rbind", "rw", "nosuid", "nodev"}
+				edits.Mounts = append(edits.Mounts,
+					&cdispec.Mount{HostPath: mps.PipeDir(mpsRoot, d.Device.GPUUUID), ContainerPath: mps.ContainerPipeDir, Type: "bind", Options: opts},
+					&cdispec.Mount{HostPath: mps.ShmDir(mpsRoot), ContainerPath: mps.ContainerShmDir, Type: "bind", Options: opts})
 				edits.Env = append(edits.Env, mps.EnvPipeDirectory+"="+mps.ContainerPipeDir)
 			}
 		}
@@ -95,7 +98,7 @@ func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string) (*c
 	return spec, nil
 }
 
-// mkMPSPipeDirs creates the pipe directories a claim's fractions mount,
+// mkMPSPipeDirs creates the MPS directories a claim's fractions mount,
 // if their daemons have not yet: a bind mount of a missing directory
 // fails the container.
 func mkMPSPipeDirs(mpsRoot string, devs []PreparedDevice) error {
@@ -106,9 +109,10 @@ func mkMPSPipeDirs(mpsRoot string, devs []PreparedDevice) error {
 		if !d.Fraction() {
 			continue
 		}
-		dir := mps.PipeDir(mpsRoot, d.Device.GPUUUID)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("device %q: create its MPS pipe directory %s (check --mps-root): %w", d.Device.Name, dir, err)
+		for _, dir := range []string{mps.PipeDir(mpsRoot, d.Device.GPUUUID), mps.ShmDir(mpsRoot)} {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("device %q: create MPS directory %s (check --mps-root): %w", d.Device.Name, dir, err)
+			}
 		}
 	}
 	return nil

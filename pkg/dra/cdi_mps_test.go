@@ -32,13 +32,16 @@ func TestPrepareFractionMountsMPSPipe(t *testing.T) {
 	if !slices.Equal(edits.Env, want) {
 		t.Errorf("env = %v, want %v", edits.Env, want)
 	}
-	pipe := filepath.Join(root, gpu0, "pipe")
-	if len(edits.Mounts) != 1 || edits.Mounts[0].HostPath != pipe || edits.Mounts[0].ContainerPath != "/tmp/nvidia-mps" ||
-		!slices.Contains(edits.Mounts[0].Options, "rbind") || !slices.Contains(edits.Mounts[0].Options, "rw") {
-		t.Errorf("mounts = %+v, want %s bound read-write at /tmp/nvidia-mps", edits.Mounts, pipe)
+	pipe, shm := filepath.Join(root, gpu0, "pipe"), filepath.Join(root, "shm")
+	if len(edits.Mounts) != 2 || edits.Mounts[0].HostPath != pipe || edits.Mounts[0].ContainerPath != "/tmp/nvidia-mps" ||
+		!slices.Contains(edits.Mounts[0].Options, "rbind") || !slices.Contains(edits.Mounts[0].Options, "rw") ||
+		edits.Mounts[1].HostPath != shm || edits.Mounts[1].ContainerPath != "/dev/shm" {
+		t.Errorf("mounts = %+v, want %s bound read-write at /tmp/nvidia-mps and %s at /dev/shm", edits.Mounts, pipe, shm)
 	}
-	if fi, err := os.Stat(pipe); err != nil || !fi.IsDir() {
-		t.Errorf("pipe directory not created at prepare (a bind mount of a missing one fails the container): %v", err)
+	for _, d := range []string{pipe, shm} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Errorf("%s not created at prepare (a bind mount of a missing one fails the container): %v", d, err)
+		}
 	}
 
 	if _, err := prepareOne(t, p, claim("w", "w", alloc{pool: e.name, device: "gpu-1"})); err != nil {
@@ -63,7 +66,7 @@ func TestPrepareFractionBadMPSRoot(t *testing.T) {
 	}
 	_, err = prepareOne(t, p, claim("a", "a", alloc{pool: e.name, device: "gpu-0", shareID: "s-a",
 		capacity: map[resourceapi.QualifiedName]string{"memory": "20Gi"}}))
-	if err == nil || !strings.Contains(err.Error(), "MPS pipe directory "+file) {
-		t.Errorf("prepare under a file as MPS root = %v, want an error naming the pipe directory", err)
+	if err == nil || !strings.Contains(err.Error(), "MPS directory "+file) {
+		t.Errorf("prepare under a file as MPS root = %v, want an error naming the directory", err)
 	}
 }

@@ -45,6 +45,18 @@ const EnvPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
 // [ContainerPipeDir].
 func PipeDir(root, uuid string) string { return filepath.Join(root, uuid, "pipe") }
 
+// ShmDir is the directory under root (the agent's --mps-root) that the
+// daemons and their clients share as /dev/shm: MPS servers and clients
+// exchange shared memory there besides the pipe directory's sockets, so a
+// client in another container must see the daemon's /dev/shm. The agent's
+// DaemonSet mounts it at the agent's /dev/shm (where the daemons it starts
+// create their segments); containers sharing a GPU mount it at
+// [ContainerShmDir]. One per node, like the agent's /dev/shm.
+func ShmDir(root string) string { return filepath.Join(root, "shm") }
+
+// ContainerShmDir is where a container sharing a GPU mounts [ShmDir].
+const ContainerShmDir = "/dev/shm"
+
 // ControlBinary is the driver's MPS control program, relative to the
 // driver root.
 const ControlBinary = "usr/bin/nvidia-cuda-mps-control"

@@ -1,0 +1,289 @@
+package test
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
+	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/pkg/stream"
+	"github.com/gpud/gpud/test/k8senv"
+)
+
+// The telemetry stream end-to-end test: a real kube-apiserver, a simulated
+// DGX H100 node whose DRA agent (a `gpud agent` process) publishes its
+// ResourceSlices, a `gpud scheduler` process with --telemetry-addr over
+// mutual TLS (certificates made here), and the node's telemetry half in
+// this process on a simulated node of the same profile (same GPU UUIDs),
+// so that the test can inject an Xid and GPU memory use into it: discovery
+// store, NVML health monitor and a stream.Client. The DRA agent process
+// never sees the Xid, so its ResourceSlices stay healthy: whatever keeps
+// the next pod off the GPU came through the stream.
+
+const streamInterval = 500 * time.Millisecond
+
+func TestTelemetryStreamEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kube-apiserver, a gpud agent and a gpud scheduler")
+	}
+	bin := buildGpud(t)
+	env := k8senv.Start(t, k8senv.WithoutScheduler())
+	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
+		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
+			if _, err := env.Client.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
+			}
+		}
+	}
+	kubeconfig := schedulerIdentity(t, env)
+	const node = "dgx-h100" // the simulated profile's name: its GPU UUIDs derive from it
+	startSchedAgent(t, env, bin, &schedNode{name: node, profile: "dgx-h100"})
+	testwait.For(t, schedTimeout, "the agent's ResourceSlices", func() bool { return len(draDevices(t, env, node)) >= 8 })
+
+	// Certificates: a CA, the scheduler's (127.0.0.1) and the node's.
+	dir := shortDir(t)
+	ca, err := stream.NewCA("gpud-telemetry-test", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caFile := write("ca.crt", ca.CertPEM)
+	issue := func(name string, leaf stream.Leaf) stream.CertFiles {
+		leaf.NotBefore, leaf.Validity = time.Now(), time.Hour
+		c, k, err := ca.Issue(leaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stream.CertFiles{Cert: write(name+".crt", c), Key: write(name+".key", k), CA: caFile}
+	}
+	server := issue("scheduler", stream.Leaf{CommonName: "gpud-scheduler", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
+	agentFiles := issue("node", stream.Leaf{CommonName: stream.NodeCommonNamePrefix + node, Client: true})
+
+	telAddr := k8senv.FreeAddr(t)
+	sched := startTelemetryScheduler(t, bin, filepath.Join(dir, "sched"), kubeconfig, "--telemetry-addr", telAddr,
+		"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-ca", server.CA)
+	testwait.For(t, schedTimeout, "the scheduler to lead", sched.ready)
+
+	// The node's telemetry half, on its own simulated node.
+	sim, store := startTelemetryAgent(t, node, telAddr, agentFiles)
+	testwait.ForErr(t, 30*time.Second, "the scheduler's telemetry metrics for the node", func() error {
+		m := scrape(t, sched.addr)
+		for _, want := range []string{"gpud_scheduler_telemetry_streams 1", `gpud_scheduler_telemetry_age_seconds{node="` + node + `"}`} {
+			if !strings.Contains(m, want) {
+				return errorString("no " + want)
+			}
+		}
+		return nil
+	})
+
+	devices := draDevices(t, env, node)
+	gpuOf := func(pod string) (uuid string, index int) {
+		t.Helper()
+		cl, err := env.Client.ResourceV1().ResourceClaims(metav1.NamespaceDefault).Get(t.Context(), pod, metav1.GetOptions{})
+		if err != nil || cl.Status.Allocation == nil || len(cl.Status.Allocation.Devices.Results) != 1 {
+			t.Fatalf("claim %s: %v, %+v", pod, err, cl.Status)
+		}
+		uuid = draAttr(devices[cl.Status.Allocation.Devices.Results[0].Device], "uuid")
+		for _, g := range store.Current().GPUs {
+			if g.UUID == uuid {
+				return uuid, g.Index
+			}
+		}
+		t.Fatalf("claim %s: device %s (uuid %q) is not one of the node's GPUs", pod, cl.Status.Allocation.Devices.Results[0].Device, uuid)
+		return "", 0
+	}
+	place := func(name string) string {
+		t.Helper()
+		createSchedPod(t, env, schedPod{name: name, example: "fraction-20gi"})
+		env.WaitForPodBound(t, metav1.NamespaceDefault, name, schedTimeout)
+		u, _ := gpuOf(name)
+		return u
+	}
+
+	// Without telemetry to the contrary, fractions pack onto one GPU.
+	g := place("tel-frac-1")
+	if g2 := place("tel-frac-2"); g2 != g {
+		t.Fatalf("two fractions on GPUs %s and %s: the check below needs packing", g, g2)
+	}
+	_, gIndex := gpuOf("tel-frac-1")
+
+	// Health first: an Xid on that GPU, and the next fraction lands
+	// elsewhere although the ResourceSlice still says healthy.
+	testwait.For(t, 20*time.Second, "Xid 48 to make the GPU unhealthy on the node", func() bool {
+		if err := sim.InjectXid(gIndex, 48); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		for _, d := range store.Current().GPUs {
+			if d.UUID == g {
+				return d.Health != gpu.Healthy
+			}
+		}
+		return false
+	})
+	seen := time.Now()
+	createSchedPod(t, env, schedPod{name: "tel-frac-3", example: "fraction-20gi"})
+	env.WaitForPodBound(t, metav1.NamespaceDefault, "tel-frac-3", schedTimeout)
+	h, hIndex := gpuOf("tel-frac-3")
+	t.Logf("Xid on %s; the next fraction bound to %s %s after the node saw the Xid", g, h, time.Since(seen).Round(time.Millisecond))
+	if h == g {
+		t.Errorf("the fraction created right after the Xid landed on the GPU that had it (%s)", g)
+	}
+
+	// Real usage: tenants of GPU h use 70 GiB of its 80 although they
+	// asked for 20: a new fraction must not be offered it.
+	if err := sim.AddProcess(hIndex, 4242, 70<<30); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * streamInterval) // a sample or two reaches the scheduler
+	h2 := place("tel-frac-4")
+	t.Logf("GPU %s measured at 70 GiB used; the next fraction bound to %s", h, h2)
+	if h2 == h {
+		t.Errorf("a fraction landed on GPU %s whose measured memory (70 GiB of 80 used) leaves no room for its 20 GiB", h)
+	}
+	if h2 == g {
+		t.Errorf("a fraction landed on GPU %s, still unhealthy after its Xid", g)
+	}
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// startTelemetryScheduler runs `gpud scheduler` with the test's usual
+// flags and extra ones.
+func startTelemetryScheduler(t *testing.T, bin, dir, kubeconfig string, extra ...string) *schedProc {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &schedProc{name: filepath.Base(dir), addr: k8senv.FreeAddr(t), logPath: filepath.Join(dir, "scheduler.log"), done: make(chan struct{})}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := gpudArgs(t, bin, dir, append([]string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", p.addr,
+		"--leader-elect-namespace", "gpud", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
+		"--leader-elect-retry-period", "500ms", "--resync-period", "2s", "--log-level", "debug"}, extra...)...)
+	// An exec.Cmd value, as startSchedulerProc explains.
+	p.cmd = &exec.Cmd{Path: bin, Args: append([]string{bin}, args...)}
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		_ = logFile.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.exited() {
+			_ = p.cmd.Process.Signal(os.Interrupt)
+			<-p.done
+		}
+		if t.Failed() {
+			if b, err := os.ReadFile(p.logPath); err == nil {
+				t.Logf("scheduler log:\n%s", b)
+			}
+		}
+	})
+	return p
+}
+
+// startTelemetryAgent runs the node's telemetry half in this process: a
+// simulated DGX H100, its inventory store and NVML health monitor, and a
+// stream.Client that sends the GPUs, their measured memory every
+// streamInterval, and each health change as it happens.
+func startTelemetryAgent(t *testing.T, node, addr string, files stream.CertFiles) (*simnode.Node, *discovery.Store) {
+	t.Helper()
+	p, err := simnode.LoadProfile("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := simnode.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	store := discovery.NewStore(discovery.New(sim, node, nil), nil)
+	if _, err := store.Rediscover(); err != nil {
+		t.Fatal(err)
+	}
+	health := discovery.NewHealthMonitor(sim, discovery.HealthConfig{}, store.SetHealth, nil)
+	testwait.Run(t, "health monitor", health.Run)
+	certs, err := stream.LoadCerts(files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := func(inv gpu.Inventory) []*telemetryv1.Device {
+		var out []*telemetryv1.Device
+		for _, g := range inv.GPUs {
+			h := telemetryv1.Health_HEALTH_HEALTHY
+			if g.Health != gpu.Healthy {
+				h = telemetryv1.Health_HEALTH_UNHEALTHY
+			}
+			out = append(out, &telemetryv1.Device{Uuid: g.UUID, Model: g.Name, MemoryTotalBytes: g.MemoryBytes, Health: h, HealthReason: g.HealthReason})
+		}
+		return out
+	}
+	samples := func() *telemetryv1.Samples {
+		s := &telemetryv1.Samples{TakenUnixNanos: time.Now().UnixNano()}
+		for _, g := range store.Current().GPUs {
+			dev, ret := sim.DeviceGetHandleByUUID(g.UUID)
+			if ret != nvml.SUCCESS {
+				continue
+			}
+			mem, ret := dev.GetMemoryInfo()
+			if ret != nvml.SUCCESS {
+				continue
+			}
+			used := mem.Used
+			s.Devices = append(s.Devices, &telemetryv1.DeviceSample{Uuid: g.UUID, MemoryUsedBytes: &used})
+		}
+		return s
+	}
+	c, err := stream.NewClient(stream.Config{Addr: addr, Node: node, Certs: certs, ServerName: "127.0.0.1", Interval: streamInterval,
+		Hello: func() *telemetryv1.Hello { return &telemetryv1.Hello{Devices: devices(store.Current())} }, Samples: samples})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Run(t, "stream client", c.Run)
+	testwait.Run(t, "health events", func(ctx context.Context) error {
+		prev := devices(store.Current())
+		for {
+			ch := store.InventoryChanged()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ch:
+			}
+			cur := devices(store.Current())
+			for i, d := range cur {
+				if i < len(prev) && prev[i].GetHealth() != d.GetHealth() {
+					c.Event(&telemetryv1.Event{Kind: telemetryv1.Event_KIND_HEALTH, DeviceUuid: d.GetUuid(), Health: d.GetHealth(), Reason: d.GetHealthReason()})
+				}
+			}
+			prev = cur
+		}
+	})
+	return sim, store
+}

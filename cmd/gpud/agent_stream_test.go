@@ -157,7 +157,7 @@ func TestConvertSnapshotSkipsUnreadValues(t *testing.T) {
 	d := telemetry.DeviceSnapshot{UUID: "GPU-0"}
 	d.Values[fieldGPUUtil], d.At[fieldGPUUtil] = 55, now
 	d.Values[fieldFBUsed], d.At[fieldFBUsed] = 1024, now // MiB
-	d.Values[fieldPower] = 300                            // never read
+	d.Values[fieldPower] = 300                           // never read
 	s := convertSnapshot(&telemetry.Snapshot{Taken: now, Devices: []telemetry.DeviceSnapshot{d},
 		Processes: []telemetry.ProcessSnapshot{{DeviceUUID: "GPU-0", PID: 7, UsedBytes: 1 << 30, PodUID: "pod-1"}}})
 	got := s.GetDevices()[0]

@@ -23,6 +23,7 @@ Usage:
   gpud sim       ...       replay cluster traces through the allocator
   gpud mig       ...       plan, apply and show MIG layouts (mig-parted format)
   gpud scheduler [flags]   schedule pods' GPU claims cluster-wide (a Kubernetes scheduler)
+  gpud certs     [flags]   write the telemetry stream's CA and certificates into Secrets
   gpud version             print the version
 
 Run 'gpud <command> -h' for a command's flags. Without an NVIDIA driver, add
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSim(ctx, rest, stdout, stderr)
 	case "scheduler":
 		return runScheduler(ctx, rest, stdout, stderr)
+	case "certs":
+		return runCerts(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "gpud", version)
 		return nil

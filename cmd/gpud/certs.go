@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpud/gpud/pkg/stream"
+)
+
+const certsUsage = `usage: gpud certs [flags]
+
+Writes the telemetry stream's certificates into Kubernetes Secrets, for
+clusters without cert-manager (deploy/certs has the cert-manager way):
+
+  --ca-secret         the CA (ca.crt, ca.key); reused when it exists, so a
+                      rerun adds nodes and renews leaves without a new CA
+  --scheduler-secret  the scheduler's serving certificate (tls.crt, tls.key,
+                      ca.crt), for the telemetry Service's names
+  --agent-secret      ca.crt and <node>.crt/<node>.key per node (CN
+                      system:node:<node>, SAN <node>); the agent DaemonSet
+                      mounts it and picks its node's pair by $(NODE_NAME)
+
+Rerun it when nodes join, and before --validity runs out.
+
+Flags:`
+
+// Defaults of `gpud certs`.
+const (
+	defaultCertsNamespace  = "gpud"
+	defaultCASecret        = "gpud-telemetry-ca"
+	defaultSchedulerSecret = "gpud-scheduler-tls"
+	defaultAgentSecret     = "gpud-agent-tls"
+	defaultTelemetrySvc    = "gpud-scheduler-telemetry"
+	// maxSecretBytes is the API server's limit on a Secret's data.
+	maxSecretBytes = 1 << 20
+)
+
+type certsOptions struct {
+	kubeconfig      string
+	namespace       string
+	nodes           string
+	nodeSelector    string
+	caSecret        string
+	schedulerSecret string
+	agentSecret     string
+	serverNames     string
+	validity        time.Duration
+	caValidity      time.Duration
+}
+
+func (o *certsOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of an identity that may read Nodes and write Secrets in --namespace; empty uses the in-cluster config")
+	fs.StringVar(&o.namespace, "namespace", defaultCertsNamespace, "namespace of the Secrets (gpud's)")
+	fs.StringVar(&o.nodes, "nodes", "", "comma-separated node names to issue agent certificates for; empty: every Node of the API server matching --node-selector")
+	fs.StringVar(&o.nodeSelector, "node-selector", "", "label selector of the Nodes to issue for when --nodes is empty (e.g. nvidia.com/gpu.present=true)")
+	fs.StringVar(&o.caSecret, "ca-secret", defaultCASecret, "Secret of the CA (created once, then reused)")
+	fs.StringVar(&o.schedulerSecret, "scheduler-secret", defaultSchedulerSecret, "Secret of the scheduler's serving certificate (kubernetes.io/tls)")
+	fs.StringVar(&o.agentSecret, "agent-secret", defaultAgentSecret, "Secret of the agents' certificates")
+	fs.StringVar(&o.serverNames, "scheduler-names", "", "comma-separated DNS names of the scheduler's certificate; empty: the telemetry Service "+defaultTelemetrySvc+" in --namespace (short, .svc and .svc.cluster.local)")
+	fs.DurationVar(&o.validity, "validity", 365*24*time.Hour, "validity of the scheduler's and agents' certificates")
+	fs.DurationVar(&o.caValidity, "ca-validity", 10*365*24*time.Hour, "validity of a new CA")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (o *certsOptions) validate() []error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
+		errs = append(errs, flagErr("namespace", "%s: %s", quoteTrunc(o.namespace), strings.Join(msgs, "; ")))
+	}
+	for _, f := range []struct{ name, v string }{{"ca-secret", o.caSecret}, {"scheduler-secret", o.schedulerSecret}, {"agent-secret", o.agentSecret}} {
+		if msgs := validation.IsDNS1123Subdomain(f.v); len(msgs) > 0 {
+			errs = append(errs, flagErr(f.name, "%s: %s", quoteTrunc(f.v), strings.Join(msgs, "; ")))
+		}
+	}
+	for _, n := range splitList(o.nodes) {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			errs = append(errs, flagErr("nodes", "%s: not a node name: %s", quoteTrunc(n), strings.Join(msgs, "; ")))
+		}
+	}
+	if _, err := labels.Parse(o.nodeSelector); err != nil {
+		errs = append(errs, flagErr("node-selector", "%w", err))
+	}
+	for _, n := range splitList(o.serverNames) {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			errs = append(errs, flagErr("scheduler-names", "%s: %s", quoteTrunc(n), strings.Join(msgs, "; ")))
+		}
+	}
+	if o.validity < time.Hour || o.validity > 10*365*24*time.Hour {
+		errs = append(errs, flagErr("validity", "%s: want 1h to 10 years", o.validity))
+	}
+	if o.caValidity < o.validity || o.caValidity > 30*365*24*time.Hour {
+		errs = append(errs, flagErr("ca-validity", "%s: want at least --validity, at most 30 years", o.caValidity))
+	}
+	return errs
+}
+
+func (o *certsOptions) schedulerNames() []string {
+	if n := splitList(o.serverNames); len(n) > 0 {
+		return n
+	}
+	svc := defaultTelemetrySvc + "." + o.namespace
+	return []string{defaultTelemetrySvc, svc, svc + ".svc", svc + ".svc.cluster.local"}
+}
+
+// runCerts is `gpud certs`.
+func runCerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpud certs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &certsOptions{}
+	o.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, certsUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("certs: unexpected argument %s (flags only)", quoteTrunc(fs.Arg(0)))
+	}
+	if err := errors.Join(o.validate()...); err != nil {
+		return fmt.Errorf("certs: %w", err)
+	}
+	restCfg, err := kubeRESTConfig(o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("certs: %w", err)
+	}
+	restCfg.UserAgent = "gpud-certs/" + version
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("certs: API client: %w", err)
+	}
+	res, err := o.write(ctx, client, time.Now())
+	if err != nil {
+		return fmt.Errorf("certs: %w", err)
+	}
+	fmt.Fprintf(stdout, "CA %s/%s (%s), scheduler %s/%s for %s, agents %s/%s for %d nodes\n", o.namespace, o.caSecret, res.ca,
+		o.namespace, o.schedulerSecret, strings.Join(o.schedulerNames(), ","), o.namespace, o.agentSecret, len(res.nodes))
+	return nil
+}
+
+type certsResult struct {
+	ca    string // "created" or "reused"
+	nodes []string
+}
+
+// write issues the certificates and writes the three Secrets.
+func (o *certsOptions) write(ctx context.Context, client kubernetes.Interface, now time.Time) (certsResult, error) {
+	var res certsResult
+	nodes := splitList(o.nodes)
+	if len(nodes) == 0 {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: o.nodeSelector})
+		if err != nil {
+			return res, fmt.Errorf("list nodes (--nodes names them instead): %w", err)
+		}
+		for _, n := range list.Items {
+			nodes = append(nodes, n.Name)
+		}
+		if len(nodes) == 0 {
+			return res, fmt.Errorf("no Node matches --node-selector %q: nothing to issue", o.nodeSelector)
+		}
+	}
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	res.nodes = nodes
+	secrets := client.CoreV1().Secrets(o.namespace)
+
+	ca, created, err := o.loadOrCreateCA(ctx, client, now)
+	if err != nil {
+		return res, err
+	}
+	res.ca = map[bool]string{true: "created", false: "reused"}[created]
+
+	cert, key, err := ca.Issue(stream.Leaf{CommonName: "gpud-scheduler", DNSNames: o.schedulerNames(), Server: true, NotBefore: now, Validity: o.validity})
+	if err != nil {
+		return res, err
+	}
+	sched := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: o.schedulerSecret, Namespace: o.namespace, Labels: certsLabels()},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key, "ca.crt": ca.CertPEM}}
+	if err := apply(ctx, secrets, sched); err != nil {
+		return res, err
+	}
+
+	agent := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: o.agentSecret, Namespace: o.namespace, Labels: certsLabels()},
+		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"ca.crt": ca.CertPEM}}
+	size := len(ca.CertPEM)
+	for _, n := range nodes {
+		cert, key, err := ca.Issue(stream.Leaf{CommonName: stream.NodeCommonNamePrefix + n, DNSNames: []string{n}, Client: true, NotBefore: now, Validity: o.validity})
+		if err != nil {
+			return res, err
+		}
+		agent.Data[n+".crt"], agent.Data[n+".key"] = cert, key
+		if size += len(cert) + len(key); size > maxSecretBytes {
+			return res, fmt.Errorf("the certificates of %d nodes exceed a Secret's 1 MiB: split the nodes with --node-selector into several --agent-secret, or use cert-manager (deploy/certs)", len(nodes))
+		}
+	}
+	return res, apply(ctx, secrets, agent)
+}
+
+func certsLabels() map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "gpud", "app.kubernetes.io/component": "telemetry-certs"}
+}
+
+// loadOrCreateCA reads the CA Secret or creates it.
+func (o *certsOptions) loadOrCreateCA(ctx context.Context, client kubernetes.Interface, now time.Time) (*stream.CA, bool, error) {
+	secrets := client.CoreV1().Secrets(o.namespace)
+	s, err := secrets.Get(ctx, o.caSecret, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		ca, err := stream.ParseCA(s.Data["ca.crt"], s.Data["ca.key"])
+		if err != nil {
+			return nil, false, fmt.Errorf("secret %s/%s: %w (delete it to make a new CA, then rerun)", o.namespace, o.caSecret, err)
+		}
+		if !now.Before(ca.Cert.NotAfter.Add(-o.validity)) {
+			return nil, false, fmt.Errorf("secret %s/%s: the CA expires %s, before certificates of --validity %s would: delete it to make a new CA, then rerun", o.namespace, o.caSecret, ca.Cert.NotAfter.Format(time.RFC3339), o.validity)
+		}
+		return ca, false, nil
+	case !apierrors.IsNotFound(err):
+		return nil, false, fmt.Errorf("read secret %s/%s: %w", o.namespace, o.caSecret, err)
+	}
+	ca, err := stream.NewCA("gpud-telemetry-ca", now, o.caValidity)
+	if err != nil {
+		return nil, false, err
+	}
+	s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: o.caSecret, Namespace: o.namespace, Labels: certsLabels()},
+		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"ca.crt": ca.CertPEM, "ca.key": ca.KeyPEM}}
+	if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		return nil, false, fmt.Errorf("create secret %s/%s: %w", o.namespace, o.caSecret, err)
+	}
+	return ca, true, nil
+}
+
+type secretsClient interface {
+	Create(ctx context.Context, s *corev1.Secret, opts metav1.CreateOptions) (*corev1.Secret, error)
+	Update(ctx context.Context, s *corev1.Secret, opts metav1.UpdateOptions) (*corev1.Secret, error)
+}
+
+// apply creates s, or replaces its data when it exists.
+func apply(ctx context.Context, secrets secretsClient, s *corev1.Secret) error {
+	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = secrets.Update(ctx, s, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("write secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}

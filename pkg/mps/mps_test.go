@@ -185,3 +185,35 @@ func TestNewWithoutControl(t *testing.T) {
 		t.Fatalf("New = %v, want ErrNoControl", err)
 	}
 }
+
+// TestStandInProtocol drives the stand-in control program through the
+// supervisor's Command with the commands the agent and make test-gpu use,
+// one a line on the client's stdin as with the driver's program.
+func TestStandInProtocol(t *testing.T) {
+	s, _ := newSupervisor(t)
+	const u = "GPU-dddd"
+	if err := s.start(t.Context(), u); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.start(t.Context(), u); err == nil {
+		t.Error("a second -d for the same pipe directory succeeded; the driver's refuses")
+	}
+	out, err := s.Command(t.Context(), u, "set_default_device_pinned_mem_limit 0 2G", "get_default_device_pinned_mem_limit 0",
+		"set_default_active_thread_percentage 40", "get_default_active_thread_percentage", "get_server_list", "no_such_command")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "2G\n40\n40\n\nInvalid command"; out != want {
+		t.Errorf("answers %q, want %q", out, want)
+	}
+	if _, err := s.Command(t.Context(), u, "quit"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Command(t.Context(), u, "get_server_list"); err == nil {
+		t.Error("the daemon answers after quit")
+	}
+	log, err := os.ReadFile(filepath.Join(s.LogDir(u), "control.log"))
+	if err != nil || !strings.Contains(string(log), "cmd set_default_device_pinned_mem_limit 0 2G") {
+		t.Errorf("control.log = %q, %v; want the commands logged", log, err)
+	}
+}

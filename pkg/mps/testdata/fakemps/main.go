@@ -4,7 +4,8 @@
 // arguments it is the control client, sending each stdin line to the
 // daemon and printing the answer. The daemon answers the commands gpud
 // uses: get/set_default_active_thread_percentage,
-// set_default_device_pinned_mem_limit, get_server_list and quit.
+// get/set_default_device_pinned_mem_limit, get_server_list (no servers:
+// nothing spawns them here) and quit; anything else is "Invalid command".
 package main
 
 import (
@@ -98,6 +99,8 @@ func daemon(sock string) int {
 			case f[0] == "set_default_device_pinned_mem_limit" && len(f) == 3:
 				limits[f[1]] = f[2]
 				fmt.Fprintln(c)
+			case f[0] == "get_default_device_pinned_mem_limit" && len(f) == 2:
+				fmt.Fprintln(c, limits[f[1]])
 			case f[0] == "get_server_list":
 				fmt.Fprintln(c)
 			case f[0] == "quit":

@@ -27,6 +27,8 @@ clusters without cert-manager (deploy/certs has the cert-manager way):
 
   --ca-secret         the CA (ca.crt, ca.key); reused when it exists, so a
                       rerun adds nodes and renews leaves without a new CA
+                      (a cert-manager CA's Secret, tls.crt and tls.key,
+                      is reused as well)
   --scheduler-secret  the scheduler's serving certificate (tls.crt, tls.key,
                       ca.crt), for the telemetry Service's names
   --agent-secret      ca.crt and <node>.crt/<node>.key per node (CN
@@ -229,7 +231,11 @@ func (o *certsOptions) loadOrCreateCA(ctx context.Context, client kubernetes.Int
 	s, err := secrets.Get(ctx, o.caSecret, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		ca, err := stream.ParseCA(s.Data["ca.crt"], s.Data["ca.key"])
+		crt, key := s.Data["ca.crt"], s.Data["ca.key"]
+		if len(key) == 0 { // a cert-manager CA Certificate's Secret
+			crt, key = s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]
+		}
+		ca, err := stream.ParseCA(crt, key)
 		if err != nil {
 			return nil, false, fmt.Errorf("secret %s/%s: %w (delete it to make a new CA, then rerun)", o.namespace, o.caSecret, err)
 		}

@@ -85,6 +85,17 @@ func TestCertsWritesSecrets(t *testing.T) {
 		t.Error("rerun: no certificate for gpu-3")
 	}
 
+	// A cert-manager CA's Secret (tls.crt, tls.key) is reused too.
+	cm, err := client.CoreV1().Secrets("gpud").Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cm-ca", Namespace: "gpud"},
+		Data: map[string][]byte{"tls.crt": ca.Data["ca.crt"], "tls.key": ca.Data["ca.key"]}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.caSecret = cm.Name
+	if res, err := o.write(t.Context(), client, now.Add(time.Hour)); err != nil || res.ca != "reused" {
+		t.Errorf("cert-manager CA: %+v, %v; want it reused", res, err)
+	}
+
 	// A CA that would expire before new leaves is refused.
 	o.validity = 47 * time.Hour
 	if _, err := o.write(t.Context(), client, now.Add(2*time.Hour)); err == nil || !strings.Contains(err.Error(), "delete it to make a new CA") {

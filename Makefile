@@ -105,13 +105,13 @@ clean:
 	rm -rf bin .run
 
 # fgd-table runs the FGD paper's protocol (10 seeds, tune 1.3) for every pod
-# list with a published row and prints ours next to the published table (the
-# vsFGD column is each policy minus our FGD; gpud's must be negative), then
-# runs the same 10-seed checks as tests (GPUD_SIM_LONG=1).
+# list in FGD_DATA and prints ours next to the published table ("-" where it
+# has no row; the vsFGD column is each policy minus our FGD; gpud's must be
+# negative), then runs the same 10-seed checks as tests (GPUD_SIM_LONG=1).
 FGD_DATA ?= ../shared/data/openb-gpu-v2023
 fgd-table:
 	@go build -o bin/gpud-sim ./cmd/gpud
-	@for w in $$(cut -d, -f1 $(FGD_DATA)/fgd-published-unallocated.csv | tail -n +2 | sort -u); do \
+	@for w in $$(cd $(FGD_DATA) && ls openb_pod_list_*.csv | sed 's/\.csv$$//'); do \
 		./bin/gpud-sim sim openb --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --pods $(FGD_DATA)/$$w.csv \
 			--policy all --seeds 42-51 --tune 1.3 -o csv -q --published $(FGD_DATA)/fgd-published-unallocated.csv \
 			> /dev/null || exit 1; \

@@ -34,16 +34,18 @@ func openbNodes(b *testing.B) []Node {
 }
 
 // BenchmarkDecide measures one placement decision on the openb cluster,
-// half full, for single-GPU and fractional requests.
+// half full, for single-GPU, fractional and model-constrained requests.
 func BenchmarkDecide(b *testing.B) {
 	nodes := openbNodes(b)
 	reqs := map[string]Request{
 		"single":     {CPUMilli: 8000, MemoryMiB: 16384, NumGPU: 1},
 		"fractional": {CPUMilli: 4000, MemoryMiB: 8192, NumGPU: 1, GPUMilli: 460},
+		// constrained asks for a set of models, as openb's gpu_spec does.
+		"constrained": {CPUMilli: 8000, MemoryMiB: 16384, NumGPU: 1, Models: []string{"V100M16", "V100M32"}},
 	}
 	mix := []Request{reqs["single"], reqs["fractional"], {CPUMilli: 3152, NumGPU: 1, GPUMilli: 810}, {CPUMilli: 2000}}
 	for _, pol := range PolicyNames {
-		for _, kind := range []string{"single", "fractional"} {
+		for _, kind := range []string{"single", "fractional", "constrained"} {
 			b.Run(pol+"/"+kind, func(b *testing.B) {
 				c, err := NewCluster(nodes)
 				if err != nil {

@@ -95,7 +95,8 @@ var traces = []string{"openb_pod_list_default", "openb_pod_list_cpu050", "openb_
 	"openb_pod_list_cpu250", "openb_pod_list_gpushare40", "openb_pod_list_gpushare60", "openb_pod_list_gpushare80", "openb_pod_list_gpushare100"}
 
 // TestGpudBeatsFGD checks gpud against FGD (ours, same protocol, same
-// seeds) on every trace at every published arrived point: strictly fewer
+// seeds) on every trace with a published row (GPUD_SIM_LONG=1: every pod
+// list in the data directory) at every published arrived point: strictly fewer
 // unallocated GPUs at 100-130% arrived, and never more at 90%, where both
 // usually place everything (100 − 90 = 10% is then the floor for any
 // policy). It also checks that gpud turns away no more multi-GPU pods than
@@ -115,6 +116,15 @@ var traces = []string{"openb_pod_list_default", "openb_pod_list_cpu050", "openb_
 //	gpushare80  −0.388 −0.360 −0.347 −0.349 −0.346
 //	gpushare100 −0.443 −0.422 −0.415 −0.412 −0.411
 //
+// and on the pod lists without a published row, at 90/100/130%:
+//
+//	cpu0        +0.000 −0.995 −0.880
+//	cpu037      +0.000 −0.614 −0.496
+//	cpu072      +0.000 −0.709 −0.616
+//	cpu235      +0.000 −1.123 −1.043
+//	cpu300      −0.656 −0.657 −0.652
+//	gpushare20  +0.000 −0.627 −0.537
+//
 // Multi-GPU pods turned away over the nine traces: FGD 1797, gpud 1746.
 func TestGpudBeatsFGD(t *testing.T) {
 	if testing.Short() {
@@ -125,7 +135,11 @@ func TestGpudBeatsFGD(t *testing.T) {
 		n = 10
 	}
 	multi := map[string]int{}
-	for _, wl := range traces {
+	list := traces
+	if longRun {
+		list = podLists(t)
+	}
+	for _, wl := range list {
 		t.Run(wl, func(t *testing.T) {
 			nodes, pods, _ := load(t, wl)
 			rows, runs, err := RunOpenB(t.Context(), Config{Workload: wl, Nodes: nodes, Pods: pods, Policies: []string{"FGD", "gpud"}, Seeds: seeds(n)})
@@ -156,6 +170,21 @@ func TestGpudBeatsFGD(t *testing.T) {
 	if multi[allocator.PolicyGpud] > multi[allocator.PolicyFGD] {
 		t.Errorf("gpud turned away %d multi-GPU pods, FGD %d", multi[allocator.PolicyGpud], multi[allocator.PolicyFGD])
 	}
+}
+
+// podLists are the workloads of every openb_pod_list_*.csv in the data
+// directory.
+func podLists(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dataDir, "openb_pod_list_*.csv"))
+	if err != nil || len(files) == 0 {
+		t.Skipf("trace data absent: %v", err)
+	}
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = trace.Workload(f)
+	}
+	return out
 }
 
 func TestOutputs(t *testing.T) {

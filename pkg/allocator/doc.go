@@ -20,10 +20,16 @@
 // are reproduced as their simulator scores them: [PolicyRandom],
 // [PolicyDotProd], [PolicyGpuClustering], [PolicyGpuPacking],
 // [PolicyBestFit] and [PolicyFGD]. [PolicyGpud] is gpud's own default: FGD's
-// fragmentation gradient plus CPU-stranding, CPU-only and packing terms (see
-// gpud.go), which leaves fewer GPUs unallocated than FGD on every openb
-// trace. MIG slices are placed alike by every policy: best fit on the GPU
-// with the fewest free slices.
+// fragmentation gradient, measured per GPU model over the GPUs each typical
+// pod can use, plus CPU-stranding (per GPU model), CPU-only and packing
+// terms (see gpud.go), which leaves fewer GPUs unallocated than FGD on every
+// openb trace and on GPU-model-constrained and multi-GPU-heavy workloads
+// derived from them (pkg/tracefamily). MIG slices are placed alike by every
+// policy: best fit on the GPU with the fewest free slices; the
+// fragmentation measure counts free slices no typical slice can use.
+//
+// A cluster may hold any number of kinds of GPU (model, memory, compute
+// capability, MIG mode).
 //
 // Scores of all nodes that pass the filter are compared; ties are broken
 // uniformly at random (reservoir sampling, as kube-scheduler's selectHost),

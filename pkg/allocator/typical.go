@@ -45,9 +45,9 @@ func (w Workload) owned() Workload {
 }
 
 // Workload builds the typical-pod distribution of reqs as the FGD simulator
-// does: count identical (CPU, per-GPU milli, GPU count, model constraint)
-// requests, keep the most frequent types until they cover [TypicalShare] of
-// all pods, and renormalize their frequencies to sum to 1.
+// does: count identical (CPU, per-GPU milli, GPU count, model constraint,
+// MIG profile) requests, keep the most frequent types until they cover
+// [TypicalShare] of all pods, and renormalize their frequencies to sum to 1.
 func (c *Cluster) Workload(reqs []Request) Workload {
 	type key struct {
 		cpu, milli int64

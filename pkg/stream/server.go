@@ -126,7 +126,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ConnectionTimeout(10 * time.Second),
 		// Small per-connection buffers: a stream carries a few KiB a second.
-		grpc.ReadBufferSize(bufferBytes), grpc.WriteBufferSize(bufferBytes), grpc.SharedWriteBuffer(true),
+		grpc.ReadBufferSize(bufferBytes), grpc.WriteBufferSize(bufferBytes),
 		grpc.InitialWindowSize(64 << 10), grpc.InitialConnWindowSize(64 << 10),
 	}
 	switch {

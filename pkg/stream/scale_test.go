@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"testing"
@@ -87,6 +88,19 @@ func TestScaleStreams(t *testing.T) {
 	time.Sleep(scaleWindow)
 	cpu, wall := cpuSeconds()-cpu0, time.Since(wall0).Seconds()
 	heap := heapInUse() - base
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	t.Logf("server: %d goroutines, heap in use %.1f MiB, stacks %.1f MiB", runtime.NumGoroutine(), float64(ms.HeapInuse)/(1<<20), float64(ms.StackInuse)/(1<<20))
+	if p := os.Getenv("GPUD_SCALE_HEAP_PROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
 	fresh := len(srv.Telemetry(time.Now(), 3))
 	var b []byte
 	testwait.For(t, 60*time.Second, "the agents' figures", func() bool {

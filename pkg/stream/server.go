@@ -32,7 +32,7 @@ const (
 	// leads.
 	leaderCheck = 500 * time.Millisecond
 	// bufferBytes is each connection's read and write buffer.
-	bufferBytes = 8 << 10
+	bufferBytes = 4 << 10
 )
 
 // ServerConfig configures a [Server]. Zero values take the documented

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mps"
+	"github.com/gpud/gpud/pkg/mps/mpstest"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/kubeletstub"
 )
@@ -28,8 +28,8 @@ import (
 func buildFakeMPS(t *testing.T, dir string) string {
 	t.Helper()
 	root := filepath.Join(dir, "driver")
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(root, mps.ControlBinary), "../pkg/mps/testdata/fakemps").CombinedOutput(); err != nil {
-		t.Fatalf("build the stand-in MPS control program: %v\n%s", err, out)
+	if err := mpstest.Build(filepath.Join(root, mps.ControlBinary)); err != nil {
+		t.Fatal(err)
 	}
 	return root
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mps"
+	"github.com/gpud/gpud/pkg/mps/mpstest"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
@@ -77,8 +77,8 @@ func TestNewMPSTask(t *testing.T) {
 func TestAgentRunsMPSDaemons(t *testing.T) {
 	dir := t.TempDir()
 	driver := filepath.Join(dir, "driver")
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(driver, mps.ControlBinary), "../../pkg/mps/testdata/fakemps").CombinedOutput(); err != nil {
-		t.Fatalf("build the stand-in control program: %v\n%s", err, out)
+	if err := mpstest.Build(filepath.Join(driver, mps.ControlBinary)); err != nil {
+		t.Fatal(err)
 	}
 	mpsRoot, err := os.MkdirTemp("", "mps") // short: sockets live here
 	if err != nil {

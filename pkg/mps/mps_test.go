@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gpud/gpud/internal/testbuf"
 	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/mps/mpstest"
 )
 
 // driverRoot builds the stand-in control program (testdata/fakemps) into
@@ -35,10 +35,7 @@ func driverRoot(t *testing.T) string {
 			return
 		}
 		builtRoot = dir
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, ControlBinary), "./testdata/fakemps").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
+		buildErr = mpstest.Build(filepath.Join(dir, ControlBinary))
 	})
 	if buildErr != nil {
 		t.Fatalf("build the stand-in nvidia-cuda-mps-control: %v", buildErr)

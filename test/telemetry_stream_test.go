@@ -2,15 +2,21 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/goccy/go-yaml"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -286,4 +292,67 @@ func startTelemetryAgent(t *testing.T, node, addr string, files stream.CertFiles
 		}
 	})
 	return sim, store
+}
+
+// TestHelmSchedulerTelemetryMatchesOverlay renders the chart with
+// scheduler.telemetry.enabled and compares the scheduler's args, ports,
+// mounts and volumes with deploy/scheduler/telemetry's patch applied to
+// deploy/scheduler/deployment.yaml, and its telemetry Service with the
+// overlay's.
+func TestHelmSchedulerTelemetryMatchesOverlay(t *testing.T) {
+	objs := helmMustRender(t, map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true, "telemetry": map[string]any{"enabled": true}}}, false)
+	got := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment)
+	base := helmManifest(t, "../deploy/scheduler/deployment.yaml", "Deployment/gpud-scheduler").(*appsv1.Deployment)
+	orig, err := json.Marshal(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../deploy/scheduler/telemetry/deployment-patch.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pj, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := patch.Apply(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want appsv1.Deployment
+	if err := json.Unmarshal(out, &want); err != nil {
+		t.Fatal(err)
+	}
+	gc, wc := got.Spec.Template.Spec.Containers[0], want.Spec.Template.Spec.Containers[0]
+	for _, f := range []struct {
+		name      string
+		got, want any
+	}{
+		{"args", gc.Args, wc.Args},
+		{"ports", gc.Ports, wc.Ports},
+		{"volumeMounts", gc.VolumeMounts, wc.VolumeMounts},
+		{"volumes", got.Spec.Template.Spec.Volumes, want.Spec.Template.Spec.Volumes},
+	} {
+		if !reflect.DeepEqual(f.got, f.want) {
+			gj, _ := json.Marshal(f.got)
+			wj, _ := json.Marshal(f.want)
+			t.Errorf("scheduler %s with telemetry differs from deploy/scheduler/telemetry:\nchart:   %s\noverlay: %s", f.name, gj, wj)
+		}
+	}
+	svc, ok := objs["Service/gpud-scheduler-telemetry"].(*corev1.Service)
+	if !ok {
+		t.Fatal("no Service gpud-scheduler-telemetry in the chart")
+	}
+	wsvc := helmManifest(t, "../deploy/scheduler/telemetry/service.yaml", "Service/gpud-scheduler-telemetry").(*corev1.Service)
+	if !reflect.DeepEqual(svc.Spec.Ports, wsvc.Spec.Ports) || svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("telemetry Service ports %+v (publishNotReady %v), overlay %+v", svc.Spec.Ports, svc.Spec.PublishNotReadyAddresses, wsvc.Spec.Ports)
+	}
+	// Off by default: the render equals deploy/scheduler (TestHelmChartSchedulerMatchesManifests).
+	if _, ok := helmMustRender(t, map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true}}, false)["Service/gpud-scheduler-telemetry"]; ok {
+		t.Error("a telemetry Service without scheduler.telemetry.enabled")
+	}
 }

@@ -238,6 +238,7 @@ func (sr *search) free(vs []*victim) {
 	for _, v := range vs {
 		for _, h := range v.holds {
 			sr.c.release(h.allocs...)
+			sr.c.releaseMeasured(h.allocs)
 			sr.c.nodes.give(h.node, h.pod)
 		}
 		sr.c.q.Charge(v.queue, v.use, v.model, -1)
@@ -251,6 +252,7 @@ func (sr *search) hold(vs []*victim) {
 		v := vs[i]
 		for _, h := range v.holds {
 			_ = sr.c.assume(h.allocs...)
+			sr.c.holdMeasured(h.allocs)
 			sr.c.nodes.take(h.node, h.pod)
 		}
 		sr.c.q.Charge(v.queue, v.use, v.model, 1)

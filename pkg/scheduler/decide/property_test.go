@@ -132,10 +132,16 @@ func randomRequest(r *rand.Rand) resourceapi.DeviceRequest {
 
 // randomTelemetry streams from most nodes: each GPU (whole device, else
 // its MIG devices' parent) unhealthy now and then, and a measured memory
-// use around what its fractions asked.
+// use around what its fractions asked, attributed to their claims on
+// half the GPUs.
 func randomTelemetry(r *rand.Rand, e *env) {
 	e.telemetry = map[string]*plan.NodeTelemetry{}
-	asked := map[string]int64{} // uuid -> fractions' memory
+	asked := map[string]int64{} // node/device -> fractions' memory
+	type share struct {
+		uid   string
+		bytes int64
+	}
+	shares := map[string][]share{} // node/device -> fractions
 	for _, b := range e.bound {
 		for _, c := range b.Claims {
 			if c == nil || c.Status.Allocation == nil {
@@ -144,6 +150,7 @@ func randomTelemetry(r *rand.Rand, e *env) {
 			for _, res := range c.Status.Allocation.Devices.Results {
 				if q, ok := res.ConsumedCapacity["memory"]; ok && res.ShareID != nil {
 					asked[res.Pool+"/"+res.Device] += q.Value()
+					shares[res.Pool+"/"+res.Device] = append(shares[res.Pool+"/"+res.Device], share{string(c.UID), q.Value()})
 				}
 			}
 		}
@@ -175,8 +182,17 @@ func randomTelemetry(r *rand.Rand, e *env) {
 				case 1:
 					used = r.Int64N(used + 1) // less
 				}
+				var perClaim map[string]uint64
+				if sh := shares[n.Name+"/"+d.Name]; len(sh) > 0 && r.IntN(2) == 0 {
+					perClaim, used = map[string]uint64{}, 0
+					for _, x := range sh {
+						b := r.Int64N(2*x.bytes + 1) // from idle to twice the request
+						perClaim[x.uid] += uint64(b)
+						used += b
+					}
+				}
 				nt.Devices[*uuid] = plan.DeviceTelemetry{Unhealthy: r.IntN(10) == 0, HealthReason: "Xid 79",
-					MemoryUsedBytes: uint64(min(used, total)), MemoryTotalBytes: uint64(total)}
+					MemoryUsedBytes: uint64(min(used, total)), MemoryTotalBytes: uint64(total), ClaimMemoryBytes: perClaim}
 			}
 		}
 	}
@@ -184,7 +200,8 @@ func randomTelemetry(r *rand.Rand, e *env) {
 
 // verifyPreemptors: with the plan's binds done and every victim (and
 // terminating pod) gone, each preemptor the plan nominated binds, alone.
-// The victims' measured memory goes with them (as much as they asked).
+// The victims' measured memory goes with them (what the agent attributed
+// to their claims, else as much as they asked).
 func verifyPreemptors(t *testing.T, e *env, p plan.Plan, cfg Config) {
 	t.Helper()
 	gone := map[*plan.Pod]bool{}
@@ -253,7 +270,8 @@ func verifyPreemptors(t *testing.T, e *env, p plan.Plan, cfg Config) {
 }
 
 // withoutVictims is e's telemetry less the memory the plan's victims and
-// the terminating pods asked, on their shared GPUs.
+// the terminating pods use (as attributed to their claims, else as they
+// asked), on their shared GPUs.
 func withoutVictims(e *env, p plan.Plan) map[string]*plan.NodeTelemetry {
 	if e.telemetry == nil {
 		return nil
@@ -284,7 +302,11 @@ func withoutVictims(e *env, p plan.Plan) map[string]*plan.NodeTelemetry {
 				}
 				uuid := e.uuidOf(res.Pool, res.Device)
 				if d, ok := nt.Devices[uuid]; ok {
-					d.MemoryUsedBytes -= min(d.MemoryUsedBytes, uint64(q.Value()))
+					use, attributed := d.ClaimMemoryBytes[string(c.UID)]
+					if !attributed {
+						use = uint64(q.Value())
+					}
+					d.MemoryUsedBytes -= min(d.MemoryUsedBytes, use)
 					nt.Devices[uuid] = d
 				}
 			}

@@ -200,11 +200,13 @@ func (c *cycle) without(holds []relPod, f func()) {
 	defer func() { c.releasing-- }()
 	for _, h := range holds {
 		c.release(h.allocs...)
+		c.releaseMeasured(h.allocs)
 		c.nodes.give(h.node, h.pod)
 	}
 	f()
 	for i := len(holds) - 1; i >= 0; i-- {
 		_ = c.assume(holds[i].allocs...)
+		c.holdMeasured(holds[i].allocs)
 		c.nodes.take(holds[i].node, holds[i].pod)
 	}
 }

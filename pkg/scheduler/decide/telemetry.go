@@ -21,7 +21,8 @@ func measure(cfg Config, s *plan.Snapshot) *view.Measured {
 		}
 		devs := make(map[string]view.DeviceReport, len(t.Devices))
 		for uuid, d := range t.Devices {
-			devs[uuid] = view.DeviceReport{Unhealthy: d.Unhealthy, Reason: d.HealthReason, MemoryUsedBytes: d.MemoryUsedBytes}
+			devs[uuid] = view.DeviceReport{Unhealthy: d.Unhealthy, Reason: d.HealthReason, MemoryUsedBytes: d.MemoryUsedBytes,
+				ClaimMemoryBytes: d.ClaimMemoryBytes}
 		}
 		reports[node] = devs
 	}
@@ -35,6 +36,18 @@ func (c *cycle) measuredNow() *view.Measured {
 		return c.strict
 	}
 	return c.measured
+}
+
+// releaseMeasured takes running pods' claims out of the measurements for
+// a what-if without them; holdMeasured puts them back.
+func (c *cycle) releaseMeasured(allocs []view.Allocation) {
+	c.measured.Release(allocs...)
+	c.strict.Release(allocs...)
+}
+
+func (c *cycle) holdMeasured(allocs []view.Allocation) {
+	c.measured.Hold(allocs...)
+	c.strict.Hold(allocs...)
 }
 
 // maxNotes caps the devices or nodes one telemetry note names.

@@ -174,12 +174,13 @@ func TestTelemetryUnhealthyAvoided(t *testing.T) {
 	})
 }
 
-// sharedGPU fills node a (dgx-h100) but one GPU, on which a tenant asks
-// asked; it returns that GPU's device name and memory.
+// sharedGPU fills node a (dgx-h100) but one GPU, with a pod of priority
+// 1000, and puts a tenant of priority 0 asking asked on that GPU; it
+// returns the GPU's device name and memory.
 func sharedGPU(t *testing.T, e *env, asked string) (string, int64) {
 	t.Helper()
 	e.node("a", "dgx-h100", nil)
-	e.pod("seven", reqs(gpus(7)))
+	e.pod("seven", reqs(gpus(7)), prio(1000))
 	e.pod("tenant", reqs(fraction(asked)))
 	p := e.decide(Config{})
 	if len(p.Binds) != 2 {
@@ -385,4 +386,34 @@ func TestPreemptLeastWorkLost(t *testing.T) {
 			t.Errorf("evicted %v, want [young]", got)
 		}
 	})
+}
+
+// TestPreemptFreesMeasuredMemory: evicting a tenant that uses more than
+// it asked frees what it uses, where the agent attributes memory to its
+// claim; unattributed, only its request is counted as freed.
+func TestPreemptFreesMeasuredMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		attributed bool
+		want       []string
+	}{
+		{"attributed", true, []string{"tenant"}},
+		{"unattributed", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			dev, total := sharedGPU(t, e, "20Gi")
+			d := plan.DeviceTelemetry{MemoryUsedBytes: uint64(70 * gib), MemoryTotalBytes: uint64(total)}
+			if tc.attributed {
+				d.ClaimMemoryBytes = map[string]uint64{"claim-uid-tenant": uint64(70 * gib)}
+			}
+			e.report("a", dev, d)
+			e.pod("high", reqs(fraction("40Gi")), prio(100))
+			p := e.decide(Config{})
+			if got := evictedOf(p); !slices.Equal(got, tc.want) {
+				w, _ := pendingOf(p, "high")
+				t.Errorf("evicted %v, want %v; high: %s", got, tc.want, w.Message)
+			}
+		})
+	}
 }

@@ -18,6 +18,10 @@ type DeviceReport struct {
 	Reason    string
 	// MemoryUsedBytes is the device memory in use as measured.
 	MemoryUsedBytes uint64
+	// ClaimMemoryBytes is the measured use per ResourceClaim UID on a
+	// shared GPU, where the agent attributes it: a what-if that releases
+	// a claim ([Measured.Release]) takes that much away, else its request.
+	ClaimMemoryBytes map[string]uint64
 }
 
 // MeasureConfig tunes how [View.Measure] weighs measured memory.
@@ -47,8 +51,9 @@ const DefaultMarginPercent = 10
 // leaves below) the memory its shares requested. Pass it in
 // [Options.Measured]: fractions are then placed only on healthy devices
 // within the real free memory. It holds for the view's allocations when
-// it was made (a decision cycle's start); it is read-only and may be
-// shared by the cycle's placements.
+// it was made (a decision cycle's start), less what [Measured.Release]
+// takes out for what-ifs; like the view, it is not safe for concurrent
+// use.
 type Measured struct {
 	v *View
 	// down holds a reason by device id for devices reported unhealthy;
@@ -56,8 +61,10 @@ type Measured struct {
 	down []string
 	// adjust is by device id the memory bytes added to what a whole
 	// shareable device's shares requested: positive when tenants use
-	// more, negative for overcommit's room; nil when none.
+	// more, negative for overcommit's room; nil when none is measured.
+	// devs holds the measurements behind it.
 	adjust []int64
+	devs   map[int32]*devMeasure
 	nodes  map[string]bool
 	downs  []DownDevice
 	over   []MemoryExcess
@@ -151,40 +158,98 @@ func (m *Measured) setDown(d *Device, reason string, list bool) {
 	}
 }
 
-// measure sets whole shareable device d's memory adjustment from its
-// measured use M, its shares' requested memory R and its memory T:
-// used is max(R, M) without overcommit; with it, max(M, min(R, M+margin))
-// (requests count until the measurement plus the margin leaves room).
+// measure records whole shareable device d's measurement and sets its
+// memory adjustment (see devMeasure.adjust).
 func (m *Measured) measure(d *Device, r DeviceReport, overcommit bool, marginPct int) {
 	c, ok := d.Capacity[CapacityMemory]
 	if !ok || c.Value.Sign() <= 0 {
 		return
 	}
 	total := c.Value.Value()
-	used := int64(min(r.MemoryUsedBytes, uint64(maxMemoryBytes)))
-	var req int64
+	dm := &devMeasure{used: int64(min(r.MemoryUsedBytes, uint64(maxMemoryBytes))), claims: r.ClaimMemoryBytes, overcommit: overcommit}
+	if overcommit {
+		dm.margin = total / 100 * int64(marginPct)
+	}
 	if u := m.v.usage.dev[d.id]; u != nil {
 		if q, ok := u.consumed[CapacityMemory]; ok {
-			req = q.Value()
+			dm.req = q.Value()
 		}
 		if u.exclusive > 0 || u.whole > 0 {
 			return // taken whole: nothing to share
 		}
 	}
-	adj := max(used-req, 0)
-	if overcommit && used < req {
-		margin := total / 100 * int64(marginPct)
-		adj = max(used, min(req, used+margin)) - req
-	}
-	if adj == 0 {
-		return
-	}
 	if m.adjust == nil {
 		m.adjust = make([]int64, len(m.v.devs))
+		m.devs = map[int32]*devMeasure{}
 	}
-	m.adjust[d.id] = adj
-	if used > req {
-		m.over = append(m.over, MemoryExcess{Node: d.node.Name, Device: d.Name, UsedBytes: used, RequestedBytes: req, MemoryBytes: total})
+	m.devs[d.id] = dm
+	m.adjust[d.id] = dm.adjust()
+	if dm.used > dm.req {
+		m.over = append(m.over, MemoryExcess{Node: d.node.Name, Device: d.Name, UsedBytes: dm.used, RequestedBytes: dm.req, MemoryBytes: total})
+	}
+}
+
+// devMeasure is one shared GPU's measurement: memory used as measured
+// (and per claim UID, where attributed), what its shares requested when
+// the view was measured, and what what-ifs have released of both.
+type devMeasure struct {
+	used, req       int64
+	claims          map[string]uint64
+	overcommit      bool
+	margin          int64
+	relUsed, relReq int64
+}
+
+// adjust is the bytes added to the requested memory (R) of the device's
+// shares for its measured use (M), both less what is released: max(R, M)
+// counts without overcommit; with it, max(M, min(R, M+margin)) (requests
+// count until the measurement plus the margin leaves room).
+func (dm *devMeasure) adjust() int64 {
+	used, req := max(dm.used-dm.relUsed, 0), max(dm.req-dm.relReq, 0)
+	if dm.overcommit && used < req {
+		return max(used, min(req, used+dm.margin)) - req
+	}
+	return max(used-req, 0)
+}
+
+// Release takes what allocs (running pods' claims, counted when m was
+// made) use out of the measurement, for a what-if without them: a claim's
+// attributed use ([DeviceReport.ClaimMemoryBytes]), else as much as it
+// requested. [Measured.Hold] puts it back; a cycle pairs them.
+func (m *Measured) Release(allocs ...Allocation) { m.release(allocs, 1) }
+
+// Hold undoes [Measured.Release].
+func (m *Measured) Hold(allocs ...Allocation) { m.release(allocs, -1) }
+
+func (m *Measured) release(allocs []Allocation, sign int64) {
+	if m == nil || m.devs == nil {
+		return
+	}
+	for _, a := range allocs {
+		if a.Result == nil {
+			continue
+		}
+		for _, r := range a.Result.Devices.Results {
+			if r.ShareID == nil || r.Driver != DriverName {
+				continue
+			}
+			d := m.v.device(r.Pool, r.Device)
+			if d == nil || m.devs[d.id] == nil {
+				continue
+			}
+			dm := m.devs[d.id]
+			q := r.ConsumedCapacity[CapacityMemory]
+			req := q.Value()
+			used := req
+			if a.Claim != nil {
+				if b, ok := dm.claims[string(a.Claim.UID)]; ok {
+					used = int64(min(b, uint64(maxMemoryBytes)))
+				}
+			}
+			dm.relUsed += sign * used
+			dm.relReq += sign * req
+			m.adjust[d.id] = dm.adjust()
+		}
 	}
 }
 

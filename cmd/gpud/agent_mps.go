@@ -55,9 +55,10 @@ const mpsPollInterval = time.Second
 // simulated and --driver-root was left at the host's (a simulated node
 // must not start the host's daemons; tests point --driver-root at a
 // stand-in). A GPU that becomes shared is set EXCLUSIVE_PROCESS before its
-// daemon starts, and gets its previous mode back once its daemon stopped
-// (unshared, or the agent stopping). Compute modes are set only with a
-// daemon: an exclusive GPU without one would admit a single process.
+// daemon is started, and gets its previous mode back as its daemon is told
+// to quit when it is unshared, or after every daemon quit when the agent
+// stops. Compute modes are set only with a daemon: an exclusive GPU
+// without one would admit a single process.
 func (o *mpsOptions) newMPSAgent(simulated bool, lib nvml.Interface, sharing *timeslice.Runtime, store interface {
 	Current() gpu.Inventory
 	InventoryChanged() <-chan struct{}
@@ -124,7 +125,7 @@ func checkShm(root string, log *slog.Logger) {
 
 // follow keeps the supervisor and the compute modes on the shared GPUs:
 // the sharing config's and the DRA fractions'. A compute mode failure is
-// logged once per distinct error and retried at the next change; the
+// logged once per distinct error and retried every mpsPollInterval; the
 // daemon still runs (its clients get their limits; other processes are
 // not kept off the GPU).
 func (m *mpsAgent) follow(ctx context.Context, sharing *timeslice.Runtime, store interface {

@@ -302,31 +302,8 @@ func startTelemetryAgent(t *testing.T, node, addr string, files stream.CertFiles
 func TestHelmSchedulerTelemetryMatchesOverlay(t *testing.T) {
 	objs := helmMustRender(t, map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true, "telemetry": map[string]any{"enabled": true}}}, false)
 	got := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment)
-	base := helmManifest(t, "../deploy/scheduler/deployment.yaml", "Deployment/gpud-scheduler").(*appsv1.Deployment)
-	orig, err := json.Marshal(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile("../deploy/scheduler/telemetry/deployment-patch.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pj, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	patch, err := jsonpatch.DecodePatch(pj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := patch.Apply(orig)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var want appsv1.Deployment
-	if err := json.Unmarshal(out, &want); err != nil {
-		t.Fatal(err)
-	}
+	jsonPatched(t, helmManifest(t, "../deploy/scheduler/deployment.yaml", "Deployment/gpud-scheduler"), "../deploy/scheduler/telemetry/deployment-patch.yaml", &want)
 	gc, wc := got.Spec.Template.Spec.Containers[0], want.Spec.Template.Spec.Containers[0]
 	for _, f := range []struct {
 		name      string
@@ -354,5 +331,58 @@ func TestHelmSchedulerTelemetryMatchesOverlay(t *testing.T) {
 	// Off by default: the render equals deploy/scheduler (TestHelmChartSchedulerMatchesManifests).
 	if _, ok := helmMustRender(t, map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true}}, false)["Service/gpud-scheduler-telemetry"]; ok {
 		t.Error("a telemetry Service without scheduler.telemetry.enabled")
+	}
+}
+
+// jsonPatched applies the JSON patch file (YAML) to obj into out.
+func jsonPatched(t *testing.T, obj any, patchPath string, out any) {
+	t.Helper()
+	orig, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(patchPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pj, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := patch.Apply(orig)
+	if err != nil {
+		t.Fatalf("%s: %v", patchPath, err)
+	}
+	if err := json.Unmarshal(res, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHelmAgentStreamMatchesPatch renders the chart with
+// agent.stream.enabled and compares the agent's args, mounts and volumes
+// with deploy/daemonset/stream's patch applied to deploy/daemonset.
+func TestHelmAgentStreamMatchesPatch(t *testing.T) {
+	objs := helmMustRender(t, map[string]any{"agent": map[string]any{"stream": map[string]any{"enabled": true}}}, false)
+	got := objs["DaemonSet/gpud"].(*appsv1.DaemonSet)
+	var want appsv1.DaemonSet
+	jsonPatched(t, helmManifest(t, "../deploy/daemonset/daemonset.yaml", "DaemonSet/gpud"), "../deploy/daemonset/stream/daemonset-patch.yaml", &want)
+	gc, wc := got.Spec.Template.Spec.Containers[0], want.Spec.Template.Spec.Containers[0]
+	for _, f := range []struct {
+		name      string
+		got, want any
+	}{
+		{"args", gc.Args, wc.Args},
+		{"volumeMounts", gc.VolumeMounts, wc.VolumeMounts},
+		{"volumes", got.Spec.Template.Spec.Volumes, want.Spec.Template.Spec.Volumes},
+	} {
+		if !reflect.DeepEqual(f.got, f.want) {
+			gj, _ := json.Marshal(f.got)
+			wj, _ := json.Marshal(f.want)
+			t.Errorf("agent %s with the stream differs from deploy/daemonset/stream:\nchart: %s\npatch: %s", f.name, gj, wj)
+		}
 	}
 }

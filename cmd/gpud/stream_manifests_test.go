@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/goccy/go-yaml"
@@ -96,13 +97,18 @@ func TestAgentStreamPatch(t *testing.T) {
 	if errs := cfg.telemetry.stream.validate(); len(errs) > 0 {
 		t.Fatalf("stream flags: %v", errs)
 	}
-	if cfg.telemetry.stream.addr != "gpud-scheduler-telemetry.gpud.svc:9403" || cfg.telemetry.stream.tls.Cert != "/etc/gpud/tls/$(NODE_NAME).crt" {
+	if cfg.telemetry.stream.addr != "gpud-scheduler-telemetry.gpud.svc:9403" || cfg.telemetry.stream.tls.Cert != "/etc/gpud-tls/$(NODE_NAME).crt" {
 		t.Errorf("stream options %+v", cfg.telemetry.stream)
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "NODE_NAME" && e.ValueFrom != nil }) {
 		t.Error("the DaemonSet has no NODE_NAME from the downward API: $(NODE_NAME) in the args stays literal")
 	}
-	checkTLSMount(t, d.Spec.Template.Spec, c, "gpud-agent-tls", "/etc/gpud/tls/x.crt")
+	checkTLSMount(t, d.Spec.Template.Spec, c, "gpud-agent-tls", "/etc/gpud-tls/x.crt")
+	for _, m := range c.VolumeMounts {
+		if m.Name != "telemetry-tls" && strings.HasPrefix("/etc/gpud-tls/", m.MountPath+"/") {
+			t.Errorf("the TLS mount nests in mount %s (%s): the kubelet cannot create it in a read-only volume", m.Name, m.MountPath)
+		}
+	}
 }
 
 func checkTLSMount(t *testing.T, spec corev1.PodSpec, c corev1.Container, secret, certPath string) {

@@ -182,6 +182,11 @@ func (d *Device) cpuMask(words int) []uint {
 func (d *Device) memory() nvml.Memory_v2 {
 	d.node.mu.Lock()
 	defer d.node.mu.Unlock()
+	return d.memoryLocked()
+}
+
+// memoryLocked is memory with the node's lock held.
+func (d *Device) memoryLocked() nvml.Memory_v2 {
 	total := d.node.model.config.MemoryMB << 20
 	reserved := d.node.model.reservedMiB << 20
 	var used uint64

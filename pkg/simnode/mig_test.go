@@ -1,6 +1,7 @@
 package simnode
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -163,6 +164,13 @@ func TestMIGDevicesAndHandles(t *testing.T) {
 	}
 	if err := n.AddMIGProcess(uuid, 42, 1<<30); err != nil {
 		t.Fatal(err)
+	}
+	// cudaMalloc in the slice: up to its 40 GiB, not a byte more.
+	if err := n.Allocate(42, 39<<30); err != nil {
+		t.Fatalf("allocate up to the slice's memory: %v", err)
+	}
+	if err := n.Allocate(42, 1); !errors.Is(err, nvml.ERROR_MEMORY) {
+		t.Fatalf("allocate beyond the slice's memory = %v, want ERROR_MEMORY", err)
 	}
 	ci, _ := gi.GetComputeInstanceById(0)
 	if ret := ci.Destroy(); ret != nvml.ERROR_IN_USE {

@@ -104,11 +104,11 @@ func (n *Node) StartProcess(index int, p ProcessSpec) error {
 	if proc.limitBytes > 0 && p.MemoryBytes > proc.limitBytes {
 		return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, above its pinned MPS limit of %d: %w", index, p.PID, p.MemoryBytes, proc.limitBytes, nvml.ERROR_MEMORY)
 	}
-	if free := d.memory().Free; p.MemoryBytes > free {
-		return fmt.Errorf("simnode: gpu %d: %d bytes requested, %d free: %w", index, p.MemoryBytes, free, nvml.ERROR_MEMORY)
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if free := d.memoryLocked().Free; p.MemoryBytes > free {
+		return fmt.Errorf("simnode: gpu %d: %d bytes requested, %d free: %w", index, p.MemoryBytes, free, nvml.ERROR_MEMORY)
+	}
 	if err := d.admitLocked(proc.mps); err != nil {
 		return fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
 	}
@@ -138,46 +138,32 @@ func (d *Device) admitLocked(mps bool) error {
 // allocated.
 func (n *Node) Allocate(pid uint32, bytes uint64) error {
 	n.mu.Lock()
-	var dev *Device
-	var proc process
-	for _, d := range n.devices {
-		if p, ok := d.procs[pid]; ok {
-			dev, proc = d, p
-			break
-		}
-	}
-	n.mu.Unlock()
-	if dev == nil {
-		return fmt.Errorf("simnode: allocate: no process %d", pid)
-	}
-	if proc.limitBytes > 0 && proc.memBytes+bytes > proc.limitBytes {
-		return fmt.Errorf("simnode: gpu %d: pid %d: %d more bytes would make %d, above its pinned MPS limit of %d: %w",
-			dev.index, pid, bytes, proc.memBytes+bytes, proc.limitBytes, nvml.ERROR_MEMORY)
-	}
-	var free uint64
-	if proc.gi >= 0 {
-		free = dev.migFree(proc.gi)
-	} else {
-		free = dev.memory().Free
-	}
-	if bytes > free {
-		return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, %d free: %w", dev.index, pid, bytes, free, nvml.ERROR_MEMORY)
-	}
-	n.mu.Lock()
 	defer n.mu.Unlock()
-	p, ok := dev.procs[pid]
-	if !ok {
-		return fmt.Errorf("simnode: allocate: process %d ended", pid)
+	for _, d := range n.devices {
+		p, ok := d.procs[pid]
+		if !ok {
+			continue
+		}
+		if p.limitBytes > 0 && p.memBytes+bytes > p.limitBytes {
+			return fmt.Errorf("simnode: gpu %d: pid %d: %d more bytes would make %d, above its pinned MPS limit of %d: %w",
+				d.index, pid, bytes, p.memBytes+bytes, p.limitBytes, nvml.ERROR_MEMORY)
+		}
+		free := d.memoryLocked().Free
+		if p.gi >= 0 {
+			free = d.migFreeLocked(p.gi)
+		}
+		if bytes > free {
+			return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, %d free: %w", d.index, pid, bytes, free, nvml.ERROR_MEMORY)
+		}
+		p.memBytes += bytes
+		d.procs[pid] = p
+		return nil
 	}
-	p.memBytes += bytes
-	dev.procs[pid] = p
-	return nil
+	return fmt.Errorf("simnode: allocate: no process %d", pid)
 }
 
-// migFree is the free memory of GPU instance gi.
-func (d *Device) migFree(gi int) uint64 {
-	d.node.mu.Lock()
-	defer d.node.mu.Unlock()
+// migFreeLocked is the free memory of GPU instance gi.
+func (d *Device) migFreeLocked(gi int) uint64 {
 	inst, ok := d.gis[gi]
 	if !ok {
 		return 0

@@ -104,15 +104,23 @@ func (v *View) Measure(reports map[string]map[string]DeviceReport, cfg MeasureCo
 		if len(devs) == 0 {
 			continue
 		}
+		matched := 0
 		for g := range n.GPUs {
 			gp := &n.GPUs[g]
 			if r, ok := devs[gp.UUID]; ok && gp.UUID != "" {
+				matched++
 				if r.Unhealthy {
 					m.gpuDown(n, gp, r.Reason)
 				} else if d := gp.wholeDev; d != nil && d.Shareable {
 					m.measure(d, r, cfg.Overcommit, margin)
 				}
 			}
+		}
+		if matched == len(devs) {
+			continue // GPUs only: no MIG device to look up
+		}
+		for g := range n.GPUs {
+			gp := &n.GPUs[g]
 			for _, d := range gp.migDevs {
 				if u, ok := attrString(d, "uuid"); ok && u != gp.UUID {
 					if r, ok := devs[u]; ok && r.Unhealthy {

@@ -115,7 +115,8 @@ type Pod struct {
 	// RuntimeEstimate is RuntimeEstimateAnnotation; 0 unknown.
 	RuntimeEstimate time.Duration
 	// LastCheckpoint is LastCheckpointAnnotation; zero when absent or
-	// malformed (the pod's start then counts).
+	// malformed. Preemption counts it for Checkpointable pods (work since
+	// then is lost); otherwise the pod's start counts.
 	LastCheckpoint time.Time
 	// Created is the pod's creation time (FIFO order).
 	Created time.Time

@@ -14,6 +14,11 @@
 //     status.allocation as kube-scheduler writes it ([Allocation]).
 //   - [Check]: whether allocations over-allocate a device, its capacity or
 //     its shared counters (fractions, MIG placements, whole GPUs).
+//   - [View.Measure]: what the nodes' agents stream (devices reported
+//     unhealthy, measured memory by device uuid) in; a [Measured] out, which
+//     [Options.Measured] applies to placements: unhealthy devices left out,
+//     fractions packed against measured as well as requested memory
+//     (optionally overcommitted within the measured headroom).
 //   - [Allocation.Status]: the claim to write with UpdateStatus (its
 //     resourceVersion kept): status.allocation plus the pod in reservedFor.
 //

@@ -167,6 +167,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	tasks = append(tasks, enforceTasks...)
 	mpsA := cfg.mps.newMPSAgent(sim != nil, lib, src.sharing, src.store, log.With("component", "mps"))
 	tasks = append(tasks, mpsA.tasks...)
+	enforceStatus = mpsA.withStatus(enforceStatus)
 	if cfg.http.addr != "" {
 		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
 		tasks = append(tasks, task{"http", srv.Run})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -96,6 +97,16 @@ func TestDRAFractionGetsMPS(t *testing.T) {
 		}
 		return nil
 	})
+
+	testwait.ForErr(t, 10*time.Second, "the readyz line", func() error {
+		if got, want := m.withStatus(nil)(), "mps: 1 of 1 daemons running, 1 GPUs EXCLUSIVE_PROCESS"; got != want {
+			return fmt.Errorf("readyz line = %q, want %q", got, want)
+		}
+		return nil
+	})
+	if got := m.withStatus(func() string { return "enforce: ok" })(); !strings.HasPrefix(got, "enforce: ok\nmps: ") {
+		t.Errorf("readyz lines = %q, want enforcement's then mps's", got)
+	}
 
 	ures, err := w.drv.Preparer().Unprepare(t.Context(), []kubeletplugin.NamespacedObject{{UID: "frac-a"}})
 	if err != nil || ures["frac-a"] != nil {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +43,50 @@ type mpsAgent struct {
 	Root      string
 	tasks     []task
 	fractions atomic.Pointer[func() []string]
+	sup       *mps.Supervisor      // nil when no daemon runs
+	modes     *computemode.Manager // nil when no daemon runs
+}
+
+// withStatus adds the MPS line to the enforcement line of /readyz: how
+// many daemons run and GPUs are EXCLUSIVE_PROCESS, and every compute mode
+// failure with its GPU.
+func (m *mpsAgent) withStatus(enforcement enforceStatus) enforceStatus {
+	if m.sup == nil {
+		return enforcement
+	}
+	return func() string {
+		line := m.status()
+		if enforcement != nil {
+			line = enforcement() + "\n" + line
+		}
+		return line
+	}
+}
+
+// status is the MPS line of /readyz.
+func (m *mpsAgent) status() string {
+	running, daemons := 0, m.sup.Status()
+	for _, st := range daemons {
+		if st.Running {
+			running++
+		}
+	}
+	exclusive := 0
+	var failed []string
+	for u, st := range m.modes.Status() {
+		if st.Set {
+			exclusive++
+		}
+		if st.Err != "" {
+			failed = append(failed, u+": "+st.Err)
+		}
+	}
+	slices.Sort(failed)
+	line := fmt.Sprintf("mps: %d of %d daemons running, %d GPUs EXCLUSIVE_PROCESS", running, len(daemons), exclusive)
+	if len(failed) > 0 {
+		line += "; compute mode not set: " + strings.Join(failed, "; ")
+	}
+	return line
 }
 
 // shareFractions adds the GPUs that prepared DRA fractions (by UUID) to
@@ -98,7 +144,7 @@ func (o *mpsOptions) newMPSAgent(simulated bool, lib nvml.Interface, sharing *ti
 		}
 		return nil
 	}
-	m.Root, m.tasks = root, []task{{"mps", run}}
+	m.Root, m.tasks, m.sup, m.modes = root, []task{{"mps", run}}, sup, modes
 	return m
 }
 

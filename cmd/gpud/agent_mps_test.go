@@ -9,8 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
@@ -162,4 +165,39 @@ func wantComputeModes(stateFile string, want map[string]int) error {
 		}
 	}
 	return nil
+}
+
+// TestMPSStatusNamesComputeModeFailure: a GPU whose compute mode cannot be
+// set is named in the /readyz line with the NVML error and the fix, while
+// its daemon still runs.
+func TestMPSStatusNamesComputeModeFailure(t *testing.T) {
+	n := simnode.NewBuiltin("dgx-h100")
+	n.InjectFault("SetComputeMode", simnode.FaultSpec{Times: -1, Return: nvml.ERROR_NO_PERMISSION})
+	store := discovery.NewStore(discovery.New(n, "n", nil), quietLog())
+	if _, err := store.Rediscover(); err != nil {
+		t.Fatal(err)
+	}
+	rt := timeslice.NewRuntime(timeslice.RuntimeConfig{Inventory: store.Current,
+		Initial: timeslice.Config{Devices: map[string]timeslice.Sharing{"0": {Replicas: 2}}}})
+	root, err := os.MkdirTemp("", "mps") // short: the daemon's socket lives here
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	driver := filepath.Join(t.TempDir(), "driver")
+	if err := mpstest.Build(filepath.Join(driver, mps.ControlBinary)); err != nil {
+		t.Fatal(err)
+	}
+	o := mpsOptions{enabled: true, driverRoot: driver, root: root}
+	m := o.newMPSAgent(true, n, rt, store, quietLog())
+	testwait.Run(t, "mps", m.tasks[0].run)
+	uuid := n.Device(0).UUID()
+	testwait.ForErr(t, 10*time.Second, "the failure in the status line", func() error {
+		line := m.status()
+		if !strings.HasPrefix(line, "mps: 1 of 1 daemons running, 0 GPUs EXCLUSIVE_PROCESS; compute mode not set: "+uuid) ||
+			!strings.Contains(line, "ERROR_NO_PERMISSION") || !strings.Contains(line, "needs root") {
+			return fmt.Errorf("status %q", line)
+		}
+		return nil
+	})
 }

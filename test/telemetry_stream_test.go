@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -84,22 +85,40 @@ func TestTelemetryStreamEndToEnd(t *testing.T) {
 	server := issue("scheduler", stream.Leaf{CommonName: "gpud-scheduler", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
 	agentFiles := issue("node", stream.Leaf{CommonName: stream.NodeCommonNamePrefix + node, Client: true})
 
-	telAddr := k8senv.FreeAddr(t)
-	sched := startTelemetryScheduler(t, bin, filepath.Join(dir, "sched"), kubeconfig, "--telemetry-addr", telAddr,
-		"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-ca", server.CA)
-	testwait.For(t, schedTimeout, "the scheduler to lead", sched.ready)
+	// Two replicas, each with its telemetry listener; the agent reaches
+	// them through a proxy that, like a Service, sends each new connection
+	// to the ready replica (only the leader is ready).
+	var scheds []*schedProc
+	telAddrs := map[*schedProc]string{}
+	for _, name := range []string{"a", "b"} {
+		addr := k8senv.FreeAddr(t)
+		p := startTelemetryScheduler(t, bin, filepath.Join(dir, name), kubeconfig, "--telemetry-addr", addr,
+			"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-ca", server.CA)
+		scheds = append(scheds, p)
+		telAddrs[p] = addr
+	}
+	sched := waitForLeader(t, scheds, nil)
+	telAddr := serviceProxy(t, func() string {
+		for _, p := range scheds {
+			if !p.exited() && p.ready() {
+				return telAddrs[p]
+			}
+		}
+		return ""
+	})
 
 	// The node's telemetry half, on its own simulated node.
 	sim, store := startTelemetryAgent(t, node, telAddr, agentFiles)
-	testwait.ForErr(t, 30*time.Second, "the scheduler's telemetry metrics for the node", func() error {
-		m := scrape(t, sched.addr)
+	streaming := func(p *schedProc) error {
+		m := scrape(t, p.addr)
 		for _, want := range []string{"gpud_scheduler_telemetry_streams 1", `gpud_scheduler_telemetry_age_seconds{node="` + node + `"}`} {
 			if !strings.Contains(m, want) {
 				return errorString("no " + want)
 			}
 		}
 		return nil
-	})
+	}
+	testwait.ForErr(t, 30*time.Second, "the leader's telemetry metrics for the node", func() error { return streaming(sched) })
 
 	devices := draDevices(t, env, node)
 	gpuOf := func(pod string) (uuid string, index int) {
@@ -169,6 +188,51 @@ func TestTelemetryStreamEndToEnd(t *testing.T) {
 	if h2 == g {
 		t.Errorf("a fraction landed on GPU %s, still unhealthy after its Xid", g)
 	}
+
+	// Leader change: the leader dies, the other replica takes the Lease
+	// and becomes ready, and the agent streams to it within seconds.
+	sched.kill(t)
+	next := waitForLeader(t, scheds, sched)
+	took := time.Now()
+	testwait.ForErr(t, 10*time.Second, "the agent to stream to the new leader", func() error { return streaming(next) })
+	t.Logf("the agent streamed to the new leader %s after it became ready", time.Since(took).Round(time.Millisecond))
+}
+
+// serviceProxy forwards each TCP connection to target() at the time it
+// arrives (none: the connection is closed), as a Service routes to ready
+// endpoints; it returns its address.
+func serviceProxy(t *testing.T, target func() string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				addr := target()
+				if addr == "" {
+					return
+				}
+				up, err := net.DialTimeout("tcp", addr, 2*time.Second)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 type errorString string

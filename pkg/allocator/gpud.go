@@ -1,6 +1,9 @@
 package allocator
 
-import "math/rand/v2"
+import (
+	"math/rand/v2"
+	"slices"
+)
 
 // gpudPolicy is gpud's default. It starts from FGD's score, the
 // sigmoid-quantized fragmentation gradient against the typical-pod workload,
@@ -33,14 +36,29 @@ import "math/rand/v2"
 // model a constrained typical pod cannot use as that pod's fragment, so
 // taking a GPU of a scarce model looks like less fragmentation and FGD fills
 // the small models first, leaving the pods constrained to them nowhere to
-// go. CPU stranding uses each model's own kappa. No weight was added or
-// changed for this: the terms are the same, their inputs are per model.
+// go. CPU stranding uses each model's own kappa. And a pod that takes a GPU
+// kind the model-constrained pods will ask for more than another kind it
+// could use pays for the difference ([pressWeight], [pressure]): measured
+// over all pods, not only the typical ones, since constraints split pods
+// into many rare types. On a workload without model constraints all three
+// are FGD's and gpud's terms as before.
 type gpudPolicy struct {
 	frag *fragMemo
 	// kappa is the CPU milli per GPU milli of the typical GPU pods that
 	// can use each class of GPU (index: class id; defaultKappa past the
 	// end), so CPU stranding is per GPU model.
 	kappa []float64
+	// press is, per class id, the GPU demand of the pods restricted to
+	// some GPU kinds that can use the class, spread over the GPUs each can
+	// use, relative to all GPU demand per GPU of the cluster (0 past the
+	// end): how much of the class the constrained pods will ask for.
+	// pressed: some class has press.
+	press   []float64
+	pressed bool
+	mig     []bool // per class id: in MIG mode
+	// floor[maskID] is the least press among the classes a request of
+	// that class set may use, +1 (0: not computed yet).
+	floor []float64
 	gpus  []int
 	one   [1]int
 }
@@ -60,6 +78,15 @@ const (
 	// spanPenalty is charged per NVLink domain beyond the first that a
 	// multi-GPU pod spans.
 	spanPenalty = 10
+	// pressWeight is charged per GPU taken, times the press of its class
+	// above the least press among the classes the request may use (so a
+	// pod constrained to one model, or a cluster where every model is
+	// asked alike, pays nothing). Chosen on seeds 60-69 of the
+	// constrained workload families (pkg/tracefamily) from 0, 2, 5, 10,
+	// 15, 20, 30, 40: below 10 unconstrained pods still fill the small
+	// models that gpuspec10-uniform over-asks; above 15 they avoid models
+	// more than gpuspec33-single needs.
+	pressWeight = 15
 )
 
 func newGpudPolicy(w Workload) *gpudPolicy {
@@ -78,7 +105,88 @@ func newGpudPolicy(w Workload) *gpudPolicy {
 			p.kappa[id] = cpu / gpu
 		}
 	}
+	p.press = pressure(&w)
+	p.mig = w.classMIG
+	p.pressed = slices.ContainsFunc(p.press, func(v float64) bool { return v > 0 })
 	return p
+}
+
+// pressure computes [gpudPolicy.press] for w.
+func pressure(w *Workload) []float64 {
+	n := len(w.classCap)
+	press := make([]float64, n)
+	// Capacity per MIG mode tells a model constraint from the MIG
+	// exclusion every mask carries on a cluster with MIG GPUs.
+	var capMode [2]int64
+	var capAll int64
+	for id, c := range w.classCap {
+		capMode[b2i(w.classMIG[id])] += c
+		capAll += c
+	}
+	for _, d := range w.constrained {
+		var capSet int64
+		for id, c := range w.classCap {
+			if d.set.has(classID(id)) && d.mig == w.classMIG[id] {
+				capSet += c
+			}
+		}
+		if capSet == 0 || capSet >= capMode[b2i(d.mig)] {
+			continue // no restriction beyond MIG mode, or no GPU takes it
+		}
+		for id := range n {
+			if d.set.has(classID(id)) && d.mig == w.classMIG[id] {
+				press[id] += d.milli / float64(capSet)
+			}
+		}
+	}
+	demand := w.demand
+	if demand > 0 {
+		for id := range press {
+			press[id] *= float64(capAll) / demand
+		}
+	}
+	return press
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pressOf is the constrained pressure on class id.
+func (p *gpudPolicy) pressOf(id classID) float64 {
+	if int(id) < len(p.press) {
+		return p.press[id]
+	}
+	return 0
+}
+
+// floorOf is the least press among the classes r may use: taking a class
+// costs only its press above the request's best alternative.
+func (p *gpudPolicy) floorOf(r *request) float64 {
+	id := int(r.maskID)
+	if id < len(p.floor) && p.floor[id] != 0 {
+		return p.floor[id] - 1
+	}
+	least := -1.0
+	for c := range p.press {
+		if c != noModel && r.mask.has(classID(c)) && (least < 0 || p.press[c] < least) && p.pressOK(c, r) {
+			least = p.press[c]
+		}
+	}
+	least = max(least, 0)
+	if id >= len(p.floor) {
+		p.floor = append(p.floor, make([]float64, id+1-len(p.floor))...)
+	}
+	p.floor[id] = least + 1
+	return least
+}
+
+// pressOK: class c serves r's kind (MIG slice or not).
+func (p *gpudPolicy) pressOK(c int, r *request) bool {
+	return c < len(p.mig) && p.mig[c] == (r.mig != 0)
 }
 
 // defaultKappa is the CPU-per-GPU ratio (CPU milli per GPU milli) assumed
@@ -113,6 +221,9 @@ func (p *gpudPolicy) choose(s *nodeState, r *request) (float64, int) {
 	before := p.frag.node(s)
 	kappa := p.kappaOf(s.model)
 	pen := fragUnit * (stranded(kappa, s.totalFree-r.total, s.cpuFree-r.cpu) - stranded(kappa, s.totalFree, s.cpuFree))
+	if p.pressed && r.total > 0 {
+		pen += pressWeight * (p.pressOf(s.model) - p.floorOf(r)) * float64(r.total) / MilliPerGPU
+	}
 	if r.num == 0 {
 		pen += cpuOnlyPerGPU * float64(s.totalFree) / MilliPerGPU
 	} else if s.totalFree == s.capMilli {

@@ -121,3 +121,50 @@ func TestGpudLeavesScarceModels(t *testing.T) {
 		t.Fatal("FGD never took the T4; the case does not show the difference")
 	}
 }
+
+// TestGpudPressure: pods constrained to each model alike ask the small
+// model for more of its GPUs than the big one. FGD sees a tie (either
+// model's GPUs are fragment for the pods constrained to the other) and
+// follows its tie order; gpud leaves the small model to the pods that need
+// it.
+func TestGpudPressure(t *testing.T) {
+	typical := []Request{
+		{CPUMilli: 4000, NumGPU: 1}, {CPUMilli: 4000, NumGPU: 1}, {CPUMilli: 4000, NumGPU: 1},
+		{CPUMilli: 4000, NumGPU: 1}, {CPUMilli: 4000, NumGPU: 1}, {CPUMilli: 4000, NumGPU: 1},
+		{CPUMilli: 4000, NumGPU: 1, Models: []string{"G2"}}, {CPUMilli: 4000, NumGPU: 1, Models: []string{"G2"}},
+		{CPUMilli: 4000, NumGPU: 1, Models: []string{"T4"}}, {CPUMilli: 4000, NumGPU: 1, Models: []string{"T4"}},
+	}
+	fgdT4 := 0
+	for seed := range uint64(16) {
+		for _, pol := range []string{PolicyGpud, PolicyFGD} {
+			// Both nodes: 4 free GPUs and 48 free cores.
+			c, _ := NewCluster([]Node{node("g2", 96000, "G2", 16), node("t4", 96000, "T4", 8)})
+			fill(t, c, 0, 4000, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+			fill(t, c, 1, 12000, 0, 1, 2, 3)
+			p, _ := NewPolicy(pol, c.Workload(typical))
+			a := New(c, p, rand.New(rand.NewPCG(seed, 5)))
+			if err := a.SetTieOrder([]int{int(seed % 2), int(1 - seed%2)}); err != nil {
+				t.Fatal(err)
+			}
+			d, err := a.Decide(Request{CPUMilli: 4000, NumGPU: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case pol == PolicyGpud && d.Node != 0:
+				t.Fatalf("seed %d: gpud took the T4, which its constrained pods ask twice as hard", seed)
+			case pol == PolicyFGD && d.Node == 1:
+				fgdT4++
+			}
+		}
+	}
+	if fgdT4 == 0 {
+		t.Fatal("FGD never took the T4; the case does not show the difference")
+	}
+	// A pod that can use only the T4 pays nothing for it.
+	c, _ := NewCluster([]Node{node("g2", 96000, "G2", 16), node("t4", 96000, "T4", 8)})
+	p, _ := NewPolicy(PolicyGpud, c.Workload(typical))
+	if d, err := New(c, p, rand.New(rand.NewPCG(1, 5))).Decide(Request{CPUMilli: 4000, NumGPU: 1, Models: []string{"T4"}}); err != nil || d.Node != 1 {
+		t.Fatalf("T4-only pod: %+v, %v", d, err)
+	}
+}

@@ -30,12 +30,25 @@ type Workload struct {
 	// classMIG which classes are in MIG mode.
 	classCap []int64
 	classMIG []bool
+	// demand is the GPU milli all pods ask, constrained the part of it
+	// asked by pods restricted to some GPU kinds, by their class set; it
+	// counts every pod, not only the typical ones, as constraints split
+	// pods into many rare types.
+	demand      float64
+	constrained []setDemand
 	// own counts, for each typical pod, only the GPUs it can use: GPUs of
 	// a model (or MIG mode) it cannot use are neither its fragment nor
 	// its free GPU. FGD's measure (own false) counts them all as
 	// fragment, which makes taking a GPU of a model that many constrained
 	// pods cannot use look like less fragmentation.
 	own bool
+}
+
+// setDemand is the GPU milli asked by the pods of one class set.
+type setDemand struct {
+	set   classSet
+	mig   bool
+	milli float64
 }
 
 // owned returns w measuring only the GPUs each typical pod can use.
@@ -56,10 +69,24 @@ func (c *Cluster) Workload(reqs []Request) Workload {
 		mig        int8
 	}
 	counts := map[key]int{}
+	bySet := map[int32]int{}
+	var w Workload
 	for _, q := range reqs {
 		r, err := c.normalize(q)
 		if err != nil {
 			continue
+		}
+		if r.total > 0 {
+			w.demand += float64(r.total)
+			if r.maskID != 0 {
+				i, ok := bySet[r.maskID]
+				if !ok {
+					i = len(w.constrained)
+					bySet[r.maskID] = i
+					w.constrained = append(w.constrained, setDemand{set: r.mask, mig: r.mig != 0})
+				}
+				w.constrained[i].milli += float64(r.total)
+			}
 		}
 		if r.gmem > 0 && c.typicalMem > 0 {
 			r.milli = min(max(r.milli, (r.gmem*MilliPerGPU+c.typicalMem-1)/c.typicalMem), MilliPerGPU)
@@ -94,7 +121,6 @@ func (c *Cluster) Workload(reqs []Request) Workload {
 		return cmp.Compare(b.k.mig, a.k.mig)
 	})
 	total := float64(len(reqs))
-	var w Workload
 	var cum float64
 	for _, e := range list {
 		if cum >= TypicalShare*total {

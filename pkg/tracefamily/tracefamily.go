@@ -6,7 +6,8 @@
 // A GPU-model-constrained family ("gpuspec…") gives a share of the GPU pods
 // a gpu_spec: one model or a set of models ("V100M16|V100M32", the format
 // of the openb gpu_spec column), drawn in proportion to the cluster's GPUs
-// of each model among the models with a node the pod fits on. A
+// of each model among the models with a node the pod fits on ("…-uniform":
+// every such model alike, so the small models are over-asked). A
 // multi-GPU-heavy family ("multigpu…") turns a share of the single
 // whole-GPU pods into 2-, 4- or 8-GPU pods, their CPU and memory scaled by
 // the GPU count and capped by a typical node of that many GPUs.
@@ -36,6 +37,9 @@ type Family struct {
 	// SetShare is the share of those given a set of 2 or 3 models instead
 	// of one.
 	SetShare float64
+	// Uniform draws every model the pod fits with equal weight instead of
+	// in proportion to its GPUs, so the small models are over-asked.
+	Uniform bool
 	// MultiShare is the share of single whole-GPU pods (0..1) turned into
 	// multi-GPU pods of MultiWeights' sizes.
 	MultiShare float64
@@ -50,6 +54,7 @@ var Families = []Family{
 	{Name: "gpuspec33", SpecShare: 0.33, SetShare: 0.5},
 	{Name: "gpuspec33-single", SpecShare: 0.33},
 	{Name: "gpuspec15-sets", SpecShare: 0.15, SetShare: 1},
+	{Name: "gpuspec10-uniform", SpecShare: 0.10, SetShare: 0.5, Uniform: true},
 	{Name: "multigpu10", MultiShare: 0.10, MultiWeights: [3]float64{0.5, 0.3, 0.2}},
 	{Name: "multigpu20", MultiShare: 0.20, MultiWeights: [3]float64{0.5, 0.3, 0.2}},
 	{Name: "multigpu20-8", MultiShare: 0.20, MultiWeights: [3]float64{0.2, 0.2, 0.6}},
@@ -136,7 +141,7 @@ func (f Family) Apply(nodes []trace.Node, pods []trace.Pod) ([]trace.Pod, error)
 			if rng.Float64() < f.SetShare {
 				n = 2 + rng.IntN(2)
 			}
-			p.GPUSpec = m.draw(p, n, rng)
+			p.GPUSpec = m.draw(p, n, f.Uniform, rng)
 		}
 	}
 	return out, nil
@@ -188,12 +193,15 @@ func (m *models) fits(i int, p *trace.Pod) bool {
 // draw picks up to n distinct models for p, each in proportion to its GPUs
 // among the models p fits on, and joins them with "|" in draw order. A pod
 // that fits no model's node is left unconstrained ("").
-func (m *models) draw(p *trace.Pod, n int, rng *rand.Rand) string {
+func (m *models) draw(p *trace.Pod, n int, uniform bool, rng *rand.Rand) string {
 	w := make([]float64, len(m.names))
 	var sum float64
 	for i := range m.names {
 		if m.fits(i, p) {
 			w[i] = float64(m.gpus[i])
+			if uniform {
+				w[i] = 1
+			}
 			sum += w[i]
 		}
 	}

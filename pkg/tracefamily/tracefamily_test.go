@@ -160,3 +160,22 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestUniform: a uniform family asks every model alike, whatever its GPUs.
+func TestUniform(t *testing.T) {
+	out, err := Family{Name: "u", SpecShare: 1, Uniform: true}.Apply(cluster(), pods(9000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, p := range out {
+		if p.GPUSpec != "" {
+			per[p.GPUSpec]++
+		}
+	}
+	for _, m := range []string{"G2", "T4", "P100"} {
+		if share := float64(per[m]) / float64(per["G2"]+per["T4"]+per["P100"]); share < 0.30 || share > 0.37 {
+			t.Errorf("model %s drawn %.3f of the time, want about 1/3 (%v)", m, share, per)
+		}
+	}
+}

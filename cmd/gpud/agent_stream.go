@@ -270,7 +270,7 @@ func (a *agentStream) watch(ctx context.Context) {
 
 // inventoryEvents are the events from one device list to the next: a
 // MIG_LAYOUT event with the new list when devices came or went, then one
-// health event per device whose health changed.
+// health event per device whose health or its reason changed.
 func inventoryEvents(prev, cur []*telemetryv1.Device) []*telemetryv1.Event {
 	now := time.Now().UnixNano()
 	old := make(map[string]*telemetryv1.Device, len(prev))
@@ -288,7 +288,7 @@ func inventoryEvents(prev, cur []*telemetryv1.Device) []*telemetryv1.Event {
 		if o.GetMigEnabled() != d.GetMigEnabled() {
 			layout = true
 		}
-		if o.GetHealth() == d.GetHealth() {
+		if o.GetHealth() == d.GetHealth() && o.GetHealthReason() == d.GetHealthReason() {
 			continue
 		}
 		kind := telemetryv1.Event_KIND_HEALTH

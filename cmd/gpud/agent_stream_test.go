@@ -142,6 +142,11 @@ func TestInventoryEvents(t *testing.T) {
 	if strings.Join(got, " ") != "KIND_GPU_LOST/GPU-0 KIND_ECC/GPU-1" {
 		t.Errorf("events %v", got)
 	}
+	// A new reason on a GPU that stays unhealthy goes out too.
+	again := []*telemetryv1.Device{cur[0], {Uuid: "GPU-1", Health: telemetryv1.Health_HEALTH_UNHEALTHY, HealthReason: "xid 63"}, cur[2]}
+	if evs := inventoryEvents(cur, again); len(evs) != 1 || evs[0].GetReason() != "xid 63" {
+		t.Errorf("a new reason: events %v, want one with xid 63", evs)
+	}
 	cur = append(cur, &telemetryv1.Device{Uuid: "MIG-0", ParentUuid: "GPU-2", Health: healthy})
 	evs = inventoryEvents(prev, cur)
 	if len(evs) != 3 || evs[0].GetKind() != telemetryv1.Event_KIND_MIG_LAYOUT || len(evs[0].GetDevices()) != 4 {

@@ -8,8 +8,10 @@ import (
 
 // TestMPSDeployShm: the agent's /dev/shm is the host's <mps root>/shm,
 // the directory containers sharing a GPU mount as theirs (pkg/mps.ShmDir),
-// in deploy/daemonset and in the chart wherever MPS runs in device-plugin
-// mode, following agent.mps.root; with MPS off it is left alone.
+// and the NVIDIA runtime is asked for the compute capability (which brings
+// nvidia-cuda-mps-control and -server), in deploy/daemonset and in the
+// chart wherever MPS runs in device-plugin mode, following agent.mps.root;
+// with MPS off both are left alone.
 func TestMPSDeployShm(t *testing.T) {
 	shmMount := func(t *testing.T, ds *appsv1.DaemonSet) (string, bool) {
 		t.Helper()
@@ -31,12 +33,23 @@ func TestMPSDeployShm(t *testing.T) {
 		}
 		return "", false
 	}
+	compute := func(ds *appsv1.DaemonSet) bool {
+		for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "NVIDIA_DRIVER_CAPABILITIES" {
+				return e.Value == "compute,utility"
+			}
+		}
+		return false
+	}
 	raw, ok := helmManifest(t, "../deploy/daemonset/daemonset.yaml", "DaemonSet/gpud").(*appsv1.DaemonSet)
 	if !ok {
 		t.Fatal("deploy/daemonset/daemonset.yaml holds no DaemonSet")
 	}
 	if host, ok := shmMount(t, raw); !ok || host != "/run/gpud/mps/shm" {
 		t.Errorf("deploy/daemonset /dev/shm from %q (present %v), want /run/gpud/mps/shm", host, ok)
+	}
+	if !compute(raw) {
+		t.Error("deploy/daemonset does not ask the NVIDIA runtime for compute,utility")
 	}
 	tests := []struct {
 		name   string
@@ -52,6 +65,9 @@ func TestMPSDeployShm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ds, _, _ := helmAgent(t, helmMustRender(t, map[string]any{"agent": map[string]any{"mps": tc.mps}}, false))
 			host, ok := shmMount(t, ds)
+			if compute(ds) == tc.absent {
+				t.Errorf("NVIDIA_DRIVER_CAPABILITIES compute,utility set: %v, want %v", compute(ds), !tc.absent)
+			}
 			if tc.absent {
 				if ok {
 					t.Errorf("/dev/shm mounted from %s with MPS off", host)

@@ -3,7 +3,9 @@
 // which devices, so telemetry and the memory watchdog can put namespace, pod
 // and container names on a GPU, a MIG slice or a time-sliced replica, and
 // so the MIG service and the sharing runtime never take a device from a pod
-// ([Client.Allocations]). The agent opens one Client and shares it.
+// ([Client.Allocations]); [Client.ListResources] adds the devices of DRA
+// claims, for device isolation in DRA mode. The agent opens one Client and
+// shares it.
 //
 // It owns no hardware and reads no files but the kubelet socket it is given.
 package podresources
@@ -85,6 +87,14 @@ func (c *Client) client() (podresourcesv1.PodResourcesListerClient, error) {
 // socket or an unreachable kubelet gives an error wrapping ErrUnavailable;
 // ctx bounds the call.
 func (c *Client) List(ctx context.Context) ([]Assignment, error) {
+	resp, err := c.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Flatten(resp), nil
+}
+
+func (c *Client) list(ctx context.Context) (*podresourcesv1.ListPodResourcesResponse, error) {
 	if _, err := os.Stat(c.socket); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			err = fmt.Errorf("%w: %w", ErrNoKubelet, err)
@@ -99,7 +109,7 @@ func (c *Client) List(ctx context.Context) ([]Assignment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: list on %s: %w", ErrUnavailable, c.socket, err)
 	}
-	return Flatten(resp), nil
+	return resp, nil
 }
 
 // Allocations is the one rule every caller that must not take a device

@@ -62,3 +62,18 @@ func (p *PodResources) Stop() {
 	p.srv.Stop()
 	_ = os.RemoveAll(p.dir)
 }
+
+// DRAContainer is a container that uses devices of one DRA claim, as a
+// kubelet with KubeletPodResourcesDynamicResources (on by default from
+// 1.34) reports it; each device gets one CDI device named
+// <driver>/claim=<claim>-<device>.
+func DRAContainer(name, claimNamespace, claimName, driver, pool string, devices ...string) *podresourcesv1.ContainerResources {
+	dr := &podresourcesv1.DynamicResource{ClaimName: claimName, ClaimNamespace: claimNamespace}
+	for _, d := range devices {
+		dr.ClaimResources = append(dr.ClaimResources, &podresourcesv1.ClaimResource{
+			DriverName: driver, PoolName: pool, DeviceName: d,
+			CdiDevices: []*podresourcesv1.CDIDevice{{Name: driver + "/claim=" + claimName + "-" + d}},
+		})
+	}
+	return &podresourcesv1.ContainerResources{Name: name, DynamicResources: []*podresourcesv1.DynamicResource{dr}}
+}

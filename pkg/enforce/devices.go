@@ -62,3 +62,10 @@ func deviceIDs(as []usage.Assignment, ns, pod, ctr string) []string {
 	}
 	return ids
 }
+
+// ids are the device IDs of one container (ctr non-empty) or of every
+// container of the pod (ctr empty): device plugin IDs and the UUIDs of
+// its DRA devices.
+func (e *Enforcer) ids(inv gpu.Inventory, s snapshot, ns, pod, ctr string) []string {
+	return append(deviceIDs(s.assignments, ns, pod, ctr), e.draIDs(inv, s, ns, pod, ctr)...)
+}

@@ -7,6 +7,15 @@
 // node(s) (pkg/cpuaffinity). Filters follow allocation changes and are
 // released when the container's cgroup goes.
 //
+// In DRA mode ([Config.DRA]) a container's GPUs are the devices of driver
+// gpu.gpud.io that the kubelet lists for it (gpu-<index>, whole or a
+// fraction; gpu-<index>-mig-<profile>-<start>), matched by name against
+// the inventory; a name the inventory does not have grants nothing. A
+// kubelet that does not fill PodResources' dynamic_resources is detected
+// (the driver prepared claims the kubelet never mentions): then containers
+// of the claims' namespaces are not filtered when they appear, since one
+// of them may hold a GPU nobody can see, and Status says so.
+//
 // Containers are named through the kubelet's log links (pod UID and
 // container ID from the cgroup path, names from /var/log/pods and
 // /var/log/containers); a container not named yet is given its pod's
@@ -83,10 +92,16 @@ type Config struct {
 	// Interval is the poll period; 0 means [DefaultInterval].
 	Interval time.Duration
 
-	Inventory   func() gpu.Inventory
+	Inventory func() gpu.Inventory
+	// Allocations lists device plugin assignments; unused when DRA is
+	// set.
 	Allocations Allocations
-	Pods        Pods
-	Containers  Containers
+	// DRA, set with --kubelet-api dra, makes claims' devices of the
+	// gpu.gpud.io driver allocations too; nil: device plugin assignments
+	// only.
+	DRA        *DRA
+	Pods       Pods
+	Containers Containers
 }
 
 // Validate checks the config.
@@ -95,8 +110,11 @@ func (c Config) Validate() error {
 	if c.Interval < 0 || c.Interval > MaxInterval {
 		errs = append(errs, fmt.Errorf("enforce: interval %s: want (0, %s]", c.Interval, MaxInterval))
 	}
-	if c.Inventory == nil || c.Allocations == nil || c.Pods == nil || c.Containers == nil {
-		errs = append(errs, errors.New("enforce: Inventory, Allocations, Pods and Containers are required"))
+	if c.Inventory == nil || (c.Allocations == nil && c.DRA == nil) || c.Pods == nil || c.Containers == nil {
+		errs = append(errs, errors.New("enforce: Inventory, Allocations (or DRA), Pods and Containers are required"))
+	}
+	if c.DRA != nil && c.DRA.Resources == nil {
+		errs = append(errs, errors.New("enforce: DRA.Resources is required"))
 	}
 	if c.Unified == "" && c.V1Devices == "" && c.CPUs == nil {
 		errs = append(errs, errors.New("enforce: no cgroup hierarchy to watch"))
@@ -124,6 +142,9 @@ type tracked struct {
 	allowed devcgroup.Allowed
 	cpus    string // the cpuset written, "" when none
 	failed  bool   // an attach failed and was logged; it is retried
+	// stoodDown: left unfiltered while the kubelet does not report its
+	// namespace's DRA devices (logged once).
+	stoodDown bool
 	// ref names the container exactly when the runtime told us (NRI);
 	// nil: names come from the kubelet's log links.
 	ref *ContainerRef
@@ -142,6 +163,9 @@ type Enforcer struct {
 	mu      sync.Mutex // held by Reconcile
 	tracked map[string]*tracked
 	warned  map[string]bool // warnings already logged, by kind
+
+	draMu sync.Mutex // guards dra; taken after mu, never before
+	dra   draState
 }
 
 // New checks cfg and probes the kernel once.
@@ -175,6 +199,9 @@ func (e *Enforcer) describe() string {
 		s = "device isolation: off"
 	case e.ebpf == nil:
 		s = "device isolation: ebpf on " + e.cfg.Unified
+		if e.cfg.DRA != nil {
+			s += " (DRA claims' devices)"
+		}
 	case e.cfg.V1Devices != "":
 		s = fmt.Sprintf("device isolation: cgroup v1 devices on %s (ebpf not available: %v)", e.cfg.V1Devices, e.ebpf)
 	default:
@@ -189,7 +216,9 @@ func (e *Enforcer) describe() string {
 }
 
 // Status is a one-line summary for /readyz: what is enforced, or why not.
-func (e *Enforcer) Status() string { return e.status }
+// In DRA mode it also says when the kubelet does not report claims'
+// devices, so DRA containers are left unfiltered. Safe for concurrent use.
+func (e *Enforcer) Status() string { return e.status + e.draNote() }
 
 // Run polls until ctx ends, then detaches every filter it attached (the
 // filters live as long as the agent: a restarted agent attaches them
@@ -269,7 +298,7 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		return
 	}
 	allocCtx, cancel := context.WithTimeout(ctx, e.interval)
-	as, err := e.cfg.Allocations.List(allocCtx)
+	snap, err := e.allocations(allocCtx)
 	cancel()
 	if err != nil {
 		e.warnOnce("allocations", "pod resources unavailable, enforcement paused", "err", err)
@@ -314,9 +343,17 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		if named && ref.Namespace == pod.Namespace && ref.Pod == pod.Name {
 			ctr = ref.Container
 		}
-		allowed, uuids := allowedFor(inv, e.cfg.Majors, deviceIDs(as, pod.Namespace, pod.Name, ctr))
+		allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, pod.Namespace, pod.Name, ctr))
 		if e.cfg.Isolate {
-			e.applyFilter(rel, t, allowed, inv)
+			if t.filter == nil && snap.standDown[pod.Namespace] && len(uuids) == 0 {
+				if !t.stoodDown {
+					e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", "cgroup", rel, "namespace", pod.Namespace, "pod", pod.Name)
+				}
+				t.stoodDown = true
+			} else {
+				t.stoodDown = false
+				e.applyFilter(rel, t, allowed, inv)
+			}
 		}
 		if e.cfg.CPUs != nil && ctr != "" {
 			e.applyCPUs(rel, c, t, inv, uuids)

@@ -63,13 +63,13 @@ func (e *Enforcer) CPUSetAtCreate(ctx context.Context, c ContainerInfo) string {
 	if e.cfg.CPUs == nil {
 		return ""
 	}
-	as, err := e.cfg.Allocations.List(ctx)
+	snap, err := e.allocations(ctx)
 	if err != nil {
 		e.log.Warn("cpuset at create skipped", "container", c.Namespace+"/"+c.Pod+"/"+c.Container, "err", err)
 		return ""
 	}
 	inv := e.cfg.Inventory()
-	_, uuids := allowedFor(inv, e.cfg.Majors, deviceIDs(as, c.Namespace, c.Pod, c.Container))
+	_, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, c.Namespace, c.Pod, c.Container))
 	if len(uuids) == 0 {
 		return ""
 	}
@@ -98,13 +98,19 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 		e.tracked[rel] = t
 	}
 	t.ref = &ref
-	as, err := e.cfg.Allocations.List(ctx)
+	snap, err := e.allocations(ctx)
 	if err != nil {
 		e.log.Warn("device filter at start skipped, pod resources unavailable", "cgroup", rel, "err", err)
 		return
 	}
-	allowed, _ := allowedFor(e.cfg.Inventory(), e.cfg.Majors, deviceIDs(as, c.Namespace, c.Pod, c.Container))
-	e.applyFilter(rel, t, allowed, e.cfg.Inventory())
+	inv := e.cfg.Inventory()
+	allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, c.Namespace, c.Pod, c.Container))
+	if t.filter == nil && snap.standDown[c.Namespace] && len(uuids) == 0 {
+		e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", "cgroup", rel, "container", c.String())
+		t.stoodDown = true
+		return
+	}
+	e.applyFilter(rel, t, allowed, inv)
 }
 
 // ContainerRemoved releases what the enforcer holds for a container.

@@ -24,7 +24,10 @@ import (
 // its own node certificate over mutual TLS, streaming an 8-GPU sample
 // every second, in a child process so that each side's CPU and memory are
 // measured alone. Goal: server ≤ 5% of one core per 1,000 samples/s and
-// ≤ 50 KiB per stream.
+// ≤ 50 KiB per stream. GPUD_SCALE_HEAP_PROFILE and GPUD_SCALE_CPU_PROFILE
+// name files for the server's heap profile (sampled every 4 KiB, which
+// costs CPU: read the CPU figure from a run without it) and its CPU
+// profile over the measured window.
 
 const (
 	scaleEnvAgents = "GPUD_STREAM_SCALE"
@@ -65,6 +68,9 @@ func TestScaleStreams(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set " + scaleEnvAgents + "=1000 (make stream-scale) to measure the stream at scale")
 	}
+	if os.Getenv("GPUD_SCALE_HEAP_PROFILE") != "" {
+		runtime.MemProfileRate = 4 << 10 // fine enough to see per-stream items
+	}
 	p := newPKI(t)
 	writeFile(t, filepath.Join(p.dir, "ca.key"), p.ca.KeyPEM)
 	srv := newTestServer(t, ServerConfig{})
@@ -84,9 +90,20 @@ func TestScaleStreams(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	testwait.For(t, 120*time.Second, fmt.Sprintf("%d agents to connect", n), func() bool { return srv.Streams() == n })
 	time.Sleep(2 * time.Second) // settle: handshakes done, first samples in
+	if p := os.Getenv("GPUD_SCALE_CPU_PROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+	}
 	cpu0, wall0 := cpuSeconds(), time.Now()
 	time.Sleep(scaleWindow)
 	cpu, wall := cpuSeconds()-cpu0, time.Since(wall0).Seconds()
+	pprof.StopCPUProfile()
 	heap := heapInUse() - base
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -31,7 +32,8 @@ const (
 	// leaderCheck is how often the server checks that this replica still
 	// leads.
 	leaderCheck = 500 * time.Millisecond
-	// bufferBytes is each connection's read and write buffer.
+	// bufferBytes is the agent's read and write buffers and the server's
+	// write buffer.
 	bufferBytes = 4 << 10
 )
 
@@ -121,18 +123,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.MaxConcurrentStreams(4),
+		// One stream per connection: ending a stream closes its
+		// connection (see Stream).
+		grpc.MaxConcurrentStreams(1),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ConnectionTimeout(10 * time.Second),
-		// Small per-connection buffers: a stream carries a few KiB a second.
-		grpc.ReadBufferSize(bufferBytes), grpc.WriteBufferSize(bufferBytes),
+		// No read buffer: the framer reads the TLS connection, which holds
+		// a whole decrypted record anyway. The small write buffer is
+		// shared (gRPC's default): held only while a write is flushed.
+		grpc.ReadBufferSize(0), grpc.WriteBufferSize(bufferBytes),
 		grpc.InitialWindowSize(64 << 10), grpc.InitialConnWindowSize(64 << 10),
 	}
 	switch {
 	case certs != nil:
-		opts = append(opts, grpc.Creds(credentials.NewTLS(certs.ServerConfig())))
-	case !s.cfg.Insecure:
+		opts = append(opts, grpc.Creds(connCreds{credentials.NewTLS(certs.ServerConfig())}))
+	case s.cfg.Insecure:
+		opts = append(opts, grpc.Creds(connCreds{insecure.NewCredentials()}))
+	default:
 		return fmt.Errorf("stream server: no certificates and not insecure: %w", ErrConfig)
 	}
 	g := grpc.NewServer(opts...)
@@ -141,7 +149,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error
 	go func() { errc <- g.Serve(ln) }()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go s.watchLeader(wctx)
+	go s.watch(wctx)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("stream server: serve %s: %w", ln.Addr(), err)
@@ -166,54 +174,45 @@ func (s *Server) refuse(reason string, code codes.Code, err error, attrs ...any)
 // until the agent leaves, a message is refused, or this replica stops
 // leading. The Hello and each event are acknowledged; samples are not (a
 // newer one supersedes a lost one), which halves the writes at scale.
+//
+// Each stream is one goroutine, the one gRPC runs the handler on: it
+// receives and applies. A stream that must end while it waits in Recv
+// (replaced by a newer stream of its node, idle, no Hello in time, this
+// replica no longer leading) is ended by closing its connection, which
+// [Server.Serve] lets it do (one stream per connection); the agent sees
+// Unavailable and reconnects. Registered on another gRPC server it
+// refuses every stream.
 func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, telemetryv1.Ack]) error {
 	if !s.cfg.Ready() {
 		return s.refuse("not-leader", codes.Unavailable, errors.New("this scheduler replica does not lead; reconnect through the Service"))
 	}
-	cert, err := s.peerCert(st.Context())
+	info, ok := connOf(st.Context())
+	if !ok {
+		return status.Error(codes.Internal, "telemetry stream not served by stream.Server.Serve")
+	}
+	cert, err := s.peerCert(info)
 	if err != nil {
 		return s.refuse("no-client-certificate", codes.Unauthenticated, err)
 	}
-	ctx, cancel := context.WithCancelCause(st.Context())
-	defer cancel(nil)
-	// One goroutine receives and applies; this one watches the clock.
-	var last atomic.Int64 // unix nanos of the newest message
-	last.Store(time.Now().UnixNano())
-	type helloMsg struct {
-		h   *telemetryv1.Hello
-		seq uint64
-	}
-	hellos := make(chan helloMsg, 1)
-	errc := make(chan error, 1)
-	go func() {
-		m, err := st.Recv()
-		if err != nil {
-			errc <- err
-			return
+	e := &streamEnd{raw: info.raw}
+	helloTimer := time.AfterFunc(s.cfg.HelloTimeout, func() { e.end(errNoHello) })
+	m, err := st.Recv()
+	helloTimer.Stop()
+	if err != nil {
+		if errors.Is(e.cause(), errNoHello) {
+			return s.refuse("no-hello", codes.DeadlineExceeded, fmt.Errorf("no hello within %s", s.cfg.HelloTimeout))
 		}
-		if m.GetHello() == nil {
-			errc <- s.refuse("no-hello", codes.InvalidArgument, invalid("first message is not a hello"))
-			return
-		}
-		hellos <- helloMsg{m.GetHello(), m.GetSeq()}
-	}()
-	var hello helloMsg
-	helloTimer := time.NewTimer(s.cfg.HelloTimeout)
-	select {
-	case hello = <-hellos:
-		helloTimer.Stop()
-	case err := <-errc:
 		return err
-	case <-helloTimer.C:
-		return s.refuse("no-hello", codes.DeadlineExceeded, fmt.Errorf("no hello within %s", s.cfg.HelloTimeout))
-	case <-ctx.Done():
-		return ctx.Err()
 	}
-	known, err := validateHello(hello.h, s.cfg.MaxDevices)
+	h := m.GetHello()
+	if h == nil {
+		return s.refuse("no-hello", codes.InvalidArgument, invalid("first message is not a hello"))
+	}
+	known, err := validateHello(h, s.cfg.MaxDevices)
 	if err != nil {
 		return s.refuse("invalid", codes.InvalidArgument, err)
 	}
-	node := hello.h.GetNodeName()
+	node := h.GetNodeName()
 	if cert != nil && !certAllows(cert, node) {
 		return s.refuse("wrong-node", codes.PermissionDenied,
 			fmt.Errorf("certificate of %v may not report for node %q", certNames(cert), node), "node", node)
@@ -224,63 +223,72 @@ func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, te
 	}
 	defer s.streams.Add(-1)
 	gen := s.gen.Add(1)
-	interval := time.Duration(hello.h.GetIntervalMillis()) * time.Millisecond
-	s.hello(node, gen, cancel, hello.h)
+	s.hello(node, gen, e.end, h)
 	defer s.gone(node, gen)
-	if err := st.Send(&telemetryv1.Ack{Seq: hello.seq}); err != nil {
+	if err := st.Send(&telemetryv1.Ack{Seq: m.GetSeq()}); err != nil {
 		return err
 	}
-	go func() {
-		for {
-			m, err := st.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			last.Store(time.Now().UnixNano())
-			if err := s.apply(node, gen, m, &known); err != nil {
-				errc <- s.refuse("invalid", codes.InvalidArgument, err, "node", node)
-				return
-			}
-			if m.GetEvent() != nil {
-				if err := st.Send(&telemetryv1.Ack{Seq: m.GetSeq()}); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}
-	}()
-	idle := idleIntervals * interval
-	check := time.NewTicker(idle / 2)
-	defer check.Stop()
 	for {
-		select {
-		case err := <-errc:
-			return err
-		case <-check.C:
-			if time.Since(time.Unix(0, last.Load())) > idle {
-				return status.Errorf(codes.DeadlineExceeded, "no message from node %s for %d intervals", node, idleIntervals)
+		m, err := st.Recv()
+		if err != nil {
+			return endStatus(e.cause(), node, err)
+		}
+		if err := s.apply(node, gen, m, &known); err != nil {
+			return s.refuse("invalid", codes.InvalidArgument, err, "node", node)
+		}
+		if m.GetEvent() != nil {
+			if err := st.Send(&telemetryv1.Ack{Seq: m.GetSeq()}); err != nil {
+				return err
 			}
-		case <-ctx.Done():
-			switch cause := context.Cause(ctx); {
-			case errors.Is(cause, errReplaced):
-				return status.Error(codes.Aborted, "a newer stream for this node replaced this one")
-			case errors.Is(cause, errNotLeader):
-				return status.Error(codes.Unavailable, "this scheduler replica stopped leading; reconnect through the Service")
-			}
-			return ctx.Err()
 		}
 	}
+}
+
+// endStatus is the status of a stream whose Recv failed with err after
+// it was ended for cause (nil: it was not).
+func endStatus(cause error, node string, err error) error {
+	switch {
+	case errors.Is(cause, errReplaced):
+		return status.Error(codes.Aborted, "a newer stream for this node replaced this one")
+	case errors.Is(cause, errNotLeader):
+		return status.Error(codes.Unavailable, "this scheduler replica stopped leading; reconnect through the Service")
+	case errors.Is(cause, errIdle):
+		return status.Errorf(codes.DeadlineExceeded, "no message from node %s for %d intervals", node, idleIntervals)
+	}
+	return err
 }
 
 var (
 	errReplaced  = errors.New("replaced by a newer stream")
 	errNotLeader = errors.New("stopped leading")
+	errIdle      = errors.New("idle")
+	errNoHello   = errors.New("no hello in time")
 )
 
-// watchLeader ends every open stream within leaderCheck of Ready turning
-// false, until ctx ends.
-func (s *Server) watchLeader(ctx context.Context) {
+// streamEnd ends one stream by closing its connection (one stream per
+// connection: agents open one), keeping the first cause.
+type streamEnd struct {
+	raw net.Conn
+	why atomic.Pointer[error]
+}
+
+func (e *streamEnd) end(cause error) {
+	if e.why.CompareAndSwap(nil, &cause) {
+		_ = e.raw.Close()
+	}
+}
+
+func (e *streamEnd) cause() error {
+	if p := e.why.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// watch ends every open stream within leaderCheck of Ready turning false,
+// and each stream silent for idleIntervals of its intervals, until ctx
+// ends. One goroutine serves all streams.
+func (s *Server) watch(ctx context.Context) {
 	t := time.NewTicker(leaderCheck)
 	defer t.Stop()
 	for {
@@ -289,28 +297,63 @@ func (s *Server) watchLeader(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if s.cfg.Ready() {
-			continue
-		}
+		leads := s.cfg.Ready()
+		now := time.Now()
 		s.mu.Lock()
 		for _, n := range s.nodes {
-			n.cancel(errNotLeader)
+			switch {
+			case !leads:
+				n.end(errNotLeader)
+			case now.Sub(n.last) > idleIntervals*n.interval:
+				n.end(errIdle)
+			}
 		}
 		s.mu.Unlock()
 	}
 }
 
+// connOf returns the stream's connection, if [Server.Serve] accepted it.
+func connOf(ctx context.Context) (connInfo, bool) {
+	p, _ := peer.FromContext(ctx)
+	if p == nil {
+		return connInfo{}, false
+	}
+	info, ok := p.AuthInfo.(connInfo)
+	return info, ok
+}
+
 // peerCert returns the verified client certificate; nil (and no error)
 // without one in insecure mode.
-func (s *Server) peerCert(ctx context.Context) (*x509.Certificate, error) {
-	p, ok := peer.FromContext(ctx)
-	if ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
-			return ti.State.VerifiedChains[0][0], nil
-		}
+func (s *Server) peerCert(info connInfo) (*x509.Certificate, error) {
+	if ti, ok := info.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
+		return ti.State.VerifiedChains[0][0], nil
 	}
 	if s.cfg.Insecure {
 		return nil, nil
 	}
 	return nil, errors.New("no verified client certificate: the scheduler requires mutual TLS")
+}
+
+// connCreds wraps the server's transport credentials to hand each stream
+// its raw connection (in [connInfo]), which ends the stream when closed.
+type connCreds struct {
+	credentials.TransportCredentials
+}
+
+func (c connCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, ai, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, connInfo{AuthInfo: ai, raw: raw}, nil
+}
+
+func (c connCreds) Clone() credentials.TransportCredentials {
+	return connCreds{c.TransportCredentials.Clone()}
+}
+
+// connInfo is the AuthInfo of a connection [Server.Serve] accepted.
+type connInfo struct {
+	credentials.AuthInfo
+	raw net.Conn
 }

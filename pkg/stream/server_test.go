@@ -17,6 +17,7 @@ import (
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
 	"github.com/gpud/gpud/internal/testwait"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // rawStream opens a stream with files' certificate (no Client: the tests
@@ -280,4 +281,48 @@ func TestStaleNodesAreLeftOut(t *testing.T) {
 	if _, ok := srv.Telemetry(now, 3)["node-a"]; ok {
 		t.Fatal("a node whose stream ended is kept")
 	}
+}
+
+// TestEndedStreamsCloseTheirConnection: a stream waiting in Recv ends
+// when a newer stream of its node replaces it or when it sends no Hello
+// in time (the server closes its connection); the newer stream goes on.
+func TestEndedStreamsCloseTheirConnection(t *testing.T) {
+	p := newPKI(t)
+	srv := newTestServer(t, ServerConfig{HelloTimeout: 200 * time.Millisecond})
+	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	t.Run("replaced", func(t *testing.T) {
+		old := rawStream(t, addr, p.nodeFiles("node-a"))
+		sendHello(t, old, "node-a")
+		if _, err := old.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		st := rawStream(t, addr, p.nodeFiles("node-a"))
+		sendHello(t, st, "node-a")
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Recv(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("replaced stream Recv() = %v, want Unavailable", err)
+		}
+		if err := st.Send(&telemetryv1.AgentMessage{Seq: 2, Kind: &telemetryv1.AgentMessage_Samples{Samples: testSamples(7)}}); err != nil {
+			t.Fatal(err)
+		}
+		testwait.For(t, 5*time.Second, "the newer stream's sample", func() bool {
+			n, ok := srv.Telemetry(time.Now(), 3)["node-a"]
+			return ok && n.Devices[testGPU].MemoryUsedBytes == 7
+		})
+	})
+	t.Run("no hello", func(t *testing.T) {
+		st := rawStream(t, addr, p.nodeFiles("node-b"))
+		start := time.Now()
+		if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("Recv() without a hello = %v, want Unavailable", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("the stream without a hello ended after %s, want about 200ms", d)
+		}
+		if got := testutil.ToFloat64(srv.m.refused.WithLabelValues("no-hello")); got != 1 {
+			t.Errorf("no-hello refusals = %v, want 1", got)
+		}
+	})
 }

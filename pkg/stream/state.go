@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"time"
@@ -12,9 +11,10 @@ import (
 // nodeState is the newest state one node streamed, kept while its stream
 // is open.
 type nodeState struct {
-	gen      uint64                  // the stream that owns it
-	cancel   context.CancelCauseFunc // ends that stream, with why
-	received time.Time
+	gen      uint64      // the stream that owns it
+	end      func(error) // ends that stream, with why
+	received time.Time   // by ServerConfig.Now
+	last     time.Time   // by the wall clock, for the idle check
 	interval time.Duration
 	devices  map[string]*deviceState
 }
@@ -69,13 +69,13 @@ func (n *nodeState) setDevices(devs []*telemetryv1.Device) bool {
 
 // hello starts the state of node for stream gen, ending an older stream
 // of the same node.
-func (s *Server) hello(node string, gen uint64, cancel context.CancelCauseFunc, h *telemetryv1.Hello) {
-	n := &nodeState{gen: gen, cancel: cancel, received: s.cfg.Now(), interval: time.Duration(h.GetIntervalMillis()) * time.Millisecond}
+func (s *Server) hello(node string, gen uint64, end func(error), h *telemetryv1.Hello) {
+	n := &nodeState{gen: gen, end: end, received: s.cfg.Now(), last: time.Now(), interval: time.Duration(h.GetIntervalMillis()) * time.Millisecond}
 	s.mu.Lock()
 	old := s.nodes[node]
 	if old != nil {
 		n.devices = old.devices
-		old.cancel(errReplaced)
+		old.end(errReplaced)
 	}
 	changed := n.setDevices(h.GetDevices())
 	s.nodes[node] = n
@@ -109,7 +109,7 @@ func (s *Server) apply(node string, gen uint64, m *telemetryv1.AgentMessage, kno
 		if n == nil || n.gen != gen {
 			return nil // replaced by a newer stream; it ends soon
 		}
-		n.received = now
+		n.received, n.last = now, time.Now()
 		for _, d := range k.Samples.GetDevices() {
 			ds := n.devices[d.GetUuid()]
 			if ds == nil {
@@ -165,7 +165,7 @@ func (s *Server) event(node string, gen uint64, ev *telemetryv1.Event, now time.
 	if n == nil || n.gen != gen {
 		return false
 	}
-	n.received = now
+	n.received, n.last = now, time.Now()
 	s.m.events.WithLabelValues(ev.GetKind().String()).Inc()
 	switch ev.GetKind() {
 	case telemetryv1.Event_KIND_MIG_LAYOUT, telemetryv1.Event_KIND_SHARING:

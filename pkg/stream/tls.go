@@ -57,6 +57,9 @@ type Certs struct {
 type certPair struct {
 	cert *tls.Certificate
 	pool *x509.CertPool
+	// server is the scheduler's config for this pair, built once and
+	// shared by every handshake (not one per handshake).
+	server *tls.Config
 }
 
 // LoadCerts loads the files once; log may be nil.
@@ -97,7 +100,16 @@ func loadPair(f CertFiles) (*certPair, error) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("stream: CA bundle %s has no PEM certificate: %w", f.CA, ErrTLSConfig)
 	}
-	return &certPair{cert: &cert, pool: pool}, nil
+	server := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+		// No resumption: every connection verifies its client certificate
+		// against the current CA bundle (agents keep no session cache).
+		SessionTicketsDisabled: true,
+	}
+	return &certPair{cert: &cert, pool: pool, server: server}, nil
 }
 
 func readBounded(path string) ([]byte, error) {
@@ -149,13 +161,7 @@ func (c *Certs) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			p := c.cur.Load()
-			return &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				Certificates: []tls.Certificate{*p.cert},
-				ClientAuth:   tls.RequireAndVerifyClientCert,
-				ClientCAs:    p.pool,
-			}, nil
+			return c.cur.Load().server, nil
 		},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"
+	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/nriplugin"
@@ -36,7 +37,7 @@ type enforceOptions struct {
 }
 
 func (o *enforceOptions) register(fs *flag.FlagSet) {
-	fs.BoolVar(&o.isolateDevices, "isolate-devices", true, "let each container open only the GPUs (and MIG caps) the kubelet allocated it, with an eBPF device filter on its cgroup v2 directory (cgroup v1: devices.deny); where the kernel cannot, the agent says why once and in /readyz, and runs without. Not yet with --kubelet-api dra")
+	fs.BoolVar(&o.isolateDevices, "isolate-devices", true, "let each container open only the GPUs (and MIG caps) the kubelet allocated it, with an eBPF device filter on its cgroup v2 directory (cgroup v1: devices.deny); where the kernel cannot, the agent says why once and in /readyz, and runs without. With --kubelet-api dra: the "+dra.DriverName+" devices PodResources lists per container (kubelet feature gate KubeletPodResourcesDynamicResources, on by default from 1.34); a kubelet that lists none while claims are prepared is said once and in /readyz, and new containers in those claims' namespaces are left unfiltered")
 	fs.StringVar(&o.cpuAffinity, "cpu-affinity", cpuAffinityOff, "align: give each GPU container that the kubelet's CPU manager did not pin a cpuset on its GPUs' NUMA node(s) (all CPUs when its CPU request needs more); off: leave cpusets alone")
 	fs.DurationVar(&o.interval, "enforce-interval", enforce.DefaultInterval, "how often the pod cgroup tree is read for new containers (at most 1s: a container is filtered within this long of its cgroup appearing)")
 	fs.StringVar(&o.containerLogsRoot, "container-logs-root", enforce.DefaultContainerLogsRoot, "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log), which map container IDs to names")
@@ -67,10 +68,6 @@ type enforceStatus func() string
 // --cpu-affinity align without a cpuset hierarchy is an error.
 func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) ([]task, enforceStatus, error) {
 	isolate := o.isolateDevices
-	if isolate && cfg.dra.enabled() {
-		log.Warn("device isolation not available", "reason", "not with --kubelet-api dra yet: PodResources does not list claims' devices to gpud")
-		isolate = false
-	}
 	align := o.cpuAffinity == cpuAffinityAlign
 	if !isolate && !align {
 		return nil, nil, nil
@@ -92,6 +89,13 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 		Unified: mounts.Unified, V1Devices: mounts.V1["devices"], Isolate: isolate, Majors: majors,
 		Interval: o.interval, Inventory: inventory, Allocations: src.pods, Pods: src.podNames,
 		Containers: enforce.ContainerLogs{Root: o.containerLogsRoot},
+	}
+	if cfg.dra.enabled() {
+		dir, err := filepath.Abs(cfg.dra.pluginsDir)
+		if err != nil {
+			return nil, nil, flagErr("kubelet-plugins-dir", "%s: %w", cfg.dra.pluginsDir, err)
+		}
+		ecfg.DRA = &enforce.DRA{Resources: src.pods, Prepared: draPreparedClaims(filepath.Join(dir, dra.DriverName))}
 	}
 	if align {
 		w, err := cpuaffinity.NewWriter(mounts.Unified, mounts.V1["cpuset"])
@@ -116,6 +120,25 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 		tasks = append(tasks, task{"nri", nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
 	}
 	return tasks, e.Status, nil
+}
+
+// draPreparedClaims reads the claims the DRA driver prepared from its
+// checkpoint in dir, through pkg/dra's own reader (a Preparer that is never
+// asked to prepare). The enforcer reads it only while the kubelet lists no
+// device of the driver.
+func draPreparedClaims(dir string) func() ([]enforce.ClaimRef, error) {
+	return func() ([]enforce.ClaimRef, error) {
+		p, err := dra.NewPreparer(dra.PreparerConfig{NodeName: "checkpoint-reader", StateDir: dir, CDIDir: dir,
+			Devices: func() map[string]dra.DeviceRef { return nil }})
+		if err != nil {
+			return nil, err
+		}
+		var out []enforce.ClaimRef
+		for _, c := range p.Prepared() {
+			out = append(out, enforce.ClaimRef{Namespace: c.Namespace, Name: c.Name})
+		}
+		return out, nil
+	}
 }
 
 func readMounts(path string) (cgroupfs.Mounts, error) {

@@ -18,7 +18,9 @@ import (
 // fakeResources is a kubelet answering ListResources.
 type fakeResources struct{ r podresources.Resources }
 
-func (f *fakeResources) ListResources(context.Context) (podresources.Resources, error) { return f.r, nil }
+func (f *fakeResources) ListResources(context.Context) (podresources.Resources, error) {
+	return f.r, nil
+}
 
 // migInventory: GPUs 0-2; GPU 2 in MIG mode with a 1g.10gb at slice 4
 // (GI 3, CI 0) and a 1g.10gb+me at slice 6 (GI 5, CI 0).

@@ -227,9 +227,30 @@ func TestDaemonSetDRAMode(t *testing.T) {
 		mounts[m.Name] = m.MountPath
 	}
 	for _, v := range spec.Volumes {
+		if v.Name == "mps-shm" {
+			// MPS: the host's <mps-root>/shm is the agent's /dev/shm, where
+			// the daemons it starts keep the segments a fraction's
+			// container maps from the same host dir.
+			if v.HostPath == nil || v.HostPath.Path != "/run/gpud/mps/shm" || mounts[v.Name] != "/dev/shm" {
+				t.Errorf("volume mps-shm: %+v mounted at %q, want host /run/gpud/mps/shm at /dev/shm", v.VolumeSource, mounts[v.Name])
+			}
+			continue
+		}
 		if v.HostPath != nil && mounts[v.Name] != "" && mounts[v.Name] != v.HostPath.Path {
 			t.Errorf("volume %s: host %s mounted at %s; the kubelet needs the same path", v.Name, v.HostPath.Path, mounts[v.Name])
 		}
+	}
+	if _, ok := mounts["mps-shm"]; !ok {
+		t.Errorf("no mps-shm mount: MPS daemons for DRA fractions need the host's shm dir as /dev/shm")
+	}
+	caps := ""
+	for _, e := range spec.Containers[0].Env {
+		if e.Name == "NVIDIA_DRIVER_CAPABILITIES" {
+			caps = e.Value
+		}
+	}
+	if caps != "compute,utility" {
+		t.Errorf("NVIDIA_DRIVER_CAPABILITIES = %q, want compute,utility (compute brings the MPS binaries)", caps)
 	}
 	if spec.ServiceAccountName != "gpud-dra" {
 		t.Errorf("serviceAccountName = %s", spec.ServiceAccountName)

@@ -188,3 +188,38 @@ func TestReconcileDRAKubeletSilent(t *testing.T) {
 		t.Errorf("Status() = %q after the kubelet reported", s)
 	}
 }
+
+// TestContainerStartingDRA: the NRI path applies the same rules before the
+// container runs: its DRA devices while the kubelet reports them; nothing
+// attached in a namespace whose claims the kubelet does not report.
+func TestContainerStartingDRA(t *testing.T) {
+	relA := "/kubepods/burstable/pod" + uidA + "/" + cid('a')
+	relB := "/kubepods/besteffort/pod" + uidB + "/" + cid('b')
+	res := &fakeResources{}
+	e, err := New(Config{V1Devices: v1Tree(t, relA, relB), Isolate: true,
+		Probe:      func() error { return devcgroup.ErrUnsupported },
+		Inventory:  migInventory,
+		DRA:        &DRA{Resources: res, Prepared: func() ([]ClaimRef, error) { return []ClaimRef{{"ml", "train-cuda"}}, nil }},
+		Pods:       fakePods{},
+		Containers: fakeContainers{},
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ContainerInfo{Namespace: "ml", Pod: "train", Container: "cuda", CgroupsPath: relA}
+	b := ContainerInfo{Namespace: "web", Pod: "nginx", Container: "nginx", CgroupsPath: relB}
+	e.ContainerStarting(t.Context(), a)
+	e.ContainerStarting(t.Context(), b)
+	if tr := e.tracked[relA]; tr == nil || tr.filter != nil || !tr.stoodDown {
+		t.Errorf("ml container with an unreported claim: %+v, want stood down", tr)
+	}
+	if tr := e.tracked[relB]; tr == nil || tr.filter == nil || len(tr.allowed.GPUMinors) != 0 {
+		t.Errorf("web container: %+v, want a filter without GPUs", tr)
+	}
+	e.ContainerRemoved(a)
+	res.r.Claims = []podresources.ClaimDevice{claim("cuda", dra.DriverName, dra.MIGDeviceName(2, "1g.10gb+me", 6))}
+	e.ContainerStarting(t.Context(), a)
+	if tr := e.tracked[relA]; tr == nil || tr.filter == nil || !slices.Equal(tr.allowed.GPUMinors, []uint32{2}) {
+		t.Errorf("ml container with a reported MIG device: %+v, want gpu 2", tr)
+	}
+}

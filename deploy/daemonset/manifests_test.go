@@ -82,6 +82,13 @@ func TestDaemonSetManifests(t *testing.T) {
 		{name: "admin socket", hostPath: "/run/gpud", mount: "/run/gpud", flag: "--admin-socket=/run/gpud/admin.sock"},
 		{name: "mig journal", hostPath: "/var/lib/gpud", mount: "/var/lib/gpud", flag: "--mig-journal=/var/lib/gpud/mig-journal.json"},
 		{name: "pod logs", hostPath: "/var/log/pods", mount: "/var/log/pods", flag: "--pod-logs-root=/var/log/pods"},
+		// Device isolation (on by default) filters other containers'
+		// cgroups, found through the kubelet's container log links, and
+		// hooks container creation through NRI: the agent's defaults
+		// (--container-logs-root, --nri-socket) at the host's paths.
+		{name: "host cgroup", hostPath: "/sys/fs/cgroup", mount: "/sys/fs/cgroup"},
+		{name: "container logs", hostPath: "/var/log/containers", mount: "/var/log/containers"},
+		{name: "nri socket dir", hostPath: "/var/run/nri", mount: "/var/run/nri"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"syscall"
@@ -100,9 +101,19 @@ func TestScaleStreams(t *testing.T) {
 		}
 		defer f.Close()
 	}
+	gcStats := func() []metrics.Sample {
+		ms := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
+		metrics.Read(ms)
+		return ms
+	}
+	gc0 := gcStats()
 	cpu0, wall0 := cpuSeconds(), time.Now()
 	time.Sleep(scaleWindow)
 	cpu, wall := cpuSeconds()-cpu0, time.Since(wall0).Seconds()
+	gc1 := gcStats()
+	t.Logf("server: %.1f allocations per sample, %d GC cycles using %.3f CPU seconds in the %s window",
+		float64(gc1[0].Value.Uint64()-gc0[0].Value.Uint64())/(float64(n)*wall), gc1[1].Value.Uint64()-gc0[1].Value.Uint64(),
+		gc1[2].Value.Float64()-gc0[2].Value.Float64(), scaleWindow)
 	pprof.StopCPUProfile()
 	heap := heapInUse() - base
 	var ms runtime.MemStats

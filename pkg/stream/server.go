@@ -123,6 +123,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.ForceServerCodecV2(serverCodec{}),
 		// One stream per connection: ending a stream closes its
 		// connection (see Stream).
 		grpc.MaxConcurrentStreams(1),
@@ -228,10 +229,14 @@ func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, te
 	if err := st.Send(&telemetryv1.Ack{Seq: m.GetSeq()}); err != nil {
 		return err
 	}
+	t := &recvTarget{s: s, node: node, gen: gen, known: &known}
 	for {
-		m, err := st.Recv()
-		if err != nil {
+		if err := st.RecvMsg(t); err != nil {
 			return endStatus(e.cause(), node, err)
+		}
+		m := t.msg
+		if m == nil {
+			continue // a sweep of samples, applied (see recv.go)
 		}
 		if err := s.apply(node, gen, m, &known); err != nil {
 			return s.refuse("invalid", codes.InvalidArgument, err, "node", node)

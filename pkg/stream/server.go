@@ -32,6 +32,9 @@ const (
 	// leaderCheck is how often the server checks that this replica still
 	// leads.
 	leaderCheck = 500 * time.Millisecond
+	// idleCheck is how often the server looks for idle streams: a stream
+	// silent for idleIntervals ends within idleCheck after.
+	idleCheck = 5 * time.Second
 	// bufferBytes is the agent's read and write buffers and the server's
 	// write buffer.
 	bufferBytes = 4 << 10
@@ -291,11 +294,12 @@ func (e *streamEnd) cause() error {
 }
 
 // watch ends every open stream within leaderCheck of Ready turning false,
-// and each stream silent for idleIntervals of its intervals, until ctx
-// ends. One goroutine serves all streams.
+// and each stream silent for idleIntervals of its intervals (checked every
+// idleCheck), until ctx ends. One goroutine serves all streams.
 func (s *Server) watch(ctx context.Context) {
 	t := time.NewTicker(leaderCheck)
 	defer t.Stop()
+	lastIdleCheck := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -304,6 +308,10 @@ func (s *Server) watch(ctx context.Context) {
 		}
 		leads := s.cfg.Ready()
 		now := time.Now()
+		if leads && now.Sub(lastIdleCheck) < idleCheck {
+			continue
+		}
+		lastIdleCheck = now
 		s.mu.Lock()
 		for _, n := range s.nodes {
 			switch {

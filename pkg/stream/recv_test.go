@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -120,4 +121,58 @@ func FuzzSweepFastPath(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkSweep(t, data) })
+}
+
+// BenchmarkApplySweep applies 8-device sweeps round-robin over 1,000
+// nodes, as the scheduler receives them (each node's state cold).
+func BenchmarkApplySweep(b *testing.B) {
+	srv, err := NewServer(ServerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := testHello()
+	h.IntervalMillis = 1000
+	h.Devices = nil
+	s := &telemetryv1.Samples{}
+	for i := range 8 {
+		u := fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", i)
+		h.Devices = append(h.Devices, &telemetryv1.Device{Uuid: u, MemoryTotalBytes: 80 << 30})
+		s.Devices = append(s.Devices, &telemetryv1.DeviceSample{Uuid: u, SmUtilPercent: ptr(50.0), MemoryUsedBytes: ptr(uint64(i) << 30), PowerWatts: ptr(300.0), TemperatureCelsius: ptr(55.0)})
+	}
+	var targets []*recvTarget
+	for i := range 1000 {
+		h.NodeName = fmt.Sprintf("node-%04d", i)
+		known, err := validateHello(h, 16)
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv.hello(h.NodeName, uint64(i+1), func(error) {}, h)
+		targets = append(targets, &recvTarget{s: srv, node: h.NodeName, gen: uint64(i + 1), known: &known})
+	}
+	data := marshal(b, &telemetryv1.AgentMessage{Seq: 2, Kind: &telemetryv1.AgentMessage_Samples{Samples: s}})
+	b.Run("path=fast", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if !srv.applySweep(targets[i%len(targets)], data) {
+				b.Fatal("the fast path declined a sweep")
+			}
+			i++
+		}
+	})
+	b.Run("path=usual", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			t := targets[i%len(targets)]
+			var m telemetryv1.AgentMessage
+			if err := proto.Unmarshal(data, &m); err != nil {
+				b.Fatal(err)
+			}
+			if err := srv.apply(t.node, t.gen, &m, t.known); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/nriplugin"
+	"github.com/gpud/gpud/pkg/procattr"
 )
 
 // The --cpu-affinity modes.
@@ -71,6 +72,17 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 	align := o.cpuAffinity == cpuAffinityAlign
 	if !isolate && !align {
 		return nil, nil, nil
+	}
+	// A simulated node's GPUs are not the host's: filters and cpusets made
+	// from its inventory must not land on the host's real containers (tests
+	// point --proc-root at a temp dir whose mountinfo names test cgroups).
+	if cfg.nvml.simulate != "" && filepath.Clean(cfg.procRoot) == procattr.DefaultProcRoot {
+		if align {
+			return nil, nil, flagErr("cpu-affinity", "align with --simulate needs --proc-root pointed away from the host's %s: a simulated node must not set the host containers' cpusets", procattr.DefaultProcRoot)
+		}
+		const reason = "simulated node with --proc-root " + procattr.DefaultProcRoot + ": the host's containers are not the simulated node's"
+		log.Info("device isolation not available", "reason", reason)
+		return nil, func() string { return "device isolation: not available: " + reason }, nil
 	}
 	mounts, err := readMounts(filepath.Join(cfg.procRoot, "self", "mountinfo"))
 	if err != nil {

@@ -88,6 +88,24 @@ func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 	}
 }
 
+// TestNewEnforceTaskSimulatedHost: a simulated node with the host's /proc
+// (as `make run` starts it) enforces nothing on the host's containers, and
+// says so; --cpu-affinity align is refused naming the flag.
+func TestNewEnforceTaskSimulatedHost(t *testing.T) {
+	c, src := enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc/")
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tasks != nil || status == nil || !strings.Contains(status(), "simulated node with --proc-root /proc") {
+		t.Fatalf("simulated on the host's /proc: tasks %v, status %v; want no task and a status saying why", tasks, status)
+	}
+	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--cpu-affinity", "align")
+	if _, _, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "cpu-affinity") {
+		t.Fatalf("align, simulated on the host's /proc: %v, want an error naming --cpu-affinity", err)
+	}
+}
+
 func TestNewEnforceTaskOff(t *testing.T) {
 	c, src := enforceTestConfig(t, "--isolate-devices=false")
 	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())

@@ -241,6 +241,44 @@ func TestWritePending(t *testing.T) {
 	}
 }
 
+// TestWritePendingClearsNomination: a pod nominated in an earlier cycle and
+// pending without a nomination now loses it (the same message included),
+// as kube-scheduler clears a stale nominatedNodeName.
+func TestWritePendingClearsNomination(t *testing.T) {
+	pod := claimPod("ns", "p", t0)
+	ts := newTestScheduler(t, placeAll{}, pod)
+	pd := plan.Pending{Pod: newPod(pod, nil), Code: "capacity", Message: "no GPU with 40Gi free on a H100", NominatedNode: "n1"}
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	nominated, err := ts.client.CoreV1().Pods("ns").Get(t.Context(), "p", metav1.GetOptions{})
+	if err != nil || nominated.Status.NominatedNodeName != "n1" {
+		t.Fatalf("nominatedNodeName = %q, %v; want n1", nominated.Status.NominatedNodeName, err)
+	}
+	pd.Pod, pd.NominatedNode = newPod(nominated, nil), ""
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	got, err := ts.client.CoreV1().Pods("ns").Get(t.Context(), "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.NominatedNodeName != "" {
+		t.Errorf("nominatedNodeName = %q after a cycle without a nomination, want cleared", got.Status.NominatedNodeName)
+	}
+	if c := podScheduled(got); c == nil || c.Message != pd.Message {
+		t.Errorf("condition = %+v, want the pending message kept", c)
+	}
+	// Once the informer shows it cleared: nothing more to write.
+	patches := 0
+	ts.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		return false, nil, nil
+	})
+	pd.Pod = newPod(got, nil)
+	ts.forgetStatus(pod.UID)
+	ts.writePending(t.Context(), []plan.Pending{pd})
+	if patches != 0 {
+		t.Errorf("cleared nomination rewritten: %d patches", patches)
+	}
+}
+
 func TestGangUnits(t *testing.T) {
 	p := func(n string) *plan.Pod { return newPod(claimPod("ns", n, t0), nil) }
 	units := gangUnits([]plan.Bind{{Pod: p("a"), Gang: "g"}, {Pod: p("b")}, {Pod: p("c"), Gang: "g"}, {Pod: p("d"), Gang: "h"}})

@@ -66,8 +66,15 @@ func (s *Scheduler) patchPending(ctx context.Context, pd plan.Pending) {
 	}
 	st := map[string]any{"conditions": []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 		Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: transition, LastProbeTime: now}}}
-	if pd.NominatedNode != "" {
+	switch {
+	case pd.NominatedNode != "":
 		st["nominatedNodeName"] = pd.NominatedNode
+	case pod.Status.NominatedNodeName != "":
+		// A nomination this cycle did not renew (its victims' room went to
+		// another pod, or the pod no longer needs preemption) is cleared, as
+		// kube-scheduler does: a stale one makes other schedulers and
+		// autoscalers count the pod on that node.
+		st["nominatedNodeName"] = nil
 	}
 	patch, err := json.Marshal(map[string]any{"status": st})
 	if err != nil {
@@ -97,11 +104,11 @@ const refreshStatus = time.Minute
 
 // statusSays reports whether the pod's status already holds the pending
 // condition with msg, or one differing only in numbers written less than
-// refreshStatus ago (and the nomination, if any).
+// refreshStatus ago, and the nomination (none when nominated is "").
 func statusSays(pod *corev1.Pod, msg, nominated string, now time.Time) bool {
 	c := podScheduled(pod)
 	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable ||
-		(nominated != "" && pod.Status.NominatedNodeName != nominated) {
+		pod.Status.NominatedNodeName != nominated {
 		return false
 	}
 	return c.Message == msg || (messageShape(c.Message) == messageShape(msg) && now.Sub(c.LastProbeTime.Time) < refreshStatus)

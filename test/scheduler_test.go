@@ -265,7 +265,9 @@ type schedProc struct {
 	done                chan struct{}
 }
 
-func startSchedulerProc(t *testing.T, bin, dir, kubeconfig string) *schedProc {
+// startSchedulerProc runs `gpud scheduler` with the tests' lease timings
+// and extra flags.
+func startSchedulerProc(t *testing.T, bin, dir, kubeconfig string, extra ...string) *schedProc {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -275,9 +277,9 @@ func startSchedulerProc(t *testing.T, bin, dir, kubeconfig string) *schedProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := gpudArgs(t, bin, dir, "scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", p.addr,
+	args := gpudArgs(t, bin, dir, append([]string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", p.addr,
 		"--leader-elect-namespace", "gpud", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
-		"--leader-elect-retry-period", "500ms", "--resync-period", "2s", "--log-level", "debug")
+		"--leader-elect-retry-period", "500ms", "--resync-period", "2s", "--log-level", "debug"}, extra...)...)
 	// args come from gpudArgs, the sandbox every gpud run goes through.
 	// The command is an exec.Cmd value rather than exec.Command (which
 	// TestProcessesOnlyThroughSandbox keeps to gpud_test.go) because the

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -92,7 +91,7 @@ func TestTelemetryStreamEndToEnd(t *testing.T) {
 	telAddrs := map[*schedProc]string{}
 	for _, name := range []string{"a", "b"} {
 		addr := k8senv.FreeAddr(t)
-		p := startTelemetryScheduler(t, bin, filepath.Join(dir, name), kubeconfig, "--telemetry-addr", addr,
+		p := startSchedulerProc(t, bin, filepath.Join(dir, name), kubeconfig, "--telemetry-addr", addr,
 			"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-ca", server.CA)
 		scheds = append(scheds, p)
 		telAddrs[p] = addr
@@ -238,46 +237,6 @@ func serviceProxy(t *testing.T, target func() string) string {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
-
-// startTelemetryScheduler runs `gpud scheduler` with the test's usual
-// flags and extra ones.
-func startTelemetryScheduler(t *testing.T, bin, dir, kubeconfig string, extra ...string) *schedProc {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := &schedProc{name: filepath.Base(dir), addr: k8senv.FreeAddr(t), logPath: filepath.Join(dir, "scheduler.log"), done: make(chan struct{})}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := gpudArgs(t, bin, dir, append([]string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", p.addr,
-		"--leader-elect-namespace", "gpud", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
-		"--leader-elect-retry-period", "500ms", "--resync-period", "2s", "--log-level", "debug"}, extra...)...)
-	// An exec.Cmd value, as startSchedulerProc explains.
-	p.cmd = &exec.Cmd{Path: bin, Args: append([]string{bin}, args...)}
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		_ = logFile.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.exited() {
-			_ = p.cmd.Process.Signal(os.Interrupt)
-			<-p.done
-		}
-		if t.Failed() {
-			if b, err := os.ReadFile(p.logPath); err == nil {
-				t.Logf("scheduler log:\n%s", b)
-			}
-		}
-	})
-	return p
-}
 
 // startTelemetryAgent runs the node's telemetry half in this process: a
 // simulated DGX H100, its inventory store and NVML health monitor, and a

@@ -13,14 +13,13 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/goccy/go-yaml"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
+	"github.com/gpud/gpud/internal/manifest"
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
@@ -326,7 +325,7 @@ func TestHelmSchedulerTelemetryMatchesOverlay(t *testing.T) {
 	objs := helmMustRender(t, map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true, "telemetry": map[string]any{"enabled": true}}}, false)
 	got := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment)
 	var want appsv1.Deployment
-	jsonPatched(t, helmManifest(t, "../deploy/scheduler/deployment.yaml", "Deployment/gpud-scheduler"), "../deploy/scheduler/telemetry/deployment-patch.yaml", &want)
+	patchFile(t, helmManifest(t, "../deploy/scheduler/deployment.yaml", "Deployment/gpud-scheduler"), "../deploy/scheduler/telemetry/deployment-patch.yaml", &want)
 	gc, wc := got.Spec.Template.Spec.Containers[0], want.Spec.Template.Spec.Containers[0]
 	for _, f := range []struct {
 		name      string
@@ -357,34 +356,6 @@ func TestHelmSchedulerTelemetryMatchesOverlay(t *testing.T) {
 	}
 }
 
-// jsonPatched applies the JSON patch file (YAML) to obj into out.
-func jsonPatched(t *testing.T, obj any, patchPath string, out any) {
-	t.Helper()
-	orig, err := json.Marshal(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(patchPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pj, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	patch, err := jsonpatch.DecodePatch(pj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := patch.Apply(orig)
-	if err != nil {
-		t.Fatalf("%s: %v", patchPath, err)
-	}
-	if err := json.Unmarshal(res, out); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestHelmAgentStreamMatchesPatch renders the chart with
 // agent.stream.enabled and compares the agent's args, mounts and volumes
 // with deploy/daemonset/stream's patch applied to deploy/daemonset.
@@ -392,7 +363,7 @@ func TestHelmAgentStreamMatchesPatch(t *testing.T) {
 	objs := helmMustRender(t, map[string]any{"agent": map[string]any{"stream": map[string]any{"enabled": true}}}, false)
 	got := objs["DaemonSet/gpud"].(*appsv1.DaemonSet)
 	var want appsv1.DaemonSet
-	jsonPatched(t, helmManifest(t, "../deploy/daemonset/daemonset.yaml", "DaemonSet/gpud"), "../deploy/daemonset/stream/daemonset-patch.yaml", &want)
+	patchFile(t, helmManifest(t, "../deploy/daemonset/daemonset.yaml", "DaemonSet/gpud"), "../deploy/daemonset/stream/daemonset-patch.yaml", &want)
 	gc, wc := got.Spec.Template.Spec.Containers[0], want.Spec.Template.Spec.Containers[0]
 	for _, f := range []struct {
 		name      string
@@ -407,5 +378,13 @@ func TestHelmAgentStreamMatchesPatch(t *testing.T) {
 			wj, _ := json.Marshal(f.want)
 			t.Errorf("agent %s with the stream differs from deploy/daemonset/stream:\nchart: %s\npatch: %s", f.name, gj, wj)
 		}
+	}
+}
+
+// patchFile applies a deploy/ JSON patch file to obj into out.
+func patchFile(t *testing.T, obj any, patchPath string, out any) {
+	t.Helper()
+	if err := manifest.PatchFile(obj, patchPath, out); err != nil {
+		t.Fatal(err)
 	}
 }

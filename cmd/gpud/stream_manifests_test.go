@@ -1,15 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/goccy/go-yaml"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -28,29 +24,9 @@ func patched[T any](t *testing.T, manifestPath, patchPath string) *T {
 		if _, ok := any(o.Object).(*T); !ok {
 			continue
 		}
-		orig, err := json.Marshal(o.Object)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(patchPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pj, err := yaml.YAMLToJSON(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := jsonpatch.DecodePatch(pj)
-		if err != nil {
-			t.Fatalf("%s: %v", patchPath, err)
-		}
-		out, err := p.Apply(orig)
-		if err != nil {
-			t.Fatalf("%s on %s: %v", patchPath, manifestPath, err)
-		}
 		var v T
-		if err := manifest.DecodeInto(out, &v); err != nil {
-			t.Fatalf("%s patched: %v", manifestPath, err)
+		if err := manifest.PatchFile(o.Object, patchPath, &v); err != nil {
+			t.Fatalf("%s: %v", manifestPath, err)
 		}
 		return &v
 	}

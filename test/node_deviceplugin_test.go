@@ -1,0 +1,147 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpud/gpud/test/k8senv"
+	"github.com/gpud/gpud/test/nodeenv"
+)
+
+const (
+	gpuResource    corev1.ResourceName = "nvidia.com/gpu"
+	sharedResource corev1.ResourceName = "nvidia.com/gpu.shared"
+)
+
+func gpus(n int64) corev1.ResourceList {
+	return corev1.ResourceList{gpuResource: *resource.NewQuantity(n, resource.DecimalSI)}
+}
+
+// TestNodeDevicePlugin runs `gpud agent --simulate dgx-h100` in
+// device-plugin mode on a real node (kubelet + containerd + runc) and
+// checks what a user sees: 8 allocatable GPUs; a pod asking for one runs
+// and can open exactly one GPU device file; after five kubelet restarts
+// gpud has registered exactly once per restart, the running pod is
+// untouched and the kubelet still follows gpud's device list (a sharing
+// change moves allocatable, and a pod for the 6 remaining whole GPUs is
+// admitted); after an agent restart the same holds.
+func TestNodeDevicePlugin(t *testing.T) {
+	k := k8senv.Start(t)
+	n := nodeenv.Start(t, k)
+	sharing := filepath.Join(n.Dir, "sharing.yaml")
+	if err := os.WriteFile(sharing, []byte("devices: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agentArgs := []string{"--simulate=dgx-h100", "--sharing-config=" + sharing}
+	agent := startNodeAgent(t, n, agentArgs...)
+
+	waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8}, time.Minute)
+	// The kubelet's log is one segment per start; gpud registered once.
+	assertRegistrations := func(t *testing.T, want int) {
+		t.Helper()
+		// A second registration (the defect) follows the first within a
+		// poll or two: give it the time to show.
+		time.Sleep(3 * time.Second)
+		segs := logSegments(t, n.Kubelet().LogPath)
+		if got := registrations(segs[len(segs)-1], string(gpuResource)); got != want {
+			t.Errorf("kubelet start %d: gpud registered %s %d times, want %d", len(segs), gpuResource, got, want)
+		}
+	}
+	assertRegistrations(t, 1)
+
+	first := runProbePod(t, n, "one-gpu", gpus(1))
+	if got := openableGPUs(first); len(got) != 1 {
+		t.Fatalf("a pod with %s: 1 can open %v (all: %v), want exactly one GPU", gpuResource, got, first.Opens)
+	}
+	t.Logf("one-gpu pod opens %v; env %v", openableGPUs(first), first.Env)
+
+	stillRunning := func(t *testing.T) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p, err := k.Client.CoreV1().Pods("default").Get(ctx, "one-gpu", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("one-gpu pod is %s with %d restarts, want Running, untouched", p.Status.Phase, p.Status.ContainerStatuses[0].RestartCount)
+		}
+	}
+
+	t.Run("kubelet restarts", func(t *testing.T) {
+		for i := 1; i <= 5; i++ {
+			begin := time.Now()
+			if err := n.RestartKubelet(); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.WaitReady(2 * time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8}, time.Minute)
+			assertRegistrations(t, 1)
+			t.Logf("kubelet restart %d: Ready with %s 8 in %s", i, gpuResource, time.Since(begin).Round(time.Millisecond))
+		}
+		stillRunning(t)
+		// The kubelet follows gpud's device list still: sharing a GPU
+		// (not the one-gpu pod's) in two replicas takes it from the
+		// whole GPUs.
+		held, _ := strconv.Atoi(strings.TrimPrefix(openableGPUs(first)[0], "/dev/nvidia"))
+		share := fmt.Sprintf("devices:\n  \"%d\": {replicas: 2}\n", (held+1)%8)
+		if err := os.WriteFile(sharing, []byte(share), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 7, sharedResource: 2}, time.Minute)
+		r := runProbePod(t, n, "six-gpus", gpus(6))
+		if got := openableGPUs(r); len(got) != 6 {
+			t.Errorf("a pod with %s: 6 can open %v, want six GPUs", gpuResource, got)
+		}
+		if err := os.WriteFile(sharing, []byte("devices: {}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8, sharedResource: 0}, time.Minute)
+		deletePod(t, k, "six-gpus")
+	})
+
+	t.Run("agent restart", func(t *testing.T) {
+		agent.Stop(10 * time.Second)
+		before := registrations(lastSegment(t, n), string(gpuResource))
+		agent = startNodeAgent(t, n, agentArgs...)
+		waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8}, time.Minute)
+		time.Sleep(3 * time.Second)
+		if got := registrations(lastSegment(t, n), string(gpuResource)) - before; got != 1 {
+			t.Errorf("a restarted agent registered %s %d times, want once", gpuResource, got)
+		}
+		stillRunning(t)
+		r := runProbePod(t, n, "after-agent-restart", gpus(1))
+		if got := openableGPUs(r); len(got) != 1 {
+			t.Errorf("after an agent restart a pod with %s: 1 can open %v, want exactly one GPU", gpuResource, got)
+		}
+	})
+	if t.Failed() {
+		t.Logf("agent log tail:\n%s", agent.Tail(60))
+	}
+}
+
+func lastSegment(t *testing.T, n *nodeenv.Node) string {
+	segs := logSegments(t, n.Kubelet().LogPath)
+	return segs[len(segs)-1]
+}
+
+func deletePod(t *testing.T, k *k8senv.Env, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.Client.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !strings.Contains(err.Error(), "not found") {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,95 @@
+// Command probe is the node environment's workload: it reports what a
+// container sees of its GPUs, as one line "PROBE <json>" on stdout (its
+// container log), then again every $PROBE_INTERVAL (default: never) until
+// it is stopped. The report holds the NVIDIA_* and CUDA_* environment, the
+// /dev/nvidia* files present and what opening each gives ("ok", "ENXIO":
+// the device cgroup allowed it but no driver answers, as with nodeenv's
+// fake device nodes; "EPERM": the device cgroup or eBPF filter denied it),
+// and the mount points, so tests assert on the container's own view.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Report is what one probe line carries.
+type Report struct {
+	Env    map[string]string `json:"env"`
+	Opens  map[string]string `json:"opens"`  // /dev/nvidia* path -> open result
+	Mounts []string          `json:"mounts"` // mount points, from /proc/self/mountinfo
+}
+
+func main() {
+	report()
+	var tick <-chan time.Time
+	if d, err := time.ParseDuration(os.Getenv("PROBE_INTERVAL")); err == nil && d > 0 {
+		tick = time.Tick(d)
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	for {
+		select {
+		case <-tick:
+			report()
+		case <-stop:
+			return
+		}
+	}
+}
+
+func report() {
+	r := Report{Env: map[string]string{}, Opens: map[string]string{}}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "NVIDIA_") || strings.HasPrefix(k, "CUDA_") || strings.HasPrefix(k, "GPUD_") {
+			r.Env[k] = v
+		}
+	}
+	paths, _ := filepath.Glob("/dev/nvidia*")
+	caps, _ := filepath.Glob("/dev/nvidia-caps/*")
+	for _, p := range append(paths, caps...) {
+		if st, err := os.Stat(p); err != nil || st.IsDir() {
+			continue
+		}
+		r.Opens[p] = open(p)
+	}
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if fields := strings.Fields(sc.Text()); len(fields) > 4 {
+				r.Mounts = append(r.Mounts, fields[4])
+			}
+		}
+		f.Close()
+		sort.Strings(r.Mounts)
+	}
+	b, _ := json.Marshal(r)
+	fmt.Printf("PROBE %s\n", b)
+}
+
+func open(p string) string {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	switch {
+	case err == nil:
+		f.Close()
+		return "ok"
+	case errors.Is(err, syscall.ENXIO):
+		return "ENXIO"
+	case errors.Is(err, syscall.EPERM):
+		return "EPERM"
+	case errors.Is(err, syscall.ENODEV):
+		return "ENODEV"
+	default:
+		return err.Error()
+	}
+}

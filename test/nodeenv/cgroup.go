@@ -37,23 +37,67 @@ func cgroupHierarchies() []string {
 }
 
 // makeCgroupRoot creates the kubelet's cgroup root in every hierarchy
-// (the kubelet refuses a cgroupRoot that does not exist), with v1 cpuset's
-// CPUs and memory nodes copied from the top so tasks can join it.
+// (the kubelet refuses a cgroupRoot that does not exist), and root/shims
+// for containerd's shims (ShimCgroup) so that killCgroup finds them too,
+// with v1 cpuset's CPUs and memory nodes copied from the parent so tasks
+// can join them.
 func makeCgroupRoot(root string) error {
 	for _, h := range cgroupHierarchies() {
-		d := filepath.Join(h, root)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("nodeenv: cgroup root: %w", err)
-		}
-		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			if v, err := os.ReadFile(filepath.Join(h, f)); err == nil && filepath.Base(h) == "cpuset" {
-				if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+		for _, rel := range []string{root, root + "/shims"} {
+			d := filepath.Join(h, rel)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("nodeenv: cgroup root: %w", err)
+			}
+			if filepath.Base(h) != "cpuset" {
+				continue
+			}
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, err := os.ReadFile(filepath.Join(filepath.Dir(d), f))
+				if err == nil {
+					err = os.WriteFile(filepath.Join(d, f), v, 0o644)
+				}
+				if err != nil {
 					return fmt.Errorf("nodeenv: cgroup root: %w", err)
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// cgroupRootPrefix starts every node's cgroup root; the test binary's pid
+// follows, so sweepStaleCgroupRoots can tell the roots of dead runs.
+const cgroupRootPrefix = "gpud-nodeenv-"
+
+// sweepStaleCgroupRoots kills what is left in, and removes, the cgroup
+// roots of test binaries that are gone (a run killed by -timeout or a
+// signal runs no cleanup: its containers and shims live on there).
+func sweepStaleCgroupRoots() {
+	hs := cgroupHierarchies()
+	if len(hs) == 0 {
+		return
+	}
+	entries, _ := os.ReadDir(hs[0])
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), cgroupRootPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pidStr); err == nil && pid != os.Getpid() {
+			continue // its test binary is alive
+		}
+		if pid == os.Getpid() {
+			continue
+		}
+		root := "/" + e.Name()
+		killCgroup(root)
+		_ = removeCgroupRoot(root)
+	}
 }
 
 // cgroupDirs are root's directories in every hierarchy, deepest first.

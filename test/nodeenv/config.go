@@ -12,10 +12,10 @@ import (
 // the node: state under the namespace's /var/lib and /run, CDI on with
 // specs read from /var/run/cdi (where gpud writes them; /etc/cdi is the
 // host's and left alone), NRI on at its default socket, Debian's runc with
-// the cgroupfs driver, CNI from cniDir with confDir, the imported pause
+// the cgroupfs driver and its shims in shimCgroup, CNI from cniDir with confDir, the imported pause
 // image as the sandbox. restrict_oom_score_adj keeps containerd from
 // lowering OOM scores, which a sandbox without CAP_SYS_RESOURCE refuses.
-func containerdConfig(runc, cniDir, confDir string) string {
+func containerdConfig(runc, cniDir, confDir, shimCgroup string) string {
 	return fmt.Sprintf(`version = 3
 root = "/var/lib/containerd"
 state = "/run/containerd"
@@ -40,6 +40,7 @@ state = "/run/containerd"
         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
           BinaryName = %q
           SystemdCgroup = false
+          ShimCgroup = %q
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = [%q]
       conf_dir = %q
@@ -52,7 +53,7 @@ state = "/run/containerd"
   [plugins.'io.containerd.nri.v1.nri']
     disable = false
     socket_path = "/var/run/nri/nri.sock"
-`, PauseImage, runc, cniDir, confDir)
+`, PauseImage, runc, shimCgroup, cniDir, confDir)
 }
 
 // cniConfig is a bridge network on a bridge of the node's own with a

@@ -66,7 +66,9 @@ type Node struct {
 	Dir  string
 	K8s  *k8senv.Env
 	Bins *Binaries
-	// CgroupRoot is the kubelet's cgroupRoot ("/gpud-nodeenv-<hex>").
+	// CgroupRoot is the kubelet's cgroupRoot
+	// ("/gpud-nodeenv-<test binary's pid>-<hex>"); containerd's shims go to
+	// CgroupRoot/shims.
 	CgroupRoot string
 	// KubeletStarts counts the kubelet's starts; RestartKubelet adds one.
 	KubeletStarts int
@@ -136,7 +138,7 @@ func Start(t testing.TB, k *k8senv.Env, opts ...Option) *Node {
 		Dir:        t.TempDir(),
 		K8s:        k,
 		Bins:       bins,
-		CgroupRoot: "/gpud-nodeenv-" + suffix,
+		CgroupRoot: "/" + cgroupRootPrefix + strconv.Itoa(os.Getpid()) + "-" + suffix,
 		o:          o,
 	}
 	t.Cleanup(func() { n.stop(t) })
@@ -182,6 +184,7 @@ func (n *Node) setup() error {
 			return fmt.Errorf("nodeenv: %w", err)
 		}
 	}
+	sweepStaleCgroupRoots()
 	if err := makeCgroupRoot(n.CgroupRoot); err != nil {
 		return err
 	}
@@ -237,7 +240,7 @@ func (n *Node) startProc(name, bin string, args []string) (*k8senv.Proc, error) 
 func (n *Node) startContainerd() error {
 	conf := filepath.Join(n.Dir, "containerd.toml")
 	cniConf := filepath.Join(n.Dir, "cni")
-	if err := writeFile(conf, containerdConfig(n.Bins.Runc, n.Bins.CNIDir, cniConf)); err != nil {
+	if err := writeFile(conf, containerdConfig(n.Bins.Runc, n.Bins.CNIDir, cniConf, n.CgroupRoot+"/shims")); err != nil {
 		return err
 	}
 	if err := writeFile(filepath.Join(cniConf, "10-nodeenv.conflist"), cniConfig("nodeenv"+n.Name[len("nodeenv-"):])); err != nil {

@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families
+.PHONY: traces k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families
 
 all: build
 
@@ -26,8 +26,10 @@ stream-scale:
 	GPUD_STREAM_SCALE=1000 $(GO) test -count=1 -run '^TestScaleStreams$$' -v ./pkg/stream
 
 ## run: the agent on the embedded simulated DGX H100 (Ctrl-C to stop).
+## Everything it writes goes under .run/, which the agent creates.
+RUN_HTTP_ADDR ?= 127.0.0.1:9400
 run: build
-	./$(BIN) agent --simulate dgx-h100 --http-addr 127.0.0.1:9400 \
+	./$(BIN) agent --simulate dgx-h100 --http-addr $(RUN_HTTP_ADDR) \
 		--device-plugin-dir $(CURDIR)/.run/device-plugins --cdi-dir $(CURDIR)/.run/cdi \
 		--admin-socket $(CURDIR)/.run/admin.sock --mig-journal $(CURDIR)/.run/mig-journal.json \
 		--sim-state-file $(CURDIR)/.run/simnode-state.json
@@ -67,6 +69,29 @@ fuzz:
 		echo "fuzz: $$name in $$dir for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$dir" || { echo "fuzz: $$name in $$dir failed"; exit 1; }; \
 	done
+
+## traces: Alibaba's public GPU-sharing trace (cluster-trace-gpu-v2023 in
+## alibaba/clusterdata: the openb node and pod lists the FGD paper, ATC'23,
+## evaluates on) into data/openb-gpu-v2023, where the README's `gpud sim`
+## examples read it. Needs curl and access to github.com; elsewhere, copy
+## the csv/ files there by hand (or point GPUD_OPENB_DIR at them for tests).
+TRACE_DIR ?= data/openb-gpu-v2023
+TRACE_URL ?= https://raw.githubusercontent.com/alibaba/clusterdata/master/cluster-trace-gpu-v2023
+TRACE_FILES := openb_node_list_all_node openb_node_list_gpu_node openb_pod_list_default \
+	openb_pod_list_cpu0 openb_pod_list_cpu037 openb_pod_list_cpu050 openb_pod_list_cpu072 openb_pod_list_cpu100 \
+	openb_pod_list_cpu200 openb_pod_list_cpu235 openb_pod_list_cpu250 openb_pod_list_cpu300 \
+	openb_pod_list_gpushare20 openb_pod_list_gpushare40 openb_pod_list_gpushare60 openb_pod_list_gpushare80 openb_pod_list_gpushare100
+traces:
+	@command -v curl >/dev/null || { echo "traces: needs curl (apt-get install curl)"; exit 1; }
+	@mkdir -p $(TRACE_DIR)
+	@for f in $(TRACE_FILES); do \
+		[ -s $(TRACE_DIR)/$$f.csv ] && continue; \
+		echo "traces: $$f.csv"; \
+		curl -fsSL --retry 2 -o $(TRACE_DIR)/$$f.csv.part $(TRACE_URL)/csv/$$f.csv && mv $(TRACE_DIR)/$$f.csv.part $(TRACE_DIR)/$$f.csv || \
+			{ rm -f $(TRACE_DIR)/$$f.csv.part; echo "traces: could not fetch $(TRACE_URL)/csv/$$f.csv; copy the trace's csv/ files to $(TRACE_DIR) by hand"; exit 1; }; \
+	done
+	@[ -s $(TRACE_DIR)/README.trace.md ] || curl -fsSL -o $(TRACE_DIR)/README.trace.md $(TRACE_URL)/README.md || true
+	@echo "traces: in $(TRACE_DIR)"
 
 ## k8s-bins: kube-apiserver and kube-scheduler for the real-Kubernetes tests,
 ## built once per version into ~/.cache/gpud/k8s-bins (GPUD_K8S_BINS).
@@ -108,7 +133,7 @@ clean:
 # list in FGD_DATA and prints ours next to the published table ("-" where it
 # has no row; the vsFGD column is each policy minus our FGD; gpud's must be
 # negative), then runs the same 10-seed checks as tests (GPUD_SIM_LONG=1).
-FGD_DATA ?= ../shared/data/openb-gpu-v2023
+FGD_DATA ?= $(firstword $(wildcard data/openb-gpu-v2023) ../shared/data/openb-gpu-v2023)
 fgd-table:
 	@go build -o bin/gpud-sim ./cmd/gpud
 	@for w in $$(cd $(FGD_DATA) && ls openb_pod_list_*.csv | sed 's/\.csv$$//'); do \

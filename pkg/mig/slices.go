@@ -110,10 +110,10 @@ func (m *Slices) Destroy(ctx context.Context, uuid string) error {
 	}
 	ps, err := m.svc.cfg.Processes.GPUProcesses(ctx)
 	if err != nil {
-		return fmt.Errorf("mig: destroy %s: %w: list gpu processes: %w", uuid, ErrBusyUnknown, err)
+		return fmt.Errorf("%w: destroy %s: list gpu processes: %w", ErrBusyUnknown, uuid, err)
 	}
 	if holders := BusyFrom(ps, nil).holders(target.UUIDs()...); len(holders) > 0 {
-		return fmt.Errorf("mig: destroy %s on gpu %d: %w: held by %v", uuid, g.Index, ErrBusy, holders)
+		return fmt.Errorf("%w: destroy %s on gpu %d: held by %v", ErrBusy, uuid, g.Index, holders)
 	}
 	w := GPUWants{MIGEnabled: true}
 	for _, in := range g.Instances {

@@ -33,7 +33,7 @@ const maxRecvBytes = 16 << 20
 // ErrNoKubelet is wrapped (with ErrUnavailable) by [Client.List] when the
 // socket does not exist: no kubelet runs here, or its pod-resources dir is
 // not mounted.
-var ErrNoKubelet = errors.New("podresources: no kubelet PodResources socket")
+var ErrNoKubelet = errors.New("no kubelet PodResources socket") // always wrapped by ErrUnavailable, which names the package
 
 // ErrUnavailable is returned (wrapped) by [Client.List] when the kubelet
 // socket does not exist or does not answer; callers degrade to metrics

@@ -149,7 +149,7 @@ func New(cfg Config) (*Scheduler, error) {
 			},
 		})
 		if err != nil {
-			return nil, fmt.Errorf("scheduler: leader election: %v: %w", err, ErrConfig)
+			return nil, fmt.Errorf("%w: leader election: %v", ErrConfig, err)
 		}
 		s.elector = el
 	}

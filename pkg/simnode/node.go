@@ -17,6 +17,8 @@ package simnode
 import (
 	"crypto/sha1"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -85,6 +87,11 @@ func New(p Profile, opts ...Option) (*Node, error) {
 		n.devices = append(n.devices, newDevice(n, i))
 	}
 	if n.statePath != "" {
+		// The node owns its state file's directory (make run's .run/ on a
+		// fresh clone): create it, private, as the MIG journal's is.
+		if err := os.MkdirAll(filepath.Dir(n.statePath), 0o700); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStateFile, err)
+		}
 		if err := n.loadState(); err != nil {
 			return nil, err
 		}
@@ -93,7 +100,7 @@ func New(p Profile, opts ...Option) (*Node, error) {
 		err := n.saveStateLocked()
 		n.mu.Unlock()
 		if err != nil {
-			return nil, fmt.Errorf("simnode: %w", err)
+			return nil, err // ErrStateFile names the package
 		}
 	}
 	n.setFuncs()

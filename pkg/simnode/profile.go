@@ -74,7 +74,7 @@ func LoadProfile(nameOrPath string) (Profile, error) {
 	}
 	p, err := ParseProfile(data)
 	if err != nil {
-		return Profile{}, fmt.Errorf("simnode: %s: %w", nameOrPath, err)
+		return Profile{}, fmt.Errorf("%s: %w", nameOrPath, err) // ErrBadProfile names the package
 	}
 	return p, nil
 }

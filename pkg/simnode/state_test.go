@@ -19,12 +19,31 @@ func TestStateFileUnwritableFailsAtNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(notDir, "state.json") // its parent is a regular file
-	if _, err := New(builtins["dgx-h100"], WithStateFile(path)); err == nil || !strings.Contains(err.Error(), path) {
-		t.Fatalf("New with a state file under a regular file = %v, want an error naming it", err)
+	_, err := New(builtins["dgx-h100"], WithStateFile(path))
+	if !errors.Is(err, ErrStateFile) || !strings.Contains(err.Error(), notDir) {
+		t.Fatalf("New with a state file under a regular file = %v, want ErrStateFile naming it", err)
 	}
-	missing := filepath.Join(dir, "missing", "state.json")
-	if _, err := New(builtins["dgx-h100"], WithStateFile(missing)); !errors.Is(err, ErrStateFile) || !strings.Contains(err.Error(), missing) {
-		t.Fatalf("New with a state file in a missing directory = %v, want ErrStateFile naming it", err)
+	if n := strings.Count(err.Error(), "simnode:"); n != 1 {
+		t.Fatalf("error %q names its package %d times, want once", err, n)
+	}
+}
+
+// A fresh checkout has no .run/: `make run` must not need one made by hand.
+func TestStateFileDirIsCreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fresh", ".run")
+	path := filepath.Join(dir, "state.json")
+	if _, err := New(builtins["dgx-h100"], WithStateFile(path)); err != nil {
+		t.Fatalf("New with a state file in a missing directory: %v", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o700 {
+		t.Fatalf("created %s with mode %o, want 0700", dir, perm)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("state file not written: %v", err)
 	}
 }
 

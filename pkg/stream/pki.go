@@ -63,11 +63,11 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	cb, _ := pem.Decode(certPEM)
 	kb, _ := pem.Decode(keyPEM)
 	if cb == nil || kb == nil {
-		return nil, fmt.Errorf("stream: CA certificate or key is not PEM: %w", ErrTLSConfig)
+		return nil, fmt.Errorf("%w: CA certificate or key is not PEM", ErrTLSConfig)
 	}
 	key, err := x509.ParseECPrivateKey(kb.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("stream: CA key: %w: %w", err, ErrTLSConfig)
+		return nil, fmt.Errorf("%w: CA key: %w", ErrTLSConfig, err)
 	}
 	return caFrom(cb.Bytes, key)
 }

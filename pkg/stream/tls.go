@@ -94,11 +94,11 @@ func loadPair(f CertFiles) (*certPair, error) {
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("stream: certificate %s with key %s: %w: %w", f.Cert, f.Key, err, ErrTLSConfig)
+		return nil, fmt.Errorf("%w: certificate %s with key %s: %w", ErrTLSConfig, f.Cert, f.Key, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("stream: CA bundle %s has no PEM certificate: %w", f.CA, ErrTLSConfig)
+		return nil, fmt.Errorf("%w: CA bundle %s has no PEM certificate", ErrTLSConfig, f.CA)
 	}
 	server := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
@@ -115,15 +115,15 @@ func loadPair(f CertFiles) (*certPair, error) {
 func readBounded(path string) ([]byte, error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("stream: %w: %w", err, ErrTLSConfig)
+		return nil, fmt.Errorf("%w: %w", ErrTLSConfig, err)
 	}
 	defer fh.Close()
 	b, err := io.ReadAll(io.LimitReader(fh, maxPEMBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("stream: read %s: %w: %w", path, err, ErrTLSConfig)
+		return nil, fmt.Errorf("%w: read %s: %w", ErrTLSConfig, path, err)
 	}
 	if len(b) > maxPEMBytes {
-		return nil, fmt.Errorf("stream: %s is larger than %d bytes: %w", path, maxPEMBytes, ErrTLSConfig)
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrTLSConfig, path, maxPEMBytes)
 	}
 	return b, nil
 }

@@ -76,13 +76,13 @@ func New(nodes []allocator.Node, qs []Queue, rs []Reservation, opts Options) (*S
 	for _, r := range rs {
 		qi, ok := t.byName[r.Queue]
 		if !ok || r.End <= r.Start {
-			return nil, fmt.Errorf("jobs: reservation %q: queue %q or window [%d,%d): %w", r.Name, r.Queue, r.Start, r.End, ErrInvalid)
+			return nil, fmt.Errorf("%w: reservation %q: queue %q or window [%d,%d)", ErrInvalid, r.Name, r.Queue, r.Start, r.End)
 		}
 		rv := reservation{r: r, queue: qi}
 		for _, name := range r.Nodes {
 			i, ok := c.byName[name]
 			if !ok {
-				return nil, fmt.Errorf("jobs: reservation %q: node %q not in the cluster: %w", r.Name, name, ErrInvalid)
+				return nil, fmt.Errorf("%w: reservation %q: node %q not in the cluster", ErrInvalid, r.Name, name)
 			}
 			rv.nodes = append(rv.nodes, i)
 		}
@@ -108,14 +108,14 @@ func (s *Scheduler) QueueUsage(name string) Resources {
 // Submit adds a pending job. IDs must be unique and the queue a leaf.
 func (s *Scheduler) Submit(j Job) error {
 	if _, dup := s.jobs[j.ID]; dup || j.ID == "" {
-		return fmt.Errorf("jobs: submit %q: empty or duplicate id: %w", j.ID, ErrInvalid)
+		return fmt.Errorf("%w: submit %q: empty or duplicate id", ErrInvalid, j.ID)
 	}
 	qi, ok := s.q.byName[j.Queue]
 	switch {
 	case !ok:
-		return fmt.Errorf("jobs: submit %q: queue %q is not defined: %w", j.ID, j.Queue, ErrInvalid)
+		return fmt.Errorf("%w: submit %q: queue %q is not defined", ErrInvalid, j.ID, j.Queue)
 	case len(s.q.list[qi].children) > 0:
-		return fmt.Errorf("jobs: submit %q: queue %q is a parent queue, not a leaf: %w", j.ID, j.Queue, ErrInvalid)
+		return fmt.Errorf("%w: submit %q: queue %q is a parent queue, not a leaf", ErrInvalid, j.ID, j.Queue)
 	}
 	d, err := s.c.demand(j.Pod)
 	if err != nil {
@@ -133,7 +133,7 @@ func (s *Scheduler) Submit(j Job) error {
 func (s *Scheduler) Finish(id string) error {
 	j, ok := s.jobs[id]
 	if !ok {
-		return fmt.Errorf("jobs: finish %q: %w", id, ErrUnknownJob)
+		return fmt.Errorf("%w: finish %q", ErrUnknownJob, id)
 	}
 	if j.running {
 		s.stop(j)

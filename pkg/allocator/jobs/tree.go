@@ -42,7 +42,7 @@ func NewQueueTree(qs []Queue, models []string) (*QueueTree, error) {
 			continue
 		}
 		if len(c.models) >= 63 {
-			return nil, fmt.Errorf("jobs: queue tree: more than 63 GPU models: %w", ErrInvalid)
+			return nil, fmt.Errorf("%w: queue tree: more than 63 GPU models", ErrInvalid)
 		}
 		c.modelIDs[m] = len(c.models)
 		c.models = append(c.models, m)

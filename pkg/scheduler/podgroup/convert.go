@@ -50,7 +50,7 @@ func KeyOf(pod *corev1.Pod) string {
 // It does not check the values' ranges: ToGroup does.
 func FromUnstructured(u *unstructured.Unstructured) (*PodGroup, error) {
 	if u == nil || u.Object == nil {
-		return nil, fmt.Errorf("podgroup: nil object: %w", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil object", ErrInvalid)
 	}
 	id := fmt.Sprintf("PodGroup %s/%s", u.GetNamespace(), u.GetName())
 	if av := u.GetAPIVersion(); av != "" && av != GroupVersion.String() {
@@ -94,7 +94,7 @@ func convertFromUnstructured(obj map[string]any, pg *PodGroup) (err error) {
 // group's own). Created is the object's creationTimestamp.
 func ToGroup(pg *PodGroup) (*plan.Group, error) {
 	if pg == nil {
-		return nil, fmt.Errorf("podgroup: nil PodGroup: %w", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil PodGroup", ErrInvalid)
 	}
 	id := fmt.Sprintf("PodGroup %s/%s", pg.Namespace, pg.Name)
 	if pg.Name == "" || pg.Namespace == "" {
@@ -139,7 +139,7 @@ func FromUnstructuredGroup(u *unstructured.Unstructured) (*plan.Group, error) {
 // 0. Topology constraints and PodGroup-level claims are not carried.
 func FromInTree(pg *schedulingv1beta1.PodGroup) (*plan.Group, error) {
 	if pg == nil {
-		return nil, fmt.Errorf("podgroup: nil scheduling.k8s.io PodGroup: %w", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil scheduling.k8s.io PodGroup", ErrInvalid)
 	}
 	id := fmt.Sprintf("scheduling.k8s.io PodGroup %s/%s", pg.Namespace, pg.Name)
 	if pg.Name == "" || pg.Namespace == "" {

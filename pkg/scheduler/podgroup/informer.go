@@ -139,7 +139,7 @@ func FromObjects(objs []any) (map[string]*plan.Group, []error) {
 			g, err = FromInTree(o)
 			inTree = true
 		default:
-			err = fmt.Errorf("podgroup: unexpected object %T in the store: %w", obj, ErrInvalid)
+			err = fmt.Errorf("%w: unexpected object %T in the store", ErrInvalid, obj)
 		}
 		if err != nil {
 			errs = append(errs, keyedErr{key: keyOfObject(obj), err: err})

@@ -103,6 +103,38 @@ func TestReregisters(t *testing.T) {
 	}
 }
 
+// TestKubeletRestartRegistersOncePerStart restarts the kubelet five times:
+// each start gets exactly one registration of the resource, none refused as
+// "already connected" (which makes the kubelet drop the live plugin too),
+// and the endpoint it got serves every GPU. The socket-created event, the
+// 200ms poll and the plugin's re-serve all fire on each restart.
+func TestKubeletRestartRegistersOncePerStart(t *testing.T) {
+	r := startRig(t, "dgx-h100", true)
+	if _, err := watch(t, r.client(t, gpuRes, 1)).WaitFor(ctxT(t), kubeletstub.Count(8, pluginapi.Healthy)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		if err := r.kubelet.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.kubelet.WaitRegistered(ctxT(t), gpuRes, i+1); err != nil {
+			t.Fatalf("restart %d: %v", i, err)
+		}
+		// Every trigger has fired well within 5 polls; a second
+		// registration would be in by then.
+		time.Sleep(time.Second)
+		if n := len(r.kubelet.Registrations(gpuRes)); n != i+1 {
+			t.Fatalf("restart %d: %d registrations in all, want %d (one per kubelet start)", i, n, i+1)
+		}
+		if refused := r.kubelet.Refused(""); len(refused) > 0 {
+			t.Fatalf("restart %d: the kubelet refused %d registrations as already connected, the first of %s", i, len(refused), refused[0].ResourceName)
+		}
+	}
+	if _, err := watch(t, r.client(t, gpuRes, 6)).WaitFor(ctxT(t), kubeletstub.Count(8, pluginapi.Healthy)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestXidMakesUnhealthyThenRecovers(t *testing.T) {
 	r := startRig(t, "dgx-h100", true)
 	mon := discovery.NewHealthMonitor(r.node, discovery.HealthConfig{RecoveryPeriod: 2 * time.Second, WaitTimeout: 50 * time.Millisecond}, r.src.SetHealth, nil)

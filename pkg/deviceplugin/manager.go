@@ -41,6 +41,9 @@ type Manager struct {
 	cfg Config
 	src Source
 	log *slog.Logger
+	// kubelet is the latest kubelet start seen; only Run's goroutine
+	// touches it.
+	kubelet kubeletInstance
 
 	mu      sync.Mutex
 	plugins map[string]*plugin
@@ -89,7 +92,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	poll := time.NewTicker(m.cfg.PollInterval)
 	defer poll.Stop()
-	kubeletIno, _ := inode(m.cfg.kubeletSocket())
+	m.kubelet, _ = currentKubelet(m.cfg.kubeletSocket())
 	sharing, _ := m.src.(SharingSource)
 	for {
 		changed := m.src.InventoryChanged()
@@ -117,11 +120,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				}
 				m.onEvent(ev)
 			case <-poll.C:
-				// Missed events: a new kubelet.sock has a new inode.
-				if ino, err := inode(m.cfg.kubeletSocket()); err == nil && ino != kubeletIno {
-					kubeletIno = ino
-					m.broadcast(func(p *plugin) { notify(p.kubeletUp) })
-				}
+				m.checkKubelet() // an event missed
 				reapply = m.retryCDI()
 			}
 		}
@@ -149,8 +148,7 @@ func (m *Manager) onEvent(ev fsnotify.Event) {
 	name := filepath.Base(ev.Name)
 	if name == filepath.Base(m.cfg.kubeletSocket()) {
 		if ev.Has(fsnotify.Create) {
-			m.log.Info("kubelet socket created, registering again")
-			m.broadcast(func(p *plugin) { notify(p.kubeletUp) })
+			m.checkKubelet()
 		}
 		return
 	}
@@ -161,6 +159,20 @@ func (m *Manager) onEvent(ev fsnotify.Event) {
 			}
 		})
 	}
+}
+
+// checkKubelet tells the plugins when kubelet.sock belongs to a kubelet
+// start not seen before (the event and the poll both call it; only the
+// first to see a start tells). Each plugin still checks whom it registered
+// with, since its own re-serve may have reached the new kubelet first.
+func (m *Manager) checkKubelet() {
+	now, ok := currentKubelet(m.cfg.kubeletSocket())
+	if !ok || now == m.kubelet {
+		return
+	}
+	m.kubelet = now
+	m.log.Info("kubelet started, registering again")
+	m.broadcast(func(p *plugin) { notify(p.kubeletUp) })
 }
 
 func (m *Manager) broadcast(f func(p *plugin)) {

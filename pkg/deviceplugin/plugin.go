@@ -21,7 +21,10 @@ type plugin struct {
 	set     *deviceSet
 	changed chan struct{} // closed and replaced when set's advertisement changes
 
-	kubeletUp  chan struct{} // kubelet.sock (re)created: register again
+	kubeletUp  chan struct{} // kubelet.sock (re)created: register again unless it is registeredWith
+	// registeredWith is the kubelet the latest registration reached; only
+	// the plugin's run goroutine touches it.
+	registeredWith kubeletInstance
 	socketGone chan struct{} // the plugin socket may be gone: check it
 }
 

@@ -90,6 +90,11 @@ func (p *plugin) serveOnce(ctx context.Context) error {
 			}
 			continue
 		case <-p.kubeletUp:
+			if registered {
+				if now, ok := currentKubelet(p.cfg.kubeletSocket()); ok && now == p.registeredWith {
+					continue // the kubelet we registered with: it has us
+				}
+			}
 			registered = false
 			backoff = 100 * time.Millisecond
 		case <-retry.C:
@@ -109,6 +114,11 @@ func (p *plugin) serveOnce(ctx context.Context) error {
 			continue
 		}
 		registered, failures = true, 0
+		// Read after the call: a kubelet that restarted since then deletes
+		// our socket, and this round ends with errSocketGone and a new
+		// registration, so a later "kubelet is back" for the instance seen
+		// here is the one that has us.
+		p.registeredWith, _ = currentKubelet(p.cfg.kubeletSocket())
 		p.log.Info("registered with kubelet", "endpoint", filepath.Base(sock))
 	}
 }

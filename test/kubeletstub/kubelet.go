@@ -15,6 +15,11 @@
 //
 // Restart plays a kubelet restart: it deletes every socket in dir, as the
 // kubelet's device manager does on start, and serves a new kubelet.sock.
+//
+// Like the kubelet, the stub keeps a ListAndWatch stream open to each
+// registered plugin, and refuses a second registration of a resource while
+// the first one's stream is open ("device plugin already connected"),
+// dropping the connected one too (Refused lists them).
 package kubeletstub
 
 import (
@@ -40,13 +45,15 @@ type Kubelet struct {
 	mu      sync.Mutex
 	srv     *grpc.Server
 	regs    []*pluginapi.RegisterRequest
-	changed chan struct{} // closed and replaced on each registration
+	refused []*pluginapi.RegisterRequest
+	live    map[string]*liveConn // resource -> its open ListAndWatch
+	changed chan struct{}        // closed and replaced on each registration
 }
 
 // Start serves the Registration API on dir/kubelet.sock. dir must exist
 // and be short enough for a unix socket path (under 108 bytes in all).
 func Start(dir string) (*Kubelet, error) {
-	k := &Kubelet{dir: dir, changed: make(chan struct{})}
+	k := &Kubelet{dir: dir, changed: make(chan struct{}), live: map[string]*liveConn{}}
 	if err := k.serve(); err != nil {
 		return nil, err
 	}
@@ -78,6 +85,10 @@ func (k *Kubelet) Stop() {
 	k.mu.Lock()
 	srv := k.srv
 	k.srv = nil
+	for res, lc := range k.live { // a stopped kubelet's connections end
+		lc.cancel()
+		delete(k.live, res)
+	}
 	k.mu.Unlock()
 	if srv != nil {
 		srv.Stop()
@@ -165,11 +176,72 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 		return nil, status.Errorf(codes.InvalidArgument, "registered options %v differ from the plugin's %v", req.Options, opts)
 	}
 	r.k.mu.Lock()
+	defer r.k.mu.Unlock()
+	if lc, ok := r.k.live[req.ResourceName]; ok {
+		lc.cancel()
+		delete(r.k.live, req.ResourceName)
+		r.k.refused = append(r.k.refused, req)
+		close(r.k.changed)
+		r.k.changed = make(chan struct{})
+		return nil, status.Errorf(codes.AlreadyExists, "device plugin already connected: %s", req.ResourceName)
+	}
+	if err := r.k.connectLocked(req); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "list and watch: %v", err)
+	}
 	r.k.regs = append(r.k.regs, req)
 	close(r.k.changed)
 	r.k.changed = make(chan struct{})
-	r.k.mu.Unlock()
 	return &pluginapi.Empty{}, nil
+}
+
+// connectLocked opens the kubelet's ListAndWatch stream to a registered
+// plugin; the resource counts as connected until the stream ends.
+func (k *Kubelet) connectLocked(req *pluginapi.RegisterRequest) error {
+	c, err := Dial(context.Background(), k.dir, req.Endpoint)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		cancel()
+		_ = c.Close()
+		return err
+	}
+	lc := &liveConn{cancel: cancel}
+	k.live[req.ResourceName] = lc
+	go func() {
+		defer c.Close()
+		for {
+			if _, err := stream.Recv(); err != nil {
+				break
+			}
+		}
+		cancel()
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.live[req.ResourceName] == lc { // not replaced since
+			delete(k.live, req.ResourceName)
+		}
+	}()
+	return nil
+}
+
+// liveConn is the kubelet's open ListAndWatch stream to one plugin.
+type liveConn struct{ cancel context.CancelFunc }
+
+// Refused returns the registrations of resource ("" for all) the stub
+// refused because the resource was already connected, oldest first.
+func (k *Kubelet) Refused(resource string) []*pluginapi.RegisterRequest {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []*pluginapi.RegisterRequest
+	for _, r := range k.refused {
+		if resource == "" || r.ResourceName == resource {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // ErrStreamClosed is returned by Watch methods once ListAndWatch ended.

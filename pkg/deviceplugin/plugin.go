@@ -21,11 +21,11 @@ type plugin struct {
 	set     *deviceSet
 	changed chan struct{} // closed and replaced when set's advertisement changes
 
-	kubeletUp  chan struct{} // kubelet.sock (re)created: register again unless it is registeredWith
+	kubeletUp chan struct{} // kubelet.sock (re)created: register again unless it is registeredWith
 	// registeredWith is the kubelet the latest registration reached; only
 	// the plugin's run goroutine touches it.
 	registeredWith kubeletInstance
-	socketGone chan struct{} // the plugin socket may be gone: check it
+	socketGone     chan struct{} // the plugin socket may be gone: check it
 }
 
 var _ pluginapi.DevicePluginServer = (*plugin)(nil)

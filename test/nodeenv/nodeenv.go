@@ -366,7 +366,7 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 				if c.Status == corev1.ConditionTrue {
 					return nil
 				}
-				return fmt.Errorf("Ready=%s: %s: %s", c.Status, c.Reason, c.Message)
+				return fmt.Errorf("condition Ready=%s: %s: %s", c.Status, c.Reason, c.Message)
 			}
 		}
 		return fmt.Errorf("no Ready condition yet")

@@ -79,6 +79,12 @@ func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
 	if sn.deferred > 0 {
 		s.m.pending.WithLabelValues("deferred").Add(float64(sn.deferred))
 	}
+	if sn.backingOff > 0 {
+		s.m.pending.WithLabelValues("backoff").Add(float64(sn.backingOff))
+	}
+	if sn.gated > 0 {
+		s.m.pending.WithLabelValues("gated").Add(float64(sn.gated))
+	}
 	s.m.setPendingOldest(sn.Now, pending)
 	s.writePending(ctx, pending)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"runtime/debug"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,7 +30,9 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/rules"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -41,13 +45,21 @@ type Scheduler struct {
 	m   *metrics
 
 	factory, sliceFactory informers.SharedInformerFactory
-	pods                  corelisters.PodLister
-	nodes                 corelisters.NodeLister
-	claims                resourcelisters.ResourceClaimLister
-	slices                resourcelisters.ResourceSliceLister
-	classes               resourcelisters.DeviceClassLister
-	pdbs                  policylisters.PodDisruptionBudgetLister
-	hasSynced             []cache.InformerSynced
+	// rulesFactory holds the informers kube-scheduler's plugins read
+	// (volumes, namespaces, workloads for default spread); readiness does
+	// not wait for them, so that a role without them (an older
+	// deploy/scheduler RBAC) still schedules, pods with volumes then
+	// waiting with the plugins' reason.
+	rulesFactory informers.SharedInformerFactory
+	rules        *rules.Rules
+	backoff      *backoff
+	pods         corelisters.PodLister
+	nodes        corelisters.NodeLister
+	claims       resourcelisters.ResourceClaimLister
+	slices       resourcelisters.ResourceSliceLister
+	classes      resourcelisters.DeviceClassLister
+	pdbs         policylisters.PodDisruptionBudgetLister
+	hasSynced    []cache.InformerSynced
 
 	broadcaster events.EventBroadcaster
 	recorder    events.EventRecorder
@@ -84,7 +96,9 @@ func New(cfg Config) (*Scheduler, error) {
 	cfg = cfg.withDefaults()
 	s := &Scheduler{cfg: cfg, log: cfg.Log.With("component", "scheduler"), m: newMetrics(), assumed: newAssumeCache(),
 		trigger: make(chan struct{}, 1), written: map[types.UID]writtenStatus{}}
+	s.backoff = newBackoff()
 	s.snap = newSnapshotter(cfg, s.assumed)
+	s.snap.backoff = s.backoff
 	s.m.setQuotas(cfg.Queues)
 
 	strip := informers.WithTransform(stripManagedFields)
@@ -93,6 +107,12 @@ func New(cfg Config) (*Scheduler, error) {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.driver", view.DriverName).String()
 		}))
+	s.rulesFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
+	r, err := rules.New(context.Background(), rules.Config{Informers: s.rulesFactory, Client: cfg.Client})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	s.rules = r
 	podInf := s.factory.Core().V1().Pods()
 	nodeInf := s.factory.Core().V1().Nodes()
 	claimInf := s.factory.Resource().V1().ResourceClaims()
@@ -107,7 +127,27 @@ func New(cfg Config) (*Scheduler, error) {
 		UpdateFunc: func(any, any) { s.poke() },
 		DeleteFunc: func(any) { s.poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), claimInf.Informer(), classInf.Informer(), pdbInf.Informer(), sliceInf.Informer()} {
+	// Events that can make room let backed-off pods back at once.
+	flush := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.backoff.flush(); s.poke() },
+		UpdateFunc: func(any, any) { s.backoff.flush(); s.poke() },
+		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), sliceInf.Informer(), classInf.Informer()} {
+		if _, err := inf.AddEventHandler(flush); err != nil {
+			return nil, fmt.Errorf("scheduler: informer handler: %w", err)
+		}
+		s.hasSynced = append(s.hasSynced, inf.HasSynced)
+	}
+	if _, err := claimInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.poke() },
+		UpdateFunc: func(any, any) { s.poke() },
+		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
+	}); err != nil {
+		return nil, fmt.Errorf("scheduler: claim informer handler: %w", err)
+	}
+	s.hasSynced = append(s.hasSynced, claimInf.Informer().HasSynced)
+	for _, inf := range []cache.SharedIndexInformer{pdbInf.Informer()} {
 		if _, err := inf.AddEventHandler(poke); err != nil {
 			return nil, fmt.Errorf("scheduler: informer handler: %w", err)
 		}
@@ -116,7 +156,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.poke() },
 		UpdateFunc: func(o, n any) { s.podUpdated(o, n) },
-		DeleteFunc: func(any) { s.poke() },
+		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
 	}); err != nil {
 		return nil, fmt.Errorf("scheduler: pod informer handler: %w", err)
 	}
@@ -227,10 +267,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.factory.Start(ctx.Done())
 	s.sliceFactory.Start(ctx.Done())
+	s.rulesFactory.Start(ctx.Done())
 	defer func() {
 		cancel()
 		s.factory.Shutdown()
 		s.sliceFactory.Shutdown()
+		s.rulesFactory.Shutdown()
 		s.broadcaster.Shutdown()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), s.hasSynced...) || !s.waitGroupsSynced(ctx) {
@@ -318,6 +360,12 @@ func (s *Scheduler) podUpdated(o, n any) {
 		s.poke()
 		return
 	}
+	if pod.Spec.NodeName == "" && (!equality.Semantic.DeepEqual(old.Spec, pod.Spec) || !maps.Equal(old.Labels, pod.Labels)) {
+		s.backoff.forget(pod.UID) // changed: new again
+	}
+	if old.Status.Phase != pod.Status.Phase || (old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) {
+		s.backoff.flush() // a pod finishing or leaving frees room
+	}
 	if (pod.Spec.NodeName == "" && pod.Spec.SchedulerName == s.cfg.SchedulerName) || old.Spec.NodeName != pod.Spec.NodeName ||
 		old.Status.Phase != pod.Status.Phase || (old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) {
 		s.poke()
@@ -333,11 +381,23 @@ func (s *Scheduler) loop(ctx context.Context) {
 	defer tick.Stop()
 	for ctx.Err() == nil {
 		s.cycle(ctx)
+		// A cycle also runs when the first backed-off pod may retry.
+		var wake <-chan time.Time
+		var timer *time.Timer
+		now := s.cfg.Now()
+		if at, ok := s.backoff.next(now); ok {
+			timer = time.NewTimer(at.Sub(now))
+			wake = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.trigger:
 		case <-tick.C:
+		case <-wake:
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 		if s.cfg.Debounce > 0 {
 			select {
@@ -394,6 +454,14 @@ func (s *Scheduler) cycle(ctx context.Context) {
 	}
 	sn := s.snap.build(in, now)
 	sn.Telemetry = s.telemetry(now, in.claims)
+	bound := make([]*corev1.Pod, 0, len(sn.Bound))
+	for _, b := range sn.Bound {
+		bound = append(bound, b.Pod)
+	}
+	if sn.Rules, err = s.rules.Cycle(ctx, in.nodes, bound); err != nil {
+		s.log.Error("placement rules not built: no decision this cycle", "err", err)
+		return
+	}
 	s.m.observeView(sn.View, sn.claims, sn.skips)
 	for _, sk := range sn.skips {
 		s.log.Debug("object left out of the view", "kind", sk.Kind, "name", sk.Name, "reason", sk.Reason)
@@ -409,16 +477,26 @@ func (s *Scheduler) cycle(ctx context.Context) {
 		}
 	}
 	s.execute(ctx, sn, p)
+	for _, pd := range p.Pending {
+		// Pods not reached, or waiting on nominated room, were not tried.
+		if pd.Pod != nil && pd.NominatedNode == "" && pd.Code != jobs.CodeBlocked {
+			s.backoff.failed(pd.Pod.Pod.UID, now)
+		}
+	}
+	for _, b := range p.Binds {
+		s.backoff.forget(b.Pod.Pod.UID)
+	}
 	s.m.setQueueUsage(p.QueueUsage)
-	bound := make(map[types.UID]*corev1.Pod, len(sn.Bound))
+	boundByUID := make(map[types.UID]*corev1.Pod, len(sn.Bound))
 	for _, b := range sn.Bound {
-		bound[b.Pod.UID] = b.Pod
+		boundByUID[b.Pod.UID] = b.Pod
 	}
 	// An assumed pod stays until the informer shows it bound or gone.
 	s.assumed.prunePods(func(uid types.UID) bool {
-		p, ok := bound[uid]
+		p, ok := boundByUID[uid]
 		return ok && !s.informerBound(p)
 	})
+	s.backoff.prune(func(uid types.UID) bool { _, ok := sn.unbound[uid]; return ok })
 	d := time.Since(start)
 	s.m.cycle.Observe(d.Seconds())
 	s.lastCycle.Store(time.Now().UnixNano())

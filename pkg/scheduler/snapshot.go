@@ -47,6 +47,9 @@ type snapshotter struct {
 	assumed       *assumeCache
 	matches       *view.MatchCache
 	cel           *cel.Cache
+	// backoff, if set, keeps pods that earlier cycles left pending out
+	// while they back off, and marks the ones tried before (plan.Pod.Retry).
+	backoff *backoff
 }
 
 // snapshot is one cycle's snapshot plus what the runtime needs besides.
@@ -56,10 +59,14 @@ type snapshot struct {
 	// the reason; they are reported, not decided.
 	missing []plan.Pending
 	// deferred counts pending pods beyond maxPending, left to later
-	// cycles.
-	deferred int
-	skips    []view.Skip
-	claims   []*resourceapi.ResourceClaim
+	// cycles; backingOff the pending pods left out while they back off;
+	// gated the pods with spec.schedulingGates (never scheduled).
+	deferred, backingOff, gated int
+	// unbound are this scheduler's pods without a node (gated, backing
+	// off and deferred ones included).
+	unbound map[types.UID]bool
+	skips   []view.Skip
+	claims  []*resourceapi.ResourceClaim
 }
 
 func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
@@ -73,7 +80,8 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,
 		CEL: s.cel, Matches: s.matches})
 	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Groups: in.groups, PDBs: in.pdbs,
-		Queues: s.queues, Reservations: s.reservations, Policy: s.policy}, skips: skips, claims: in.claims}
+		Queues: s.queues, Reservations: s.reservations, Policy: s.policy}, skips: skips, claims: in.claims,
+		unbound: map[types.UID]bool{}}
 	byName := make(map[string]*resourceapi.ResourceClaim, len(in.claims))
 	for _, c := range in.claims {
 		byName[c.Namespace+"/"+c.Name] = c
@@ -99,26 +107,73 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 		if pod.Spec.SchedulerName != s.schedulerName || pod.DeletionTimestamp != nil {
 			continue
 		}
+		out.unbound[pod.UID] = true
+		if len(pod.Spec.SchedulingGates) > 0 {
+			// An admission controller (Kueue, ...) holds it back.
+			out.gated++
+			continue
+		}
 		claims, why := resolveClaims(pod, byName)
 		p := newPod(pod, claims)
+		if s.backoff != nil {
+			p.Retry = s.backoff.tried(pod.UID)
+		}
 		if why != "" {
 			out.missing = append(out.missing, plan.Pending{Pod: p, Code: CodeClaimMissing, Message: why})
 			continue
 		}
 		pending = append(pending, p)
 	}
-	slices.SortFunc(pending, func(a, b *plan.Pod) int {
+	pending = s.dropBackingOff(pending, now, out)
+	fifo := func(a, b *plan.Pod) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Key(), b.Key())
-	})
+	}
 	if len(pending) > s.maxPending {
+		// New pods first, so that retries never crowd them out.
+		slices.SortFunc(pending, func(a, b *plan.Pod) int {
+			if a.Retry != b.Retry {
+				if a.Retry {
+					return 1
+				}
+				return -1
+			}
+			return fifo(a, b)
+		})
 		out.deferred = len(pending) - s.maxPending
 		pending = pending[:s.maxPending]
 	}
+	slices.SortFunc(pending, fifo)
 	out.Pending = pending
 	return out
+}
+
+// dropBackingOff leaves out the pods backing off at now; a gang's pods
+// stay unless all of them back off (a gang is tried whole).
+func (s *snapshotter) dropBackingOff(pending []*plan.Pod, now time.Time, out *snapshot) []*plan.Pod {
+	if s.backoff == nil {
+		return pending
+	}
+	waiting := make(map[*plan.Pod]bool, len(pending))
+	groupReady := map[string]bool{}
+	for _, p := range pending {
+		w := s.backoff.waiting(p.Pod.UID, now)
+		waiting[p] = w
+		if p.Group != "" && !w {
+			groupReady[p.Group] = true
+		}
+	}
+	kept := pending[:0]
+	for _, p := range pending {
+		if waiting[p] && (p.Group == "" || !groupReady[p.Group]) {
+			out.backingOff++
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept
 }
 
 // newPod derives what the decider reads from a pod.

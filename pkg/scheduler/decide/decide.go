@@ -64,8 +64,9 @@ type Config struct {
 	// RackLabel is the node label naming a node's rack; "" is
 	// DefaultRackLabel (topology.gpud.io/rack).
 	RackLabel string
-	// MaxPodsPerCycle caps the pending pods one cycle considers (the rest
-	// wait, in order, for the next cycle); 0 is 1000.
+	// MaxPodsPerCycle caps the retried pending pods (plan.Pod.Retry) one
+	// cycle considers (the rest wait, in order, for the next cycle); new
+	// pods are always considered. 0 is 1000.
 	MaxPodsPerCycle int
 	// MaxVictimCandidates caps the running pods (a gang counts once) one
 	// preemption search considers, most preferred first; 0 is 64.

@@ -562,7 +562,9 @@ func TestPodsPerCycleCap(t *testing.T) {
 	e := newEnv(t)
 	e.node("a", "dgx-h100", nil)
 	for i := range 5 {
-		e.pod(name("p", i), reqs(gpus(1)), prio(int32(i)))
+		// The cap bounds retried pods (new ones are always considered:
+		// TestNoHeadOfLineBlocking).
+		e.pod(name("p", i), reqs(gpus(1)), prio(int32(i)), retry)
 	}
 	p := e.decide(Config{MaxPodsPerCycle: 3})
 	got := bindsOf(p)

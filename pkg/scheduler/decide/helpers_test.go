@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/rules"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -74,6 +76,8 @@ type env struct {
 	// telemetry is what the nodes' agents stream (Snapshot.Telemetry);
 	// nil: no listener.
 	telemetry map[string]*plan.NodeTelemetry
+	// rules, if set, are kube-scheduler's rules each snapshot carries.
+	rules *rules.Rules
 }
 
 func newEnv(t testing.TB) *env {
@@ -185,6 +189,17 @@ func (e *env) snapshotOf(bound, pending []*plan.Pod) *plan.Snapshot {
 		Groups: e.groups, Queues: e.queues, Reservations: e.res, Policy: "gpud"}
 	s.PDBs = e.pdbs
 	s.Telemetry = e.telemetry
+	if e.rules != nil {
+		var pods []*corev1.Pod
+		for _, p := range bound {
+			pods = append(pods, p.Pod)
+		}
+		rc, err := e.rules.Cycle(context.Background(), e.nodes, pods)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		s.Rules = rc
+	}
 	return s
 }
 

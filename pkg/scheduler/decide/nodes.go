@@ -11,17 +11,23 @@ import (
 )
 
 // nodeUse is the CPU and memory that bound pods and this cycle's binds
-// take per node.
+// take per node, and, with the snapshot's rules, every pod each node
+// holds as kube-scheduler's plugins count them.
 type nodeUse struct {
 	cpu map[string]int64 // milli
 	mem map[string]int64 // bytes
+	// rules, if set, are told every take and give, so pods placed (or
+	// released by what-ifs) this cycle count for the next pods' ports,
+	// affinity and spread.
+	rules plan.Rules
 }
 
 func newNodeUse(s *plan.Snapshot) *nodeUse {
 	u := &nodeUse{cpu: map[string]int64{}, mem: map[string]int64{}}
 	for _, p := range s.Bound {
-		u.take(p.Pod.Spec.NodeName, p)
+		u.take(p.Pod.Spec.NodeName, p) // the rules hold the bound pods already
 	}
+	u.rules = s.Rules
 	return u
 }
 
@@ -29,6 +35,9 @@ func (u *nodeUse) take(node string, p *plan.Pod) {
 	cpu, mem := requests(p.Pod)
 	u.cpu[node] += cpu
 	u.mem[node] += mem
+	if u.rules != nil {
+		_ = u.rules.Add(p.Pod, node) // fails only for a pod without a key: it then does not count
+	}
 }
 
 // used returns what pods take on n, in view.Options.NodeUsed's units.
@@ -40,6 +49,9 @@ func (u *nodeUse) give(node string, p *plan.Pod) {
 	cpu, mem := requests(p.Pod)
 	u.cpu[node] -= cpu
 	u.mem[node] -= mem
+	if u.rules != nil {
+		_ = u.rules.Remove(p.Pod, node)
+	}
 }
 
 // requests sums a pod's container requests (init containers: the max),
@@ -56,10 +68,14 @@ func requests(p *corev1.Pod) (cpuMilli, memBytes int64) {
 	return cpuMilli, memBytes
 }
 
-// refuse says why node n cannot take pod p ("" if it can): cordoned, node
-// selector or required affinity, an untolerated NoSchedule taint, CPU or
-// memory.
+// refuse says why node n cannot take pod p ("" if it can). With rules,
+// kube-scheduler's filters say it; without, gpud's own checks: cordoned,
+// node selector or required affinity, an untolerated NoSchedule taint,
+// CPU or memory.
 func (u *nodeUse) refuse(n *view.Node, p *plan.Pod) string {
+	if u.rules != nil {
+		return u.rules.Filter(p.Pod, n.Name)
+	}
 	if n.Unschedulable {
 		return "cordoned"
 	}

@@ -3,6 +3,7 @@ package decide
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -269,6 +270,11 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		}
 		return nil, fail(plan.CodeInvalid, "%v", err)
 	}
+	if c.s.Rules != nil {
+		if why, ok := c.s.Rules.Unresolvable(p.Pod); ok {
+			return nil, fail(plan.CodeUnschedulable, "%s", why)
+		}
+	}
 	blocked := c.blockedModels(u.queue, items)
 	if len(blocked) > 0 && len(blocked) == len(c.models()) {
 		return nil, &failure{code: jobs.CodeModelQuota, msg: excessMessage(blocked[c.models()[0]], u)}
@@ -282,8 +288,9 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		}
 		return false
 	}
+	var prefer map[string]bool // with preferences: the best-ranked allowed nodes, tried first
 	filter := func(n *view.Node) bool {
-		if (pin != "" && n.Name != pin) || (only != nil && !only[n.Name]) {
+		if (pin != "" && n.Name != pin) || (only != nil && !only[n.Name]) || (prefer != nil && !prefer[n.Name]) {
 			return false
 		}
 		if r := c.nodes.refuse(n, p); r != "" {
@@ -301,8 +308,13 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 	opt := view.Options{Policy: c.s.Policy, Typical: c.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID, NodeUsed: c.nodes.used,
 		Measured: c.measuredNow()}
 	cpu, mem := requests(p.Pod)
+	prefer = c.preferred(p, filter)
 	if len(items) == 0 {
 		node, err := c.v.PlaceNode(allocator.Request{CPUMilli: cpu, MemoryMiB: mem >> 20}, opt)
+		if err != nil && prefer != nil {
+			prefer = nil
+			node, err = c.v.PlaceNode(allocator.Request{CPUMilli: cpu, MemoryMiB: mem >> 20}, opt)
+		}
 		if err != nil {
 			f := fail(jobs.CodeCapacity, "%s", noNodeMessage(pin, why))
 			f.room = true
@@ -315,6 +327,10 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 	// weighs what the pod leaves to feed each node's GPUs.
 	items[0].Alloc.CPUMilli, items[0].Alloc.MemoryMiB = cpu, mem>>20
 	allocs, err := c.v.Place(items, opt)
+	if err != nil && prefer != nil {
+		prefer = nil
+		allocs, err = c.v.Place(items, opt)
+	}
 	if err != nil {
 		code := jobs.CodeCapacity
 		if !errors.Is(err, view.ErrNoFit) {
@@ -336,6 +352,43 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 	}
 	c.nodes.take(allocs[0].Node, p)
 	return &placed{pod: p, node: allocs[0].Node, allocs: allocs, reserve: reserve}, nil
+}
+
+// preferred returns the nodes filter allows that rank highest by the
+// pod's preferences under the snapshot's rules (preferred node and pod
+// affinity, PreferNoSchedule taints, ScheduleAnyway spread), or nil when
+// there are no rules or every allowed node ranks alike. gpud's policy
+// chooses among them first and among all allowed nodes only when none of
+// them has room: kube-scheduler adds these scores to its resource scores,
+// gpud lets them pick the candidates its own policy ranks.
+func (c *cycle) preferred(p *plan.Pod, filter func(*view.Node) bool) map[string]bool {
+	if c.s.Rules == nil {
+		return nil
+	}
+	var names []string
+	for _, n := range c.v.Nodes() {
+		if filter(n) {
+			names = append(names, n.Name)
+		}
+	}
+	if len(names) < 2 {
+		return nil
+	}
+	scores := c.s.Rules.Score(p.Pod, names)
+	best, worst := int64(math.MinInt64), int64(math.MaxInt64)
+	for _, n := range names {
+		best, worst = max(best, scores[n]), min(worst, scores[n])
+	}
+	if best == worst {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, n := range names {
+		if scores[n] == best {
+			out[n] = true
+		}
+	}
+	return out
 }
 
 func onlyReserved(why map[string]int) bool {

@@ -24,7 +24,9 @@ func (c *cycle) run() {
 	next := c.order(units)
 	considered := 0
 	for u := next(); u != nil; u = next() {
-		if considered >= c.cfg.MaxPodsPerCycle {
+		// New pods are always considered: the cap bounds retries only, so
+		// that pods which cannot fit never starve newer ones.
+		if considered >= c.cfg.MaxPodsPerCycle && !slices.ContainsFunc(u.pods, func(p *plan.Pod) bool { return !p.Retry }) {
 			c.pend(u, jobs.CodeBlocked, fmt.Sprintf("not reached this cycle (more than %d pending pods considered); waits in order", c.cfg.MaxPodsPerCycle))
 			continue
 		}
@@ -288,6 +290,30 @@ func (c *cycle) shapeKey(u *unit) string {
 			devs = append(devs, cl.Spec.Devices)
 		}
 	}
+	// With kube-scheduler's rules, what they read counts too: labels and
+	// namespace (others' affinity and spread select the pod), spread,
+	// volumes, ports and every resource request.
+	var rules any
+	if c.s.Rules != nil {
+		var res []corev1.ResourceRequirements
+		var ports [][]corev1.ContainerPort
+		for _, ct := range append(slices.Clone(p.Pod.Spec.InitContainers), p.Pod.Spec.Containers...) {
+			res = append(res, ct.Resources)
+			ports = append(ports, ct.Ports)
+		}
+		rules = struct {
+			Namespace string
+			Labels    map[string]string
+			Spread    []corev1.TopologySpreadConstraint
+			Volumes   []corev1.Volume
+			Resources []corev1.ResourceRequirements
+			Ports     [][]corev1.ContainerPort
+			Overhead  corev1.ResourceList
+			NodeName  string
+			Priority  int32
+		}{p.Pod.Namespace, p.Pod.Labels, p.Pod.Spec.TopologySpreadConstraints, p.Pod.Spec.Volumes, res, ports,
+			p.Pod.Spec.Overhead, p.Pod.Spec.NodeName, p.Priority}
+	}
 	raw, err := json.Marshal(struct {
 		Devices     []resourceapi.DeviceClaim
 		Selector    map[string]string
@@ -298,8 +324,9 @@ func (c *cycle) shapeKey(u *unit) string {
 		Nominated   string
 		Est         int64
 		Claims      int
+		Rules       any
 	}{devs, p.Pod.Spec.NodeSelector, p.Pod.Spec.Affinity, p.Pod.Spec.Tolerations, cpu, mem, pin, u.queue,
-		p.Pod.Status.NominatedNodeName, int64(u.est), len(p.Claims)})
+		p.Pod.Status.NominatedNodeName, int64(u.est), len(p.Claims), rules})
 	if err != nil {
 		return ""
 	}

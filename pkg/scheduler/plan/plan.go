@@ -63,6 +63,12 @@ type Snapshot struct {
 	Reservations []jobs.Reservation
 	// Policy is the allocator policy name (--policy).
 	Policy string
+	// Rules are kube-scheduler's placement rules over this snapshot's
+	// nodes and Bound pods (pkg/scheduler/rules); nil: the decider's own
+	// checks only (cordon, node affinity, NoSchedule taints, CPU and
+	// memory). A decider tells them each pod it places or releases
+	// (Add, Remove), so one Rules serves one Decide call.
+	Rules Rules
 	// Telemetry is what each node's agent streams to the scheduler (see
 	// issue 13: health events and measured usage), by node name. A node
 	// without a live stream is absent: decisions then use ResourceSlices
@@ -120,6 +126,11 @@ type Pod struct {
 	LastCheckpoint time.Time
 	// Created is the pod's creation time (FIFO order).
 	Created time.Time
+	// Retry is set on a pending pod that an earlier cycle tried and left
+	// pending (the runtime's backoff let it back in); a pod without it
+	// is new and is always considered, whatever the cap on the pods a
+	// cycle considers, so old pods that cannot fit never starve it.
+	Retry bool
 }
 
 // Key returns "namespace/name".
@@ -177,7 +188,29 @@ type Eviction struct {
 const (
 	CodeInvalid = "invalid" // a claim or request that cannot be placed as written
 	CodeGang    = "gang"    // the PodGroup has fewer than minMember pods, or does not fit as a whole
+	// CodeUnschedulable: kube-scheduler's rules refuse the pod on every
+	// node for a reason no eviction changes (a missing
+	// PersistentVolumeClaim, a node name or affinity no node matches).
+	CodeUnschedulable = "unschedulable"
 )
+
+// Rules are kube-scheduler's placement rules over one cycle's nodes and
+// bound pods, as the decider sees them (*rules.Cycle implements them).
+type Rules interface {
+	// Filter says why the rules refuse pod on node; "" when they allow it.
+	Filter(pod *corev1.Pod, node string) string
+	// Unresolvable reports whether the rules refuse pod on every node for
+	// a reason no eviction changes, and the reason.
+	Unresolvable(pod *corev1.Pod) (string, bool)
+	// Score ranks nodes the rules allow by the pod's preferences (higher
+	// is preferred).
+	Score(pod *corev1.Pod, nodes []string) map[string]int64
+	// Add counts pod on node from now on (placed this cycle, or put back
+	// after a what-if); Remove stops counting it (a what-if eviction, a
+	// placement undone).
+	Add(pod *corev1.Pod, node string) error
+	Remove(pod *corev1.Pod, node string) error
+}
 
 // Pending is one pod left waiting.
 type Pending struct {

@@ -1,0 +1,183 @@
+package rules
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// frameworkSnapshot is the upstream snapshot the plugins list nodes and
+// pods from.
+type frameworkSnapshot = *schedcache.Snapshot
+
+// newSnapshot is the upstream snapshot of nodes and the pods bound to
+// them, open for [Cycle.Add] and [Cycle.Remove].
+func newSnapshot(nodes []*corev1.Node, pods []*corev1.Pod) frameworkSnapshot {
+	s := schedcache.NewSnapshot(pods, nodes)
+	_ = s.StartMutations() // a fresh snapshot has no session open
+	return s
+}
+
+// Cycle is the rules over one decision cycle's cluster: nodes, the pods
+// bound to them, and the pods the cycle adds or takes away.
+type Cycle struct {
+	ctx  context.Context
+	fw   framework.Framework
+	snap frameworkSnapshot
+	log  klog.Logger
+	// gen counts Add and Remove calls: a pod's PreFilter state is valid
+	// for one generation.
+	gen  uint64
+	last *podCheck
+}
+
+// podCheck is one pod's PreFilter outcome at one generation.
+type podCheck struct {
+	uid    types.UID
+	gen    uint64
+	state  *framework.CycleState
+	result *fwk.PreFilterResult
+	// status is the PreFilter status; restricting are the plugins whose
+	// results narrowed the nodes.
+	status      *fwk.Status
+	restricting sets.Set[string]
+}
+
+// Cycle starts the rules of one cycle over nodes and the pods bound to
+// them (spec.nodeName set, not finished: every scheduler's). Pods without
+// a node are ignored.
+func (r *Rules) Cycle(ctx context.Context, nodes []*corev1.Node, bound []*corev1.Pod) (*Cycle, error) {
+	pods := make([]*corev1.Pod, 0, len(bound))
+	for _, p := range bound {
+		if p.Spec.NodeName != "" {
+			pods = append(pods, p)
+		}
+	}
+	snap := newSnapshot(nodes, pods)
+	fw, err := r.framework(ctx, snap)
+	if err != nil {
+		return nil, err
+	}
+	return &Cycle{ctx: klog.NewContext(ctx, r.cfg.Logger), fw: fw, snap: snap, log: r.cfg.Logger}, nil
+}
+
+// check runs the pod's PreFilter plugins, or returns the result of the
+// last run when nothing changed since.
+func (c *Cycle) check(pod *corev1.Pod) *podCheck {
+	if c.last != nil && c.last.uid == pod.UID && c.last.gen == c.gen && pod.UID != "" {
+		return c.last
+	}
+	pc := &podCheck{uid: pod.UID, gen: c.gen, state: framework.NewCycleState()}
+	pc.result, pc.status, pc.restricting = c.fw.RunPreFilterPlugins(c.ctx, pc.state, pod)
+	c.last = pc
+	return pc
+}
+
+// Filter says why the rules refuse pod on node, "" when they allow it.
+// The reasons are kube-scheduler's own ("node(s) didn't match pod
+// anti-affinity rules", "Insufficient cpu", "persistentvolumeclaim
+// \"data\" not found").
+func (c *Cycle) Filter(pod *corev1.Pod, node string) string {
+	pc := c.check(pod)
+	if !pc.status.IsSuccess() {
+		return reason(pc.status)
+	}
+	if !pc.result.AllNodes() && !pc.result.NodeNames.Has(node) {
+		return fmt.Sprintf("node(s) didn't satisfy plugin(s) %v", sets.List(pc.restricting))
+	}
+	ni, err := c.snap.NodeInfos().Get(node)
+	if err != nil {
+		return "node not found"
+	}
+	return reason(c.fw.RunFilterPlugins(c.ctx, pc.state, pod, ni))
+}
+
+// Unresolvable reports whether pod is refused everywhere for a reason no
+// eviction can change (a missing PersistentVolumeClaim, a PreFilter that
+// rejects the pod itself), with that reason.
+func (c *Cycle) Unresolvable(pod *corev1.Pod) (string, bool) {
+	pc := c.check(pod)
+	if pc.status.Code() == fwk.UnschedulableAndUnresolvable || pc.status.IsError() {
+		return reason(pc.status), true
+	}
+	return "", false
+}
+
+// Score ranks nodes (which the rules allow) by the pod's preferences: the
+// weighted sum of [Scores], normalized per plugin as kube-scheduler does.
+// Nodes the rules do not know are left out.
+func (c *Cycle) Score(pod *corev1.Pod, nodes []string) map[string]int64 {
+	pc := c.check(pod)
+	if !pc.status.IsSuccess() || len(nodes) == 0 {
+		return nil
+	}
+	infos := make([]fwk.NodeInfo, 0, len(nodes))
+	for _, n := range nodes {
+		if ni, err := c.snap.NodeInfos().Get(n); err == nil {
+			infos = append(infos, ni)
+		}
+	}
+	if st := c.fw.RunPreScorePlugins(c.ctx, pc.state, pod, infos); !st.IsSuccess() {
+		return nil
+	}
+	scores, st := c.fw.RunScorePlugins(c.ctx, pc.state, pod, infos)
+	if !st.IsSuccess() {
+		return nil
+	}
+	out := make(map[string]int64, len(scores))
+	for _, s := range scores {
+		out[s.Name] = s.TotalScore
+	}
+	return out
+}
+
+// Add counts pod on node from now on (a pod the cycle placed, or a
+// released one put back).
+func (c *Cycle) Add(pod *corev1.Pod, node string) error {
+	cp := pod
+	if pod.Spec.NodeName != node {
+		cp = pod.DeepCopy()
+		cp.Spec.NodeName = node
+	}
+	pi, err := framework.NewPodInfo(cp)
+	if err != nil {
+		return fmt.Errorf("rules: pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	c.gen++
+	if err := c.snap.AddPod(pi, node); err != nil {
+		return fmt.Errorf("rules: add pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// Remove stops counting pod on node (a what-if that evicts it, or a
+// placement undone).
+func (c *Cycle) Remove(pod *corev1.Pod, node string) error {
+	c.gen++
+	if err := c.snap.RemovePod(c.log, pod, node); err != nil {
+		return fmt.Errorf("rules: remove pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// reason is a status's reasons, "" for success.
+func reason(st *fwk.Status) string {
+	if st.IsSuccess() {
+		return ""
+	}
+	if rs := st.Reasons(); len(rs) > 0 {
+		return strings.Join(rs, ", ")
+	}
+	if err := st.AsError(); err != nil {
+		return err.Error()
+	}
+	return st.Code().String()
+}

@@ -95,6 +95,12 @@ func runDRACase(t *testing.T, tc draCase) {
 	args := []string{"--kubelet-api", "dra", "--simulate", tc.profile, "--node-name", node, "--kubeconfig", kubeconfig,
 		"--kubelet-plugins-dir", pluginsDir, "--kubelet-registry-dir", registryDir, "--cdi-dir", cdiDir,
 		"--http-addr", addr, "--log-level", "debug"}
+	// As root, the simulated node owns fake device files, and the claims'
+	// CDI specs name them; otherwise the specs name none (no file exists).
+	simDev := os.Geteuid() == 0
+	if simDev {
+		args = append(args, "--sim-dev-root", filepath.Join(dir, "dev"))
+	}
 	if tc.extra != nil {
 		args = append(args, tc.extra(t, dir)...)
 	}
@@ -277,8 +283,13 @@ func runDRACase(t *testing.T, tc draCase) {
 		if strings.HasPrefix(r.name, "fraction") && !strings.Contains(spec, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M") {
 			t.Errorf("CDI spec of %s lacks the 20Gi MPS limit:\n%s", r.name, spec)
 		}
-		if r.name == "mig" && !strings.Contains(spec, "/dev/nvidia-caps/nvidia-cap") {
-			t.Errorf("CDI spec of the MIG claim has no nvidia-caps nodes:\n%s", spec)
+		switch {
+		case simDev && r.name == "mig" && !strings.Contains(spec, `"hostPath":"`+filepath.Join(dir, "dev", "nvidia-caps")):
+			t.Errorf("CDI spec of the MIG claim names no nvidia-caps node under --sim-dev-root:\n%s", spec)
+		case simDev && !strings.Contains(spec, `"hostPath":"`+filepath.Join(dir, "dev", "nvidia")):
+			t.Errorf("CDI spec of %s names no device file under --sim-dev-root:\n%s", r.name, spec)
+		case !simDev && strings.Contains(spec, `"deviceNodes"`):
+			t.Errorf("CDI spec of %s names device files a simulated node without --sim-dev-root lacks:\n%s", r.name, spec)
 		}
 	}
 

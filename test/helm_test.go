@@ -602,6 +602,8 @@ func TestHelmChartMatchesManifests(t *testing.T) {
 				{"hostPID", chartDS.Spec.Template.Spec.HostPID, rawDS.Spec.Template.Spec.HostPID},
 				{"automountServiceAccountToken", chartDS.Spec.Template.Spec.AutomountServiceAccountToken, rawDS.Spec.Template.Spec.AutomountServiceAccountToken},
 				{"nodeSelector", chartDS.Spec.Template.Spec.NodeSelector, rawDS.Spec.Template.Spec.NodeSelector},
+				{"affinity", chartDS.Spec.Template.Spec.Affinity, rawDS.Spec.Template.Spec.Affinity},
+				{"terminationMessagePath", got.TerminationMessagePath, want.TerminationMessagePath},
 				{"tolerations", chartDS.Spec.Template.Spec.Tolerations, rawDS.Spec.Template.Spec.Tolerations},
 				{"runtimeClassName", chartDS.Spec.Template.Spec.RuntimeClassName, rawDS.Spec.Template.Spec.RuntimeClassName},
 				{"priorityClassName", chartDS.Spec.Template.Spec.PriorityClassName, rawDS.Spec.Template.Spec.PriorityClassName},

@@ -184,9 +184,13 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	tasks = append(tasks, labelTasks...)
+	files, err := cfg.nvml.deviceFiles(sim, src.store.Current())
+	if err != nil {
+		return nil, err
+	}
 	if cfg.dra.enabled() {
 		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State, sim: sim, sharing: src.sharing,
-			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root, log: log.With("component", "dra")})
+			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root, files: files, log: log.With("component", "dra")})
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +200,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	dp, err := cfg.dp.newDevicePlugin(struct {
 		*discovery.Store
 		*timeslice.Runtime
-	}{src.store, src.sharing}, mpsA.Root, log.With("component", "deviceplugin"))
+	}{src.store, src.sharing}, mpsA.Root, files, log.With("component", "deviceplugin"))
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gpud/gpud/pkg/deviceplugin"
+	"github.com/gpud/gpud/pkg/devnodes"
 )
 
 // kubeletPluginDir is the kubelet's device-plugin directory. gpud never
@@ -89,8 +90,9 @@ func (o *devicePluginOptions) config() (deviceplugin.Config, error) {
 // newDevicePlugin builds the device plugin manager on its sources (the
 // inventory store and the sharing runtime); nil when --device-plugin-dir
 // is empty. mpsRoot is where the MPS daemons keep their pipe dirs, which
-// replicas' containers mount; empty when none runs.
-func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, mpsRoot string, log *slog.Logger) (*deviceplugin.Manager, error) {
+// replicas' containers mount; empty when none runs. files says where the
+// device files are on the host.
+func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, mpsRoot string, files devnodes.Files, log *slog.Logger) (*deviceplugin.Manager, error) {
 	if o.pluginDir == "" {
 		return nil, nil
 	}
@@ -98,7 +100,7 @@ func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, mpsRoot s
 	if err != nil {
 		return nil, err
 	}
-	cfg.MPSRoot = mpsRoot
+	cfg.MPSRoot, cfg.DeviceFiles = mpsRoot, files
 	if cfg.PluginDir != kubeletPluginDir {
 		if err := os.MkdirAll(cfg.PluginDir, 0o755); err != nil {
 			return nil, fmt.Errorf("create --device-plugin-dir %s: %w", cfg.PluginDir, err)

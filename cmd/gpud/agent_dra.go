@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpud/gpud/pkg/devnodes"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mig"
@@ -141,7 +142,10 @@ type draDeps struct {
 	// mpsRoot is where the MPS daemons keep their pipe dirs; empty when
 	// none runs (fractions then get their limits as environment only).
 	mpsRoot string
-	log     *slog.Logger
+	// files says where the device files a claim's CDI spec names are on
+	// the host.
+	files devnodes.Files
+	log   *slog.Logger
 	// client is the API client; nil builds one from --kubeconfig or the
 	// in-cluster config (tests pass a fake).
 	client kubernetes.Interface
@@ -204,6 +208,7 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		RegistryDir: registryDir,
 		CDIDir:      cdiDir,
 		MPSRoot:     deps.mpsRoot,
+		DeviceFiles: deps.files,
 		Inventory:   deps.inventory,
 		NodeState:   st.nodeState,
 		Changed:     changed,

@@ -5,9 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/pkg/devnodes"
+	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/simnode"
 )
 
@@ -15,6 +18,7 @@ import (
 type nvmlFlags struct {
 	simulate  string
 	stateFile string
+	devRoot   string
 	library   string
 	nodeName  string
 }
@@ -22,8 +26,38 @@ type nvmlFlags struct {
 func (f *nvmlFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.simulate, "simulate", "", "use a simulated node instead of NVML: "+fmt.Sprint(simnode.BuiltinNames())+" or a node .yaml file")
 	fs.StringVar(&f.stateFile, "sim-state-file", "", "with --simulate, keep the simulated MIG layout in this file across restarts")
+	fs.StringVar(&f.devRoot, "sim-dev-root", "", "with --simulate: create the simulated GPUs' device files (nvidiactl, nvidia<minor>: character major 195, as the driver's) in this dir and name them in the CDI specs, so containers get device nodes a device filter decides on (opening an allowed one gives ENXIO, a refused one EPERM); needs root. Empty: the specs name only device files that exist")
 	fs.StringVar(&f.library, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic loader's search path)")
 	fs.StringVar(&f.nodeName, "node-name", "", "node name to report, and in --kubelet-api dra the Node and ResourceSlice pool (default: $NODE_NAME, else the simulated profile's name, else the hostname)")
+}
+
+// deviceFiles says where the device files the CDI specs name are on the
+// host: a GPU node's /dev; on a simulated node, the files --sim-dev-root
+// holds (created here) or none, so the specs name only files that exist.
+func (f nvmlFlags) deviceFiles(sim *simnode.Node, inv gpu.Inventory) (devnodes.Files, error) {
+	if sim == nil {
+		if f.devRoot != "" {
+			return devnodes.Files{}, flagErr("sim-dev-root", "needs --simulate: a GPU node's device files are the driver's")
+		}
+		return devnodes.Files{}, nil
+	}
+	files := devnodes.Files{OnlyExisting: true}
+	if f.devRoot == "" {
+		return files, nil
+	}
+	root, err := filepath.Abs(f.devRoot)
+	if err != nil {
+		return files, flagErr("sim-dev-root", "%s: %w", f.devRoot, err)
+	}
+	minors := make([]int, 0, len(inv.GPUs))
+	for _, g := range inv.GPUs {
+		minors = append(minors, g.Minor)
+	}
+	if err := devnodes.Create(root, minors); err != nil {
+		return files, flagErr("sim-dev-root", "%w", err)
+	}
+	files.Root = root
+	return files, nil
 }
 
 // errNoNVML is returned when the NVML library cannot be loaded.

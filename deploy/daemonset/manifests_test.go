@@ -109,8 +109,19 @@ func TestDaemonSetManifests(t *testing.T) {
 	if !spec.HostPID {
 		t.Error("the agent needs the host PID namespace to attribute GPU processes to pods")
 	}
-	if spec.NodeSelector["nvidia.com/gpu.present"] != "true" {
-		t.Errorf("node selector %v: want GPU nodes only", spec.NodeSelector)
+	// A fresh GPU node has no label gpud sets: NFD's PCI vendor label alone,
+	// or GFD's label set by hand, must be enough, and a node without
+	// either gets no agent.
+	if !manifest.SelectsNodesLabelled(spec, manifest.GPUNodeLabels) {
+		t.Errorf("node selection (selector %v, affinity %+v) does not take a node labelled by any one of %v", spec.NodeSelector, spec.Affinity, manifest.GPUNodeLabels)
+	}
+	if manifest.SelectsNodesLabelled(spec, []string{"kubernetes.io/os"}) {
+		t.Error("the agent would run on nodes without GPUs")
+	}
+	for _, c := range spec.Containers {
+		if ro := manifest.TerminationPathUnwritable(c); ro != "" {
+			t.Errorf("container %s: termination message path %q is in the read-only mount %s: the runtime cannot create it and the container never starts", c.Name, c.TerminationMessagePath, ro)
+		}
 	}
 	if !slices.ContainsFunc(spec.Tolerations, func(tl corev1.Toleration) bool { return tl.Key == "nvidia.com/gpu" }) {
 		t.Error("no toleration for the nvidia.com/gpu taint")

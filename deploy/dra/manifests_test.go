@@ -222,6 +222,14 @@ func TestDaemonSetDRAMode(t *testing.T) {
 	if strings.Contains(args, "device-plugin") {
 		t.Errorf("DRA mode runs the device plugin: %q", args)
 	}
+	if !manifest.SelectsNodesLabelled(spec, manifest.GPUNodeLabels) || manifest.SelectsNodesLabelled(spec, []string{"kubernetes.io/os"}) {
+		t.Errorf("node selection (selector %v, affinity %+v): want any node labelled by one of %v, and no other", spec.NodeSelector, spec.Affinity, manifest.GPUNodeLabels)
+	}
+	for _, c := range spec.Containers {
+		if ro := manifest.TerminationPathUnwritable(c); ro != "" {
+			t.Errorf("container %s: termination message path %q is in the read-only mount %s: the runtime cannot create it and the container never starts", c.Name, c.TerminationMessagePath, ro)
+		}
+	}
 	mounts := map[string]string{}
 	for _, m := range spec.Containers[0].VolumeMounts {
 		mounts[m.Name] = m.MountPath

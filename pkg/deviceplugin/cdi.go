@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"fmt"
+	"github.com/gpud/gpud/pkg/devnodes"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,25 +20,15 @@ const CDISpecName = "gpud-nvidia.com-gpu.json"
 // cdiName is the fully qualified CDI device name of a unit.
 func cdiName(unit string) string { return CDIKind + "=" + unit }
 
-// Device nodes every container with a GPU needs.
-var commonNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
-
-// migCapMinor returns the minors of /dev/nvidia-caps/nvidia-cap<N> that
-// grant access to a GPU instance and its compute instance, as the driver
-// numbers them in /proc/driver/nvidia-caps/mig-minors: config is 1, monitor
-// 2, then per GPU 15 GPU instances of one access node and 8 compute
-// instance nodes each.
-func migCapMinor(gpuMinor, gi, ci int) (giMinor, ciMinor int) {
-	const perGI, perGPU = 9, 15 * 9
-	giMinor = 3 + gpuMinor*perGPU + gi*perGI
-	return giMinor, giMinor + 1 + ci
-}
+// migCapMinor is [devnodes.CapMinors].
+var migCapMinor = devnodes.CapMinors
 
 // buildCDISpec returns the spec naming every unit advertised by sets, or
 // nil when there is none (CDI rejects a spec without devices). With
 // mpsRoot set, a shared unit's device also mounts its MPS pipe directory
-// and sets CUDA_MPS_PIPE_DIRECTORY (see [mpsEdits]).
-func buildCDISpec(sets map[string]*deviceSet, mpsRoot string) *cdispec.Spec {
+// and sets CUDA_MPS_PIPE_DIRECTORY (see [mpsEdits]). files says where the
+// device files are on the host.
+func buildCDISpec(sets map[string]*deviceSet, mpsRoot string, files devnodes.Files) *cdispec.Spec {
 	units := map[string]*device{}
 	shared := map[string]bool{}
 	for _, s := range sets {
@@ -59,21 +50,17 @@ func buildCDISpec(sets map[string]*deviceSet, mpsRoot string) *cdispec.Spec {
 	}
 	sort.Strings(names)
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
-	for _, p := range commonNodes {
-		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: p})
-	}
+	spec.ContainerEdits.DeviceNodes = files.Common()
 	for _, u := range names {
 		d := units[u]
-		edits := cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", d.Minor)}}}
+		edits := cdispec.ContainerEdits{DeviceNodes: files.GPU(d.Minor)}
 		if d.MIG != nil {
-			gi, ci := migCapMinor(d.Minor, d.MIG.GPUInstanceID, d.MIG.ComputeInstanceID)
-			edits.DeviceNodes = append(edits.DeviceNodes,
-				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", gi)},
-				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", ci)})
+			edits.DeviceNodes = files.MIG(d.Minor, d.MIG.GPUInstanceID, d.MIG.ComputeInstanceID)
 		}
 		if shared[u] && mpsRoot != "" {
 			mpsEdits(&edits, mpsRoot, u)
 		}
+		devnodes.FillEmpty(&edits, u)
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: u, ContainerEdits: edits})
 	}
 	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {

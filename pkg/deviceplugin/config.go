@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"errors"
 	"fmt"
+	"github.com/gpud/gpud/pkg/devnodes"
 	"path/filepath"
 	"strings"
 	"time"
@@ -59,6 +60,9 @@ type Config struct {
 	// CUDA_MPS_PIPE_DIRECTORY, so their CUDA_MPS_* limits reach a daemon.
 	// Empty: the limits are environment only, which nothing enforces.
 	MPSRoot string
+	// DeviceFiles says where the device files the CDI spec names are on
+	// the host; the zero value is a GPU node's /dev.
+	DeviceFiles devnodes.Files
 	// RenameShared advertises replicas as <resource>.shared; false keeps
 	// the plain resource name, as NVIDIA's plugin does without renaming.
 	RenameShared bool

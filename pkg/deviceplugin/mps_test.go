@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"github.com/gpud/gpud/pkg/devnodes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,7 +89,7 @@ func TestAllocateMountsMPSPipe(t *testing.T) {
 
 func TestCDISpecMPSEdits(t *testing.T) {
 	sets := mpsSets(t)
-	spec := buildCDISpec(sets, "/run/gpud/mps")
+	spec := buildCDISpec(sets, "/run/gpud/mps", devnodes.Files{})
 	byName := map[string]cdispec.ContainerEdits{}
 	for _, d := range spec.Devices {
 		byName[d.Name] = d.ContainerEdits
@@ -108,7 +109,7 @@ func TestCDISpecMPSEdits(t *testing.T) {
 	if err := writeCDISpec(t.TempDir(), spec); err != nil {
 		t.Fatal(err)
 	}
-	if spec := buildCDISpec(sets, ""); len(spec.Devices[0].ContainerEdits.Mounts)+len(spec.Devices[1].ContainerEdits.Mounts) != 0 {
+	if spec := buildCDISpec(sets, "", devnodes.Files{}); len(spec.Devices[0].ContainerEdits.Mounts)+len(spec.Devices[1].ContainerEdits.Mounts) != 0 {
 		t.Errorf("no MPS root: spec has mounts")
 	}
 }

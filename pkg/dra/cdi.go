@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpud/gpud/pkg/devnodes"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -22,9 +23,6 @@ import (
 // IDs are CDIKind=<claim UID>-<device>[-<share ID>].
 const CDIKind = "k8s.gpu.gpud.io/claim"
 
-// Device nodes every container with a GPU needs.
-var commonNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
-
 // cdiSpecPath is the one CDI spec file of a claim.
 func cdiSpecPath(dir string, claimUID types.UID) string {
 	return filepath.Join(dir, "gpud-dra-"+string(claimUID)+".json")
@@ -39,38 +37,28 @@ func cdiDeviceName(claimUID types.UID, d PreparedDevice) string {
 	return n
 }
 
-// migCapMinor returns the minors of /dev/nvidia-caps/nvidia-cap<N> that
-// grant access to a GPU instance and its compute instance, as the driver
-// numbers them in /proc/driver/nvidia-caps/mig-minors (the same numbering
-// pkg/deviceplugin uses).
-func migCapMinor(gpuMinor, gi, ci int) (giMinor, ciMinor int) {
-	const perGI, perGPU = 9, 15 * 9
-	giMinor = 3 + gpuMinor*perGPU + gi*perGI
-	return giMinor, giMinor + 1 + ci
-}
+// migCapMinor is [devnodes.CapMinors] (pkg/deviceplugin numbers them
+// the same).
+var migCapMinor = devnodes.CapMinors
 
 // buildCDISpec is a claim's spec: one CDI device per prepared device with
 // its device nodes, and for a fraction its MPS limits as environment and,
 // with mpsRoot set (the agent's --mps-root, where the GPUs' MPS daemons
 // run), its GPU's pipe directory mounted at [mps.ContainerPipeDir] with
 // CUDA_MPS_PIPE_DIRECTORY pointing there, and the daemons' shared memory
-// ([mps.ShmDir]) at /dev/shm.
-func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string) (*cdispec.Spec, error) {
+// ([mps.ShmDir]) at /dev/shm. files says where the device files are on
+// the host.
+func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string, files devnodes.Files) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
-	for _, p := range commonNodes {
-		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: p})
-	}
+	spec.ContainerEdits.DeviceNodes = files.Common()
 	for _, d := range devs {
 		name := cdiDeviceName(claimUID, d)
 		if err := parser.ValidateDeviceName(name); err != nil {
 			return nil, fmt.Errorf("cdi device name %q: %w", name, err)
 		}
-		edits := cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", d.Device.GPUMinor)}}}
+		edits := cdispec.ContainerEdits{DeviceNodes: files.GPU(d.Device.GPUMinor)}
 		if d.Device.Type == TypeMIG {
-			gi, ci := migCapMinor(d.Device.GPUMinor, d.Device.GIID, d.Device.CIID)
-			edits.DeviceNodes = append(edits.DeviceNodes,
-				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", gi)},
-				&cdispec.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", ci)})
+			edits.DeviceNodes = files.MIG(d.Device.GPUMinor, d.Device.GIID, d.Device.CIID)
 		}
 		if d.Fraction() {
 			env := timeslice.Share{MemoryMiB: d.MemoryBytes >> 20, ComputePercent: d.CoresPercent}.MPSEnv(0)
@@ -90,6 +78,7 @@ func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string) (*c
 				edits.Env = append(edits.Env, mps.EnvPipeDirectory+"="+mps.ContainerPipeDir)
 			}
 		}
+		devnodes.FillEmpty(&edits, name)
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: edits})
 	}
 	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpud/gpud/pkg/devnodes"
 	"log/slog"
 	"os"
 	"sort"
@@ -63,6 +64,8 @@ type Options struct {
 	MIG MIGManager
 	// MPSRoot is [PreparerConfig.MPSRoot].
 	MPSRoot string
+	// DeviceFiles is [PreparerConfig.DeviceFiles].
+	DeviceFiles devnodes.Files
 	// HealthResend is how often device health is resent to the kubelet,
 	// which forgets it after HealthTimeout; zero means 10s.
 	HealthResend time.Duration
@@ -130,7 +133,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	prep, err := NewPreparer(PreparerConfig{NodeName: opts.NodeName, StateDir: opts.PluginDir, CDIDir: opts.CDIDir,
-		Devices: d.Devices, MIG: opts.MIG, MPSRoot: opts.MPSRoot, Log: d.log})
+		Devices: d.Devices, MIG: opts.MIG, MPSRoot: opts.MPSRoot, DeviceFiles: opts.DeviceFiles, Log: d.log})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpud/gpud/pkg/devnodes"
 	"log/slog"
 	"slices"
 	"sync"
@@ -54,6 +55,9 @@ type PreparerConfig struct {
 	// (the agent's --mps-root); a fraction's container mounts its GPU's.
 	// Empty: fractions get their CUDA_MPS_* limits as environment only.
 	MPSRoot string
+	// DeviceFiles says where the device files a claim's CDI spec names are
+	// on the host; the zero value is a GPU node's /dev.
+	DeviceFiles devnodes.Files
 	// Log may be nil.
 	Log *slog.Logger
 }
@@ -292,7 +296,7 @@ func (p *Preparer) deliver(ctx context.Context, uid types.UID, entry *PreparedCl
 			return err
 		}
 	}
-	spec, err := buildCDISpec(uid, entry.Devices, p.cfg.MPSRoot)
+	spec, err := buildCDISpec(uid, entry.Devices, p.cfg.MPSRoot, p.cfg.DeviceFiles)
 	if err != nil {
 		return err
 	}

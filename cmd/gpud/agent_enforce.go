@@ -74,13 +74,16 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 		return nil, nil, nil
 	}
 	// A simulated node's GPUs are not the host's: filters and cpusets made
-	// from its inventory must not land on the host's real containers (tests
-	// point --proc-root at a temp dir whose mountinfo names test cgroups).
-	if cfg.nvml.simulate != "" && filepath.Clean(cfg.procRoot) == procattr.DefaultProcRoot {
+	// from its inventory must not land on the host's real containers (make
+	// run on a workstation). It is the node's GPU stand-in when it owns
+	// device files (--sim-dev-root: the kubelet's containers get them), and
+	// tests point --proc-root at a temp dir whose mountinfo names test
+	// cgroups.
+	if cfg.nvml.simulate != "" && cfg.nvml.devRoot == "" && filepath.Clean(cfg.procRoot) == procattr.DefaultProcRoot {
 		if align {
-			return nil, nil, flagErr("cpu-affinity", "align with --simulate needs --proc-root pointed away from the host's %s: a simulated node must not set the host containers' cpusets", procattr.DefaultProcRoot)
+			return nil, nil, flagErr("cpu-affinity", "align with --simulate needs --sim-dev-root (the simulated node serves this node's containers) or --proc-root pointed away from the host's %s: a simulated node must not set the host containers' cpusets", procattr.DefaultProcRoot)
 		}
-		const reason = "simulated node with --proc-root " + procattr.DefaultProcRoot + ": the host's containers are not the simulated node's"
+		const reason = "simulated node without --sim-dev-root: the host's containers are not the simulated node's (with --sim-dev-root, it serves this node's containers and filters them)"
 		log.Info("device isolation not available", "reason", reason)
 		return nil, func() string { return "device isolation: not available: " + reason }, nil
 	}

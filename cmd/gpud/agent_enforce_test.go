@@ -97,8 +97,15 @@ func TestNewEnforceTaskSimulatedHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tasks != nil || status == nil || !strings.Contains(status(), "simulated node with --proc-root /proc") {
+	if tasks != nil || status == nil || !strings.Contains(status(), "simulated node without --sim-dev-root") {
 		t.Fatalf("simulated on the host's /proc: tasks %v, status %v; want no task and a status saying why", tasks, status)
+	}
+	// With its own device files, the simulated node is this node's GPUs
+	// (a kubelet's containers get them): isolation is not switched off.
+	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--sim-dev-root", t.TempDir())
+	_, status, err = c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	if err == nil && status != nil && strings.Contains(status(), "simulated node") {
+		t.Fatalf("simulated with --sim-dev-root: status %q, want isolation tried", status())
 	}
 	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--cpu-affinity", "align")
 	if _, _, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "cpu-affinity") {

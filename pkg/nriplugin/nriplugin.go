@@ -68,7 +68,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if retry == 0 {
 		retry = 5 * time.Second
 	}
-	absent := false
+	absent, failing := false, false
 	for {
 		if _, err := os.Stat(p.socket); err != nil {
 			if !absent {
@@ -77,11 +77,22 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 		} else {
 			absent = false
-			err := p.serve(ctx)
+			registered, err := p.serve(ctx)
 			if ctx.Err() != nil {
 				return nil
 			}
-			p.log.Warn("nri connection ended, reconnecting", "socket", p.socket, "err", err)
+			// Said once per outage: a stale socket no runtime answers (left
+			// by another runtime) must not warn every few seconds forever.
+			switch {
+			case registered:
+				failing = false
+				p.log.Warn("nri connection ended, reconnecting", "socket", p.socket, "err", err)
+			case !failing:
+				failing = true
+				p.log.Warn("nri socket does not answer, enforcing from the cgroup poll alone and retrying quietly", "socket", p.socket, "err", err, "retry_every", retry)
+			default:
+				p.log.Debug("nri socket still does not answer", "socket", p.socket, "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -91,24 +102,26 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 }
 
-func (p *Plugin) serve(ctx context.Context) error {
+// serve registers with the runtime and serves until the connection ends;
+// registered says whether it got that far.
+func (p *Plugin) serve(ctx context.Context) (registered bool, err error) {
 	closed := make(chan struct{})
 	s, err := stub.New(handler{p}, stub.WithPluginName(Name), stub.WithPluginIdx(Index),
 		stub.WithSocketPath(p.socket), stub.WithLogger(nriLog{p.log}), stub.WithOnClose(func() { close(closed) }))
 	if err != nil {
-		return fmt.Errorf("nriplugin: create stub on %s: %w", p.socket, err)
+		return false, fmt.Errorf("nriplugin: create stub on %s: %w", p.socket, err)
 	}
 	if err := s.Start(ctx); err != nil {
-		return fmt.Errorf("nriplugin: register with the runtime on %s: %w", p.socket, err)
+		return false, fmt.Errorf("nriplugin: register with the runtime on %s: %w", p.socket, err)
 	}
 	p.log.Info("nri plugin registered", "socket", p.socket, "runtime_nri", s.RuntimeNRIVersion())
 	select {
 	case <-ctx.Done():
 		s.Stop()
-		return nil
+		return true, nil
 	case <-closed:
 		s.Stop()
-		return errors.New("nriplugin: the runtime closed the connection")
+		return true, errors.New("nriplugin: the runtime closed the connection")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/gpud/gpud/internal/testbuf"
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/enforce"
@@ -181,5 +183,33 @@ func TestRunWithoutSocket(t *testing.T) {
 	defer cancel()
 	if err := p.Run(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v, want nil", err)
+	}
+}
+
+// TestStaleSocketWarnsOnce: a socket no runtime answers (left by another
+// runtime) is retried, and said once at Warn, not on every retry.
+func TestStaleSocketWarnsOnce(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "nri.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = ln.Close() // the file stays, nobody listens: connect gives ECONNREFUSED
+	var buf testbuf.Buffer
+	p := New(sock, nil, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	p.Retry = 5 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	testwait.For(t, 10*time.Second, "five retries of the stale socket", func() bool {
+		return strings.Count(buf.String(), "nri socket still does not answer") >= 5
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != 1 {
+		t.Fatalf("%d warnings for one stale socket, want 1:\n%s", n, buf.String())
 	}
 }

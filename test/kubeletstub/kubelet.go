@@ -117,8 +117,13 @@ func (k *Kubelet) Restart() error {
 func (k *Kubelet) Registrations(resource string) []*pluginapi.RegisterRequest {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return ofResource(k.regs, resource)
+}
+
+// ofResource returns the requests for resource ("" for all), in order.
+func ofResource(reqs []*pluginapi.RegisterRequest, resource string) []*pluginapi.RegisterRequest {
 	var out []*pluginapi.RegisterRequest
-	for _, r := range k.regs {
+	for _, r := range reqs {
 		if resource == "" || r.ResourceName == resource {
 			out = append(out, r)
 		}
@@ -235,13 +240,7 @@ type liveConn struct{ cancel context.CancelFunc }
 func (k *Kubelet) Refused(resource string) []*pluginapi.RegisterRequest {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []*pluginapi.RegisterRequest
-	for _, r := range k.refused {
-		if resource == "" || r.ResourceName == resource {
-			out = append(out, r)
-		}
-	}
-	return out
+	return ofResource(k.refused, resource)
 }
 
 // ErrStreamClosed is returned by Watch methods once ListAndWatch ended.

@@ -59,14 +59,27 @@ func TestNodeDevicePlugin(t *testing.T) {
 	}
 	assertRegistrations(t, 1)
 
-	first := runProbePod(t, n, "one-gpu", gpus(1))
-	if got := openableGPUs(first); len(got) != 1 {
-		t.Fatalf("a pod with %s: 1 can open %v (all: %v), want exactly one GPU", gpuResource, got, first.Opens)
-	}
-	t.Logf("one-gpu pod opens %v; env %v", openableGPUs(first), first.Env)
+	held := -1 // the GPU the one-gpu pod holds, once it runs
+	t.Run("pod with one GPU", func(t *testing.T) {
+		defer func() {
+			if held < 0 { // free its GPU for the next subtests
+				deletePod(t, k, "one-gpu")
+			}
+		}()
+		r := runProbePod(t, n, "one-gpu", gpus(1))
+		got := openableGPUs(r)
+		if len(got) != 1 {
+			t.Fatalf("a pod with %s: 1 can open %v (all: %v), want exactly one GPU", gpuResource, got, r.Opens)
+		}
+		held, _ = strconv.Atoi(strings.TrimPrefix(got[0], "/dev/nvidia"))
+		t.Logf("one-gpu pod opens %v; env %v", got, r.Env)
+	})
 
 	stillRunning := func(t *testing.T) {
 		t.Helper()
+		if held < 0 {
+			return // it never ran: "pod with one GPU" failed
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		p, err := k.Client.CoreV1().Pods("default").Get(ctx, "one-gpu", metav1.GetOptions{})
@@ -95,22 +108,28 @@ func TestNodeDevicePlugin(t *testing.T) {
 		// The kubelet follows gpud's device list still: sharing a GPU
 		// (not the one-gpu pod's) in two replicas takes it from the
 		// whole GPUs.
-		held, _ := strconv.Atoi(strings.TrimPrefix(openableGPUs(first)[0], "/dev/nvidia"))
-		share := fmt.Sprintf("devices:\n  \"%d\": {replicas: 2}\n", (held+1)%8)
+		share := fmt.Sprintf("devices:\n  \"%d\": {replicas: 2}\n", (held+1+8)%8)
 		if err := os.WriteFile(sharing, []byte(share), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 7, sharedResource: 2}, time.Minute)
-		r := runProbePod(t, n, "six-gpus", gpus(6))
-		if got := openableGPUs(r); len(got) != 6 {
-			t.Errorf("a pod with %s: 6 can open %v, want six GPUs", gpuResource, got)
-		}
-		if err := os.WriteFile(sharing, []byte("devices: {}\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8, sharedResource: 0}, time.Minute)
-		deletePod(t, k, "six-gpus")
 	})
+
+	t.Run("pod for the remaining GPUs after kubelet restarts", func(t *testing.T) {
+		want := int64(7)
+		if held >= 0 {
+			want = 6
+		}
+		r := runProbePod(t, n, "rest", gpus(want))
+		if got := openableGPUs(r); int64(len(got)) != want {
+			t.Errorf("a pod with %s: %d can open %v, want %d GPUs", gpuResource, want, got, want)
+		}
+		deletePod(t, k, "rest")
+	})
+	if err := os.WriteFile(sharing, []byte("devices: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8, sharedResource: 0}, time.Minute)
 
 	t.Run("agent restart", func(t *testing.T) {
 		agent.Stop(10 * time.Second)
@@ -127,9 +146,6 @@ func TestNodeDevicePlugin(t *testing.T) {
 			t.Errorf("after an agent restart a pod with %s: 1 can open %v, want exactly one GPU", gpuResource, got)
 		}
 	})
-	if t.Failed() {
-		t.Logf("agent log tail:\n%s", agent.Tail(60))
-	}
 }
 
 func lastSegment(t *testing.T, n *nodeenv.Node) string {

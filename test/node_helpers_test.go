@@ -30,10 +30,14 @@ type nodeAgent struct {
 }
 
 // startNodeAgent runs `gpud agent args...` on n (the gpud binary built
-// once per run) and waits for its /healthz.
+// once per run, or $GPUD_NODE_TEST_BIN: another build to compare with, say
+// the last release's) and waits for its /healthz.
 func startNodeAgent(t *testing.T, n *nodeenv.Node, args ...string) *nodeAgent {
 	t.Helper()
-	bin := buildGpud(t)
+	bin := os.Getenv("GPUD_NODE_TEST_BIN")
+	if bin == "" {
+		bin = buildGpud(t)
+	}
 	addr := k8senv.FreeAddr(t)
 	p, err := n.StartProc("gpud-agent", bin, append([]string{"agent", "--http-addr=" + addr, "--node-name=" + n.Name}, args...))
 	if err != nil {

@@ -45,21 +45,20 @@ type Scheduler struct {
 	m   *metrics
 
 	factory, sliceFactory informers.SharedInformerFactory
-	// rulesFactory holds the informers kube-scheduler's plugins read
-	// (volumes, namespaces, workloads for default spread); readiness does
-	// not wait for them, so that a role without them (an older
-	// deploy/scheduler RBAC) still schedules, pods with volumes then
-	// waiting with the plugins' reason.
-	rulesFactory informers.SharedInformerFactory
-	rules        *rules.Rules
-	backoff      *backoff
-	pods         corelisters.PodLister
-	nodes        corelisters.NodeLister
-	claims       resourcelisters.ResourceClaimLister
-	slices       resourcelisters.ResourceSliceLister
-	classes      resourcelisters.DeviceClassLister
-	pdbs         policylisters.PodDisruptionBudgetLister
-	hasSynced    []cache.InformerSynced
+	// rules are kube-scheduler's plugins. Their informers (volumes,
+	// namespaces, workloads for default spread) live on factory, sharing
+	// its pods and nodes; readiness does not wait for them, so that a
+	// role without them (an older deploy/scheduler RBAC) still
+	// schedules, pods with volumes then waiting with the plugins' reason.
+	rules     *rules.Rules
+	backoff   *backoff
+	pods      corelisters.PodLister
+	nodes     corelisters.NodeLister
+	claims    resourcelisters.ResourceClaimLister
+	slices    resourcelisters.ResourceSliceLister
+	classes   resourcelisters.DeviceClassLister
+	pdbs      policylisters.PodDisruptionBudgetLister
+	hasSynced []cache.InformerSynced
 
 	broadcaster events.EventBroadcaster
 	recorder    events.EventRecorder
@@ -107,8 +106,7 @@ func New(cfg Config) (*Scheduler, error) {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.driver", view.DriverName).String()
 		}))
-	s.rulesFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
-	r, err := rules.New(context.Background(), rules.Config{Informers: s.rulesFactory, Client: cfg.Client})
+	r, err := rules.New(context.Background(), rules.Config{Informers: s.factory, Client: cfg.Client})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
@@ -267,12 +265,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.factory.Start(ctx.Done())
 	s.sliceFactory.Start(ctx.Done())
-	s.rulesFactory.Start(ctx.Done())
 	defer func() {
 		cancel()
 		s.factory.Shutdown()
 		s.sliceFactory.Shutdown()
-		s.rulesFactory.Shutdown()
 		s.broadcaster.Shutdown()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), s.hasSynced...) || !s.waitGroupsSynced(ctx) {
@@ -445,13 +441,19 @@ func (s *Scheduler) catchUp(ctx context.Context) {
 
 // cycle decides once and carries the plan out.
 func (s *Scheduler) cycle(ctx context.Context) {
-	start := time.Now()
 	now := s.cfg.Now()
 	in, err := s.inputs(now)
 	if err != nil {
 		s.log.Error("informer contents not listed", "err", err)
 		return
 	}
+	s.cycleOn(ctx, in, now)
+}
+
+// cycleOn decides on in at now and carries the plan out.
+func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
+	start := time.Now()
+	var err error
 	sn := s.snap.build(in, now)
 	sn.Telemetry = s.telemetry(now, in.claims)
 	bound := make([]*corev1.Pod, 0, len(sn.Bound))
@@ -477,15 +479,7 @@ func (s *Scheduler) cycle(ctx context.Context) {
 		}
 	}
 	s.execute(ctx, sn, p)
-	for _, pd := range p.Pending {
-		// Pods not reached, or waiting on nominated room, were not tried.
-		if pd.Pod != nil && pd.NominatedNode == "" && pd.Code != jobs.CodeBlocked {
-			s.backoff.failed(pd.Pod.Pod.UID, now)
-		}
-	}
-	for _, b := range p.Binds {
-		s.backoff.forget(b.Pod.Pod.UID)
-	}
+	s.queueOutcome(p, now)
 	s.m.setQueueUsage(p.QueueUsage)
 	boundByUID := make(map[types.UID]*corev1.Pod, len(sn.Bound))
 	for _, b := range sn.Bound {
@@ -503,6 +497,20 @@ func (s *Scheduler) cycle(ctx context.Context) {
 	if len(sn.Pending) > 0 || len(sn.missing) > 0 {
 		s.log.Debug("cycle done", "pending", len(sn.Pending), "claims_missing", len(sn.missing), "deferred", sn.deferred,
 			"binds", len(p.Binds), "evictions", len(p.Evictions), "left_pending", len(p.Pending), "duration", d)
+	}
+}
+
+// queueOutcome backs off the pods the plan left pending and forgets the
+// bound ones. Pods not reached this cycle, or waiting on nominated room,
+// were not tried and do not back off.
+func (s *Scheduler) queueOutcome(p plan.Plan, now time.Time) {
+	for _, pd := range p.Pending {
+		if pd.Pod != nil && pd.NominatedNode == "" && pd.Code != jobs.CodeBlocked {
+			s.backoff.failed(pd.Pod.Pod.UID, now)
+		}
+	}
+	for _, b := range p.Binds {
+		s.backoff.forget(b.Pod.Pod.UID)
 	}
 }
 

@@ -42,7 +42,10 @@ func TestNodeDevicePlugin(t *testing.T) {
 	if err := os.WriteFile(sharing, []byte("devices: {}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	agentArgs := []string{"--simulate=dgx-h100", "--sharing-config=" + sharing}
+	// --sim-dev-root: the simulated GPUs get fake device files (in the
+	// node's /run) that the CDI specs name, so containers start and
+	// their device opens are observable.
+	agentArgs := []string{"--simulate=dgx-h100", "--sim-dev-root=/run/gpud/dev", "--sharing-config=" + sharing}
 	agent := startNodeAgent(t, n, agentArgs...)
 
 	waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8}, time.Minute)

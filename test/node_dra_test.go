@@ -32,7 +32,7 @@ func TestNodeDRA(t *testing.T) {
 			}
 		}
 	}
-	agentArgs := []string{"--kubelet-api=dra", "--simulate=dgx-h100", "--kubeconfig=" + k.Kubeconfig}
+	agentArgs := []string{"--kubelet-api=dra", "--simulate=dgx-h100", "--sim-dev-root=/run/gpud/dev", "--kubeconfig=" + k.Kubeconfig}
 	agent := startNodeAgent(t, n, agentArgs...)
 	testwait.For(t, draTimeout, "gpud's ResourceSlices with 8 GPUs", func() bool {
 		gpus := 0
@@ -44,26 +44,39 @@ func TestNodeDRA(t *testing.T) {
 		return gpus == 8
 	})
 
+	ran := map[string]bool{} // pods that ran, checked again after restarts
 	run := func(t *testing.T, example, name string) {
 		t.Helper()
+		defer func() {
+			if !ran[name] { // free its claim's GPU for the next subtests
+				deletePod(t, k, name)
+			}
+		}()
 		r := runDRAExample(t, n, example, name)
+		ran[name] = true
 		if got := openableGPUs(r); len(got) != 1 {
 			t.Errorf("pod %s (%s) can open %v (all: %v), want exactly one GPU", name, example, got, r.Opens)
 		}
 		t.Logf("pod %s (%s) opens %v; env %v", name, example, openableGPUs(r), r.Env)
 	}
-	run(t, "whole-gpu", "whole")
-	run(t, "fraction-20gi", "fraction")
+	t.Run("whole GPU", func(t *testing.T) { run(t, "whole-gpu", "whole") })
+	t.Run("fraction", func(t *testing.T) { run(t, "fraction-20gi", "fraction") })
 	t.Run("extended resource", func(t *testing.T) {
+		defer func() {
+			if !ran["plain-gpu"] {
+				deletePod(t, k, "plain-gpu")
+			}
+		}()
 		r := runProbePod(t, n, "plain-gpu", gpus(1))
+		ran["plain-gpu"] = true
 		if got := openableGPUs(r); len(got) != 1 {
 			t.Errorf("a pod with %s: 1 on a DRA node can open %v, want exactly one GPU", gpuResource, got)
 		}
 	})
 
-	running := func(t *testing.T, names ...string) {
+	stillRunning := func(t *testing.T) {
 		t.Helper()
-		for _, name := range names {
+		for name := range ran {
 			p, err := k.Client.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -82,13 +95,13 @@ func TestNodeDRA(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		running(t, "whole", "fraction")
+		stillRunning(t)
 		run(t, "whole-gpu", "after-kubelet-restarts")
 	})
 	t.Run("agent restart", func(t *testing.T) {
 		agent.Stop(10 * time.Second)
 		agent = startNodeAgent(t, n, agentArgs...)
-		running(t, "whole", "fraction")
+		stillRunning(t)
 		run(t, "whole-gpu", "after-agent-restart")
 	})
 }

@@ -277,7 +277,9 @@ func (n *Node) startControllerManager() error {
 		"--kubeconfig=" + n.K8s.Kubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
-		"--controllers=*,-nodeipam,-nodelifecycle,-service-lb-controller,-route,-cloud-node-lifecycle,-persistentvolume-expander",
+		// No node lifecycle: a kubelet restart must not taint the
+		// node or evict its pods; no IPAM: the node has no pod CIDR.
+		"--controllers=*,-nodeipam,-nodelifecycle",
 		"--use-service-account-credentials=false",
 		"--leader-elect=false",
 		"--feature-gates=" + gateFlag(k8senv.DefaultFeatureGates),
@@ -489,12 +491,26 @@ func (n *Node) ProbePod(namespace, name string, limits corev1.ResourceList) *cor
 	}
 }
 
+// stuckReasons are the reasons of a waiting container that the kubelet
+// retries but that do not go away by themselves (a runtime or device
+// error, an image the node does not have).
+var stuckReasons = map[string]bool{
+	"CreateContainerError": true, "CreateContainerConfigError": true, "RunContainerError": true,
+	"ErrImageNeverPull": true, "UnexpectedAdmissionError": true,
+}
+
+// stuckFor is how long a container may wait with one of stuckReasons
+// before WaitPodPhase gives up.
+const stuckFor = 20 * time.Second
+
 // WaitPodPhase waits until the pod reaches phase and returns it; a pod
-// that reaches another final phase, or a container waiting with an error
-// reason, ends the wait early with the pod's status in the error.
+// that reaches another final phase, or one whose container has waited for
+// stuckFor with an error that does not go away by itself, ends the wait
+// early, the pod's status in the error.
 func (n *Node) WaitPodPhase(namespace, name string, phase corev1.PodPhase, timeout time.Duration) (*corev1.Pod, error) {
 	deadline := time.Now().Add(timeout)
 	var last *corev1.Pod
+	var stuckSince time.Time
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		p, err := n.K8s.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -506,6 +522,18 @@ func (n *Node) WaitPodPhase(namespace, name string, phase corev1.PodPhase, timeo
 			}
 			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 				return p, fmt.Errorf("nodeenv: pod %s/%s is %s, want %s: %s", namespace, name, p.Status.Phase, phase, podStatus(p))
+			}
+			stuck := stuckReasons[p.Status.Reason]
+			for _, cs := range p.Status.ContainerStatuses {
+				stuck = stuck || (cs.State.Waiting != nil && stuckReasons[cs.State.Waiting.Reason])
+			}
+			switch {
+			case !stuck:
+				stuckSince = time.Time{}
+			case stuckSince.IsZero():
+				stuckSince = time.Now()
+			case time.Since(stuckSince) > stuckFor:
+				return p, fmt.Errorf("nodeenv: pod %s/%s stuck for %s: %s", namespace, name, stuckFor, podStatus(p))
 			}
 		} else if !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("nodeenv: %w", err)

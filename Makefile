@@ -196,3 +196,20 @@ image:
 .PHONY: promtool-rules
 promtool-rules:
 	GPUD_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./deploy/monitoring
+
+## node-bins: what test/nodeenv's real node runs (hack/node-bins.sh): the
+## kubelet and kube-controller-manager from k8s.io/kubernetes at the pinned
+## version and containerd 2.x, built once per version into
+## ~/.cache/gpud/node-bins (GPUD_NODE_BINS); runc and the CNI plugins come
+## from Debian (apt-get install runc containernetworking-plugins). Needs Go
+## and the module proxy; the kubelet reuses most of make k8s-bins' packages.
+.PHONY: node-bins
+node-bins:
+	./hack/node-bins.sh
+
+## test-node: only the real-node tests (test/nodeenv and test/node_*_test.go:
+## kubelet + containerd + runc with gpud agent), failing instead of skipping
+## when their binaries are missing. Needs root; make test runs them too.
+.PHONY: test-node
+test-node:
+	GPUD_REQUIRE_K8S=1 GPUD_REQUIRE_NODE=1 $(GO) test -race -count=1 -timeout 20m -run 'TestNode|TestScriptBuildsVersion|TestHostPath' -skip 'TestNodeLabels' ./test/nodeenv ./test

@@ -74,6 +74,7 @@ type Node struct {
 	KubeletStarts int
 
 	o          options
+	bridge     string // the CNI bridge's name, removed at the end
 	ns         *mountNS
 	containerd *k8senv.Proc
 	kubelet    *k8senv.Proc
@@ -243,7 +244,8 @@ func (n *Node) startContainerd() error {
 	if err := writeFile(conf, containerdConfig(n.Bins.Runc, n.Bins.CNIDir, cniConf, n.CgroupRoot+"/shims")); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(cniConf, "10-nodeenv.conflist"), cniConfig("nodeenv"+n.Name[len("nodeenv-"):])); err != nil {
+	n.bridge = "nodeenv" + n.Name[len("nodeenv-"):] // 15 bytes: IFNAMSIZ-1
+	if err := writeFile(filepath.Join(cniConf, "10-nodeenv.conflist"), cniConfig(n.bridge)); err != nil {
 		return err
 	}
 	// containerd runs its shim from $PATH: put the shim's directory first.
@@ -596,6 +598,13 @@ func (n *Node) stop(t testing.TB) {
 	}
 	if err := removeCgroupRoot(n.CgroupRoot); err != nil {
 		t.Errorf("nodeenv: %v", err)
+	}
+	// The bridge a pod without host network made (its veths went with the
+	// pods' network namespaces).
+	if _, err := net.InterfaceByName(n.bridge); err == nil && n.bridge != "" {
+		if out, err := exec.Command("ip", "link", "del", n.bridge).CombinedOutput(); err != nil {
+			t.Errorf("nodeenv: remove bridge %s: %v: %s", n.bridge, err, out)
+		}
 	}
 	// Delete the Node so a later node in the same control plane starts
 	// clean (and nothing schedules to this one).

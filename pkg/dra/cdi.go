@@ -11,6 +11,7 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/types"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -47,10 +48,14 @@ var migCapMinor = devnodes.CapMinors
 // run), its GPU's pipe directory mounted at [mps.ContainerPipeDir] with
 // CUDA_MPS_PIPE_DIRECTORY pointing there, and the daemons' shared memory
 // ([mps.ShmDir]) at /dev/shm. files says where the device files are on
-// the host.
-func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string, files devnodes.Files) (*cdispec.Spec, error) {
+// the host. driverEdits (the driver's libraries, binaries and hooks, see
+// [PreparerConfig.DriverEdits]) go at spec level, as in nvidia-ctk's
+// specs: once per container, whatever number of the claim's devices it
+// gets.
+func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string, files devnodes.Files, driverEdits cdispec.ContainerEdits) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
-	spec.ContainerEdits.DeviceNodes = files.Common()
+	spec.ContainerEdits = driverEdits
+	spec.ContainerEdits.DeviceNodes = append(files.Common(), driverEdits.DeviceNodes...)
 	for _, d := range devs {
 		name := cdiDeviceName(claimUID, d)
 		if err := parser.ValidateDeviceName(name); err != nil {
@@ -108,7 +113,11 @@ func mkMPSPipeDirs(mpsRoot string, devs []PreparedDevice) error {
 }
 
 // writeCDISpec writes a claim's spec atomically (fileio.WriteFile), readable
-// by runtimes running as another user.
+// by runtimes running as another user. A spec with devices is checked
+// with the CDI library's own parser and validation, as a runtime will
+// read it: one it rejects fails the prepare rather than the container's
+// start, and is removed. (A claim without devices of this driver has a
+// spec without devices, which no container names.)
 func writeCDISpec(dir string, claimUID types.UID, spec *cdispec.Spec) error {
 	data, err := json.Marshal(spec)
 	if err != nil {
@@ -117,8 +126,16 @@ func writeCDISpec(dir string, claimUID types.UID, spec *cdispec.Spec) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("cdi: create dir %s: %w", dir, err)
 	}
-	if err := fileio.WriteFile(cdiSpecPath(dir, claimUID), data, 0o644); err != nil {
+	path := cdiSpecPath(dir, claimUID)
+	if err := fileio.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("cdi: %w", err)
+	}
+	if len(spec.Devices) == 0 {
+		return nil
+	}
+	if _, err := cdi.ReadSpec(path, 0); err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("cdi: invalid spec: %w", err)
 	}
 	return nil
 }

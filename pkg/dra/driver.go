@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpud/gpud/pkg/gpu"
 )
@@ -66,6 +67,8 @@ type Options struct {
 	MPSRoot string
 	// DeviceFiles is [PreparerConfig.DeviceFiles].
 	DeviceFiles devnodes.Files
+	// DriverEdits is [PreparerConfig.DriverEdits].
+	DriverEdits cdispec.ContainerEdits
 	// HealthResend is how often device health is resent to the kubelet,
 	// which forgets it after HealthTimeout; zero means 10s.
 	HealthResend time.Duration
@@ -133,7 +136,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	prep, err := NewPreparer(PreparerConfig{NodeName: opts.NodeName, StateDir: opts.PluginDir, CDIDir: opts.CDIDir,
-		Devices: d.Devices, MIG: opts.MIG, MPSRoot: opts.MPSRoot, DeviceFiles: opts.DeviceFiles, Log: d.log})
+		Devices: d.Devices, MIG: opts.MIG, MPSRoot: opts.MPSRoot, DeviceFiles: opts.DeviceFiles, DriverEdits: opts.DriverEdits, Log: d.log})
 	if err != nil {
 		return nil, err
 	}

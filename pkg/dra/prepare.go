@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"tags.cncf.io/container-device-interface/pkg/parser"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // MaxClaimsPerCall bounds the claims one prepare or unprepare call may
@@ -58,6 +59,12 @@ type PreparerConfig struct {
 	// DeviceFiles says where the device files a claim's CDI spec names are
 	// on the host; the zero value is a GPU node's /dev.
 	DeviceFiles devnodes.Files
+	// DriverEdits are the NVIDIA driver's user-space files (libraries,
+	// binaries, the toolkit's hooks; pkg/driveredits), added at the top
+	// of every claim's CDI spec so a container gets them as from NVIDIA's
+	// DRA driver. The zero value adds nothing: the container then needs a
+	// runtime that injects the driver (the nvidia RuntimeClass).
+	DriverEdits cdispec.ContainerEdits
 	// Log may be nil.
 	Log *slog.Logger
 }
@@ -296,7 +303,7 @@ func (p *Preparer) deliver(ctx context.Context, uid types.UID, entry *PreparedCl
 			return err
 		}
 	}
-	spec, err := buildCDISpec(uid, entry.Devices, p.cfg.MPSRoot, p.cfg.DeviceFiles)
+	spec, err := buildCDISpec(uid, entry.Devices, p.cfg.MPSRoot, p.cfg.DeviceFiles, p.cfg.DriverEdits)
 	if err != nil {
 		return err
 	}

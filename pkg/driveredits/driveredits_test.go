@@ -3,7 +3,6 @@ package driveredits
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -11,40 +10,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpud/gpud/pkg/driveredits/driverroottest"
 	"github.com/gpud/gpud/pkg/simnode"
 )
-
-// FakeDriverRoot lays out a driver of version under a temp dir as a
-// Debian/Ubuntu host has it: the versioned libraries in
-// usr/lib/x86_64-linux-gnu with their SONAME links, and nvidia-smi in
-// usr/bin. withLibcuda false leaves libcuda out.
-func fakeDriverRoot(t *testing.T, version string, withLibcuda bool) string {
-	t.Helper()
-	root := t.TempDir()
-	libDir := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
-	binDir := filepath.Join(root, "usr/bin")
-	for _, d := range []string{libDir, binDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	libs := []string{"libnvidia-ml.so", "libnvidia-ptxjitcompiler.so"}
-	if withLibcuda {
-		libs = append(libs, "libcuda.so")
-	}
-	for _, l := range libs {
-		if err := os.WriteFile(filepath.Join(libDir, l+"."+version), []byte("ELF"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(l+"."+version, filepath.Join(libDir, l+".1")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(binDir, "nvidia-smi"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
 
 func mountOf(edits cdispec.ContainerEdits, containerPath string) *cdispec.Mount {
 	for _, m := range edits.Mounts {
@@ -69,7 +37,7 @@ func TestGenerate(t *testing.T) {
 	if ret != nvml.SUCCESS {
 		t.Fatalf("SystemGetDriverVersion() = %v", ret)
 	}
-	root := fakeDriverRoot(t, version, true)
+	root := driverroottest.New(t, version)
 	const hook = "/opt/toolkit/nvidia-cdi-hook"
 
 	edits, err := Generate(node, Config{DriverRoot: root, HookPath: hook}, nil)
@@ -129,8 +97,8 @@ func TestGenerateMissingDriver(t *testing.T) {
 		root string
 	}{
 		{name: "empty root", root: t.TempDir()},
-		{name: "no libcuda", root: fakeDriverRoot(t, version, false)},
-		{name: "other version", root: fakeDriverRoot(t, "535.1.2", true)},
+		{name: "no libcuda", root: driverroottest.New(t, version, "libcuda.so")},
+		{name: "other version", root: driverroottest.New(t, "535.1.2")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,8 +27,11 @@ var migCapMinor = devnodes.CapMinors
 // nil when there is none (CDI rejects a spec without devices). With
 // mpsRoot set, a shared unit's device also mounts its MPS pipe directory
 // and sets CUDA_MPS_PIPE_DIRECTORY (see [mpsEdits]). files says where the
-// device files are on the host.
-func buildCDISpec(sets map[string]*deviceSet, mpsRoot string, files devnodes.Files) *cdispec.Spec {
+// device files are on the host. driverEdits (the driver's libraries,
+// binaries and hooks, [Config.DriverEdits]) go at spec level, as in
+// nvidia-ctk's specs: once per container, whatever number of units it
+// gets.
+func buildCDISpec(sets map[string]*deviceSet, mpsRoot string, files devnodes.Files, driverEdits cdispec.ContainerEdits) *cdispec.Spec {
 	units := map[string]*device{}
 	shared := map[string]bool{}
 	for _, s := range sets {
@@ -50,7 +53,8 @@ func buildCDISpec(sets map[string]*deviceSet, mpsRoot string, files devnodes.Fil
 	}
 	sort.Strings(names)
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
-	spec.ContainerEdits.DeviceNodes = files.Common()
+	spec.ContainerEdits = driverEdits
+	spec.ContainerEdits.DeviceNodes = append(files.Common(), driverEdits.DeviceNodes...)
 	for _, u := range names {
 		d := units[u]
 		edits := cdispec.ContainerEdits{DeviceNodes: files.GPU(d.Minor)}

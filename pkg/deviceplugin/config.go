@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
 	"github.com/gpud/gpud/pkg/timeslice"
 )
 
@@ -63,6 +65,13 @@ type Config struct {
 	// DeviceFiles says where the device files the CDI spec names are on
 	// the host; the zero value is a GPU node's /dev.
 	DeviceFiles devnodes.Files
+	// DriverEdits are the NVIDIA driver's user-space files (libraries,
+	// binaries, the toolkit's hooks; pkg/driveredits), added at the top of
+	// the CDI spec so a container given units through CDI gets them as
+	// from nvidia-ctk's spec. The zero value adds nothing: the container
+	// then needs a runtime that injects the driver (the nvidia
+	// RuntimeClass).
+	DriverEdits cdispec.ContainerEdits
 	// RenameShared advertises replicas as <resource>.shared; false keeps
 	// the plain resource name, as NVIDIA's plugin does without renaming.
 	RenameShared bool

@@ -198,7 +198,7 @@ func (m *Manager) apply(ctx context.Context, inv gpu.Inventory, wg *sync.WaitGro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cfg.CDIDir != "" {
-		m.writeCDILocked(buildCDISpec(res.sets, m.cfg.MPSRoot, m.cfg.DeviceFiles))
+		m.writeCDILocked(buildCDISpec(res.sets, m.cfg.MPSRoot, m.cfg.DeviceFiles, m.cfg.DriverEdits))
 	}
 	for name, s := range res.sets {
 		p, ok := m.plugins[name]

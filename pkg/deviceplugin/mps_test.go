@@ -89,7 +89,7 @@ func TestAllocateMountsMPSPipe(t *testing.T) {
 
 func TestCDISpecMPSEdits(t *testing.T) {
 	sets := mpsSets(t)
-	spec := buildCDISpec(sets, "/run/gpud/mps", devnodes.Files{})
+	spec := buildCDISpec(sets, "/run/gpud/mps", devnodes.Files{}, cdispec.ContainerEdits{})
 	byName := map[string]cdispec.ContainerEdits{}
 	for _, d := range spec.Devices {
 		byName[d.Name] = d.ContainerEdits
@@ -109,7 +109,7 @@ func TestCDISpecMPSEdits(t *testing.T) {
 	if err := writeCDISpec(t.TempDir(), spec); err != nil {
 		t.Fatal(err)
 	}
-	if spec := buildCDISpec(sets, "", devnodes.Files{}); len(spec.Devices[0].ContainerEdits.Mounts)+len(spec.Devices[1].ContainerEdits.Mounts) != 0 {
+	if spec := buildCDISpec(sets, "", devnodes.Files{}, cdispec.ContainerEdits{}); len(spec.Devices[0].ContainerEdits.Mounts)+len(spec.Devices[1].ContainerEdits.Mounts) != 0 {
 		t.Errorf("no MPS root: spec has mounts")
 	}
 }

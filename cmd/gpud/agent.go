@@ -12,6 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/deviceplugin"
@@ -188,9 +189,13 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if err != nil {
 		return nil, err
 	}
+	var driverEdits cdispec.ContainerEdits
+	if cfg.dra.enabled() || (cfg.dp.pluginDir != "" && cfg.dp.cdiDir != "") {
+		driverEdits = cfg.driver.driverEdits(lib, sim, cfg.mps.driverRoot, log.With("component", "driver-files"))
+	}
 	if cfg.dra.enabled() {
 		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State, sim: sim, sharing: src.sharing,
-			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root, files: files, log: log.With("component", "dra")})
+			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root, files: files, driverEdits: driverEdits, log: log.With("component", "dra")})
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +205,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	dp, err := cfg.dp.newDevicePlugin(struct {
 		*discovery.Store
 		*timeslice.Runtime
-	}{src.store, src.sharing}, mpsA.Root, files, log.With("component", "deviceplugin"))
+	}{src.store, src.sharing}, mpsA.Root, files, driverEdits, log.With("component", "deviceplugin"))
 	if err != nil {
 		return nil, err
 	}

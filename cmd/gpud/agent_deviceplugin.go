@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/devnodes"
 )
@@ -91,8 +93,9 @@ func (o *devicePluginOptions) config() (deviceplugin.Config, error) {
 // inventory store and the sharing runtime); nil when --device-plugin-dir
 // is empty. mpsRoot is where the MPS daemons keep their pipe dirs, which
 // replicas' containers mount; empty when none runs. files says where the
-// device files are on the host.
-func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, mpsRoot string, files devnodes.Files, log *slog.Logger) (*deviceplugin.Manager, error) {
+// device files are on the host; driverEdits are the driver's files the
+// CDI spec carries (zero: none).
+func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, mpsRoot string, files devnodes.Files, driverEdits cdispec.ContainerEdits, log *slog.Logger) (*deviceplugin.Manager, error) {
 	if o.pluginDir == "" {
 		return nil, nil
 	}
@@ -100,7 +103,7 @@ func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, mpsRoot s
 	if err != nil {
 		return nil, err
 	}
-	cfg.MPSRoot, cfg.DeviceFiles = mpsRoot, files
+	cfg.MPSRoot, cfg.DeviceFiles, cfg.DriverEdits = mpsRoot, files, driverEdits
 	if cfg.PluginDir != kubeletPluginDir {
 		if err := os.MkdirAll(cfg.PluginDir, 0o755); err != nil {
 			return nil, fmt.Errorf("create --device-plugin-dir %s: %w", cfg.PluginDir, err)

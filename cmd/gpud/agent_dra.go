@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpud/gpud/pkg/devnodes"
 	"github.com/gpud/gpud/pkg/dra"
@@ -145,7 +146,10 @@ type draDeps struct {
 	// files says where the device files a claim's CDI spec names are on
 	// the host.
 	files devnodes.Files
-	log   *slog.Logger
+	// driverEdits are the driver's files every claim's CDI spec carries
+	// (zero: none).
+	driverEdits cdispec.ContainerEdits
+	log         *slog.Logger
 	// client is the API client; nil builds one from --kubeconfig or the
 	// in-cluster config (tests pass a fake).
 	client kubernetes.Interface
@@ -209,6 +213,7 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		CDIDir:      cdiDir,
 		MPSRoot:     deps.mpsRoot,
 		DeviceFiles: deps.files,
+		DriverEdits: deps.driverEdits,
 		Inventory:   deps.inventory,
 		NodeState:   st.nodeState,
 		Changed:     changed,

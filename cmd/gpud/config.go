@@ -48,6 +48,7 @@ type agentConfig struct {
 	labels    labelsOptions
 	enforce   enforceOptions
 	mps       mpsOptions
+	driver    driverEditsOptions
 }
 
 // agentFlagSet builds the agent's complete flag set. Tests use it to check
@@ -75,6 +76,7 @@ func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
 	c.labels.register(fs)
 	c.enforce.register(fs)
 	c.mps.register(fs)
+	c.driver.register(fs)
 	return fs, c
 }
 

@@ -85,7 +85,7 @@ func Generate(lib nvml.Interface, cfg Config, log *slog.Logger) (cdispec.Contain
 	}
 	common, err := cdilib.GetCommonEdits()
 	if err != nil {
-		return cdispec.ContainerEdits{}, fmt.Errorf("driveredits: driver %s under %s: %w: %w", version, root, ErrDriverFilesMissing, err)
+		return cdispec.ContainerEdits{}, fmt.Errorf("%w: driver %s under %s: %w", ErrDriverFilesMissing, version, root, err)
 	}
 	var edits cdispec.ContainerEdits
 	if common != nil && common.ContainerEdits != nil {

@@ -197,6 +197,14 @@ func rulesCases() []rulesCase {
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
 		}
 	}
+	prefer := func(x string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100,
+					Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname,
+						Operator: corev1.NodeSelectorOpIn, Values: []string{p.Spec.NodeSelector["pool"] + "-" + x}}}}}}}}
+		}
+	}
 	names := func(prefix string, n int, mod func(*corev1.Pod)) []rulesPod {
 		var out []rulesPod
 		for i := range n {
@@ -218,6 +226,9 @@ func rulesCases() []rulesCase {
 			check: perNode("a=1 b=1 pending=1", true)},
 		{name: "host port", pods: names("port", 3, both(app("port"), port)), check: perNode("a=1 b=1 pending=1", true)},
 		{name: "extended resource", pods: names("nic", 2, both(app("nic"), nic)), check: perNode("a=1 pending=1", false)},
+		{name: "preferred node affinity", pods: []rulesPod{{name: "pref-b", mod: both(app("pref"), prefer("b"))},
+			{name: "pref-a", mod: both(app("pref"), prefer("a"))}},
+			check: exactly(map[string]string{"pref-b": "b", "pref-a": "a"}), exact: true},
 		{name: "volumes", pods: []rulesPod{
 			{name: "vol-a", mod: both(app("vol"), vol("data-a"))},
 			{name: "vol-b", mod: both(app("vol"), vol("data-b"))},

@@ -202,3 +202,52 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 		t.Fatalf("retried pod behind the cap: %+v, want %s", x, jobs.CodeBlocked)
 	}
 }
+
+// TestRulesPreferences: preferred node affinity and PreferNoSchedule
+// taints pick among the nodes that fit, ahead of gpud's packing, which
+// would fill the busier node a.
+func TestRulesPreferences(t *testing.T) {
+	prefer := func(n string) podOpt {
+		return func(x *plan.Pod) {
+			x.Pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 50,
+					Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+						Key: hostnameLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{n}}}}}}}}
+		}
+	}
+	tests := []struct {
+		name string
+		opt  podOpt
+		want string
+	}{
+		{name: "packing alone", opt: func(*plan.Pod) {}, want: "a"},
+		{name: "preferred affinity", opt: prefer("b"), want: "b"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			withRules(t, e)
+			rulesNode(e, "a")
+			rulesNode(e, "b")
+			e.pod("busy", reqs(gpus(4)), onNode("a"))
+			e.apply(e.decide(Config{}))
+			e.pod("new", reqs(gpus(1)), tc.opt)
+			if got := bindsOf(e.decide(Config{}))["new"]; got != tc.want {
+				t.Fatalf("new pod on %q, want %s", got, tc.want)
+			}
+		})
+	}
+	t.Run("PreferNoSchedule", func(t *testing.T) {
+		e := newEnv(t)
+		withRules(t, e)
+		rulesNode(e, "a")
+		rulesNode(e, "b")
+		e.nodes[0].Spec.Taints = []corev1.Taint{{Key: "busy", Effect: corev1.TaintEffectPreferNoSchedule}}
+		e.pod("busy", reqs(gpus(4)), onNode("a"))
+		e.apply(e.decide(Config{}))
+		e.pod("new", reqs(gpus(1)))
+		if got := bindsOf(e.decide(Config{}))["new"]; got != "b" {
+			t.Fatalf("new pod on %q, want b (a has a PreferNoSchedule taint)", got)
+		}
+	})
+}

@@ -9,6 +9,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
@@ -80,6 +82,10 @@ type Rules struct {
 	cfg      Config
 	// csi is the CSINode view NodeVolumeLimits counts attachable volumes by.
 	csi *nodevolumelimits.DefaultCSIManager
+	// pvcs and classes find the claims gpud cannot bind yet
+	// (WaitForFirstConsumer: VolumeBinding's PreBind is not run).
+	pvcs    corelisters.PersistentVolumeClaimLister
+	classes storagelisters.StorageClassLister
 }
 
 // New sets the rules up and registers the informers the plugins read on
@@ -102,7 +108,9 @@ func New(ctx context.Context, cfg Config) (*Rules, error) {
 		return nil, err
 	}
 	r := &Rules{registry: registry(), profile: prof, cfg: cfg,
-		csi: nodevolumelimits.NewCSIManager(cfg.Informers.Storage().V1().CSINodes().Lister())}
+		csi:     nodevolumelimits.NewCSIManager(cfg.Informers.Storage().V1().CSINodes().Lister()),
+		pvcs:    cfg.Informers.Core().V1().PersistentVolumeClaims().Lister(),
+		classes: cfg.Informers.Storage().V1().StorageClasses().Lister()}
 	// Building a framework once registers the plugins' informers.
 	if _, err := r.framework(ctx, newSnapshot(nil, nil)); err != nil {
 		return nil, err

@@ -234,7 +234,10 @@ func TestVolumes(t *testing.T) {
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: "kubernetes.io/no-provisioner",
 		VolumeBindingMode: &wffc}
-	r := newRules(t, sc, local("pv-a", "a"), local("pv-b", "b"), claim("claim-pv-a", "pv-a"), claim("claim-pv-b", "pv-b"))
+	wffcClaim := claim("claim-wffc", "")
+	wffcClaim.Annotations = nil
+	wffcClaim.Status.Phase = corev1.ClaimPending
+	r := newRules(t, sc, local("pv-a", "a"), local("pv-b", "b"), claim("claim-pv-a", "pv-a"), claim("claim-pv-b", "pv-b"), wffcClaim)
 	c := newCycle(t, r, []*corev1.Node{node("a"), node("b")})
 	for _, n := range []string{"a", "b"} {
 		p := pod("vol-"+n, pvc("claim-pv-"+n))
@@ -245,6 +248,15 @@ func TestVolumes(t *testing.T) {
 	}
 	if _, unres := c.Unresolvable(pod("vol-x", pvc("missing"))); !unres {
 		t.Error("pod naming a missing PVC is not unresolvable")
+	}
+	if why, unres := c.Unresolvable(pod("vol-a", pvc("claim-pv-a"))); unres {
+		t.Errorf("pod with a bound PVC unresolvable: %s", why)
+	}
+	// An unbound WaitForFirstConsumer claim needs VolumeBinding's PreBind,
+	// which gpud does not run: the pod waits, saying so.
+	why, unres := c.Unresolvable(pod("vol-wffc", pvc("claim-wffc")))
+	if !unres || !strings.Contains(why, "WaitForFirstConsumer") {
+		t.Errorf("pod with an unbound WaitForFirstConsumer claim: unresolvable %v (%q)", unres, why)
 	}
 }
 

@@ -63,3 +63,22 @@ func TestDriverEdits(t *testing.T) {
 		})
 	}
 }
+
+func TestDriverEditsFlagsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		o    driverEditsOptions
+		want int
+	}{
+		{name: "defaults", o: driverEditsOptions{hookPath: "/usr/bin/nvidia-cdi-hook"}},
+		{name: "relative hook", o: driverEditsOptions{hookPath: "nvidia-cdi-hook"}, want: 1},
+		{name: "relative host root", o: driverEditsOptions{hookPath: "/usr/bin/nvidia-cdi-hook", hostDriverRoot: "run/nvidia/driver"}, want: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if errs := tc.o.validate(); len(errs) != tc.want {
+				t.Errorf("validate() = %v, want %d errors", errs, tc.want)
+			}
+		})
+	}
+}

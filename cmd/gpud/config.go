@@ -151,6 +151,7 @@ func (c *agentConfig) validate() []error {
 	errs = append(errs, c.sharing.validate()...)
 	errs = append(errs, c.labels.validate(&c.dra, c.nvml.nodeName)...)
 	errs = append(errs, c.enforce.validate()...)
+	errs = append(errs, c.driver.validate()...)
 	return errs
 }
 

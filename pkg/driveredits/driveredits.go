@@ -21,6 +21,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
+	transformroot "github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -39,6 +40,11 @@ type Config struct {
 	// DriverRoot is the root the driver's files are under, as this
 	// process sees them (the agent's --driver-root). Empty: "/".
 	DriverRoot string
+	// HostDriverRoot is where DriverRoot is on the host, which the
+	// mounts' host paths name: an agent in a container sees the host's
+	// driver root mounted elsewhere (as NVIDIA's DRA driver's
+	// --host-driver-root). Empty: DriverRoot.
+	HostDriverRoot string
 	// HookPath is the host path of nvidia-cdi-hook, which the runtime
 	// runs for the edits' hooks. Empty: [DefaultHookPath].
 	HookPath string
@@ -94,6 +100,14 @@ func Generate(lib nvml.Interface, cfg Config, log *slog.Logger) (cdispec.Contain
 	edits.DeviceNodes = nil
 	if missing := missingLibs(edits, version); len(missing) > 0 {
 		return cdispec.ContainerEdits{}, fmt.Errorf("%w under %s: %s", ErrDriverFilesMissing, root, strings.Join(missing, ", "))
+	}
+	if cfg.HostDriverRoot != "" && cfg.HostDriverRoot != root {
+		spec := &cdispec.Spec{ContainerEdits: edits}
+		t := transformroot.New(transformroot.WithRoot(root), transformroot.WithTargetRoot(cfg.HostDriverRoot), transformroot.WithRelativeTo("host"))
+		if err := t.Transform(spec); err != nil {
+			return cdispec.ContainerEdits{}, fmt.Errorf("driveredits: host driver root %s: %w", cfg.HostDriverRoot, err)
+		}
+		edits = spec.ContainerEdits
 	}
 	return edits, nil
 }

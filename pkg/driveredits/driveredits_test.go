@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -107,5 +108,26 @@ func TestGenerateMissingDriver(t *testing.T) {
 				t.Fatalf("Generate() = %v, %v; want %v", edits, err, ErrDriverFilesMissing)
 			}
 		})
+	}
+}
+
+// TestGenerateHostDriverRoot: with the driver root mounted elsewhere in
+// the agent's container, the mounts name the host's paths.
+func TestGenerateHostDriverRoot(t *testing.T) {
+	node := simnode.NewBuiltin("dgx-h100")
+	version, _ := node.SystemGetDriverVersion()
+	root := driverroottest.New(t, version)
+	edits, err := Generate(node, Config{DriverRoot: root, HostDriverRoot: "/run/nvidia/driver"}, nil)
+	if err != nil {
+		t.Fatalf("Generate() = %v", err)
+	}
+	libcuda := "/usr/lib/x86_64-linux-gnu/libcuda.so." + version
+	if m := mountOf(edits, libcuda); m == nil || m.HostPath != "/run/nvidia/driver"+libcuda {
+		t.Errorf("mount at %s = %+v, want from /run/nvidia/driver%s", libcuda, m, libcuda)
+	}
+	for _, m := range edits.Mounts {
+		if strings.HasPrefix(m.HostPath, root) {
+			t.Errorf("mount %+v names the agent's view %s", m, root)
+		}
 	}
 }

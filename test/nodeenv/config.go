@@ -57,14 +57,16 @@ state = "/run/containerd"
 }
 
 // cniConfig is a bridge network on a bridge of the node's own with a
-// TEST-NET-2 range, for pods without hostNetwork: the bridge and the
-// veths live on this machine only, and no route or NAT is set up for them.
+// TEST-NET-2 range, for pods without host network (the shipped
+// DaemonSets): the bridge holds the gateway address, so the kubelet's
+// probes reach the pods over it, but the pods get no default route: their
+// traffic stays on this machine. Node.stop removes the bridge.
 func cniConfig(bridge string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "nodeenv",
   "plugins": [
-    {"type": "bridge", "bridge": %q, "isGateway": false, "ipMasq": false,
+    {"type": "bridge", "bridge": %q, "isGateway": true, "isDefaultGateway": false, "ipMasq": false,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "198.51.100.0/24"}]], "dataDir": "/var/lib/cni/networks"}},
     {"type": "loopback"}
   ]

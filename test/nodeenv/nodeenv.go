@@ -15,8 +15,8 @@
 //
 // The node cannot pull images: the pause image and ProbeImage are built
 // from static Go programs and imported with ctr. The kubelet registers the
-// node with the TEST-NET address 192.0.2.10 (it refuses a loopback one)
-// and serves on 127.0.0.1, which the API server does not dial: there is
+// node with the host's own address (NodeIP; it refuses a loopback one) and
+// serves on 127.0.0.1, which the API server does not dial: there is
 // no `kubectl logs` or `exec`; Node.ContainerLog reads /var/log/pods
 // instead.
 //
@@ -51,9 +51,22 @@ import (
 	"github.com/gpud/gpud/test/k8senv"
 )
 
-// NodeIP is the address the kubelet registers its node with (TEST-NET-1:
-// never routed; nothing dials it).
-const NodeIP = "192.0.2.10"
+// NodeIP is the address the kubelet registers its node with: the host's
+// first global IPv4 address. The kubelet refuses a loopback one and warns
+// about one no interface has; with the host's own address, whatever dials
+// the node (the kubelet's probes of host-network pods) stays on this
+// machine. Without one, TEST-NET-1's 192.0.2.10.
+func NodeIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return "192.0.2.10"
+}
 
 // Node is a running node. Its processes are stopped, its containers
 // killed and its cgroups removed when the test that started it ends.
@@ -325,7 +338,7 @@ func (n *Node) StartKubelet() error {
 		"--config=" + conf,
 		"--kubeconfig=" + n.K8s.Kubeconfig,
 		"--hostname-override=" + n.Name,
-		"--node-ip=" + NodeIP,
+		"--node-ip=" + NodeIP(),
 		"--v=2",
 	})
 	if err != nil {

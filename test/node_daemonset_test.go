@@ -1,0 +1,114 @@
+package test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpud/gpud/test/k8senv"
+	"github.com/gpud/gpud/test/nodeenv"
+)
+
+// shippedImage is the image deploy/daemonset runs.
+const shippedImage = "ghcr.io/gpud/gpud:latest"
+
+// TestNodeShippedDaemonSet installs deploy/daemonset on a real node as the
+// README's install section says for a node without a GPU: the image built
+// as `make image` builds it, imported into the runtime; the node labelled
+// nvidia.com/gpu.present=true; the runtimeClassName line deleted (a
+// simulated node needs no NVIDIA runtime); the agent's ConfigMap told to
+// simulate a DGX H100. The agent pod must become Ready, the node show the
+// GPUs the shipped config advertises (mixed MIG strategy; GPU 7 shared in
+// 4 replicas), and a pod asking for one GPU run with one GPU.
+func TestNodeShippedDaemonSet(t *testing.T) {
+	k := k8senv.Start(t)
+	n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
+	ctx := t.Context()
+
+	// make image's image, with the binary this run built.
+	tarball := filepath.Join(n.Dir, "gpud-image.tar")
+	cmd := exec.Command("go", "run", "../hack/image", "--binary", buildGpud(t), "--image", shippedImage, "--tar", tarball)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/image: %v\n%s", err, out)
+	}
+	if out, err := n.Command(n.Bins.Ctr, "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "images", "import", tarball).CombinedOutput(); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, out)
+	}
+
+	node, err := k.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Labels["nvidia.com/gpu.present"] = "true"
+	if _, err := k.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, f := range []string{"namespace.yaml", "serviceaccount.yaml", "configmap.yaml", "daemonset.yaml"} {
+		for _, obj := range draManifests(t, filepath.Join("..", "deploy", "daemonset", f)) {
+			var err error
+			switch o := obj.(type) {
+			case *corev1.Namespace:
+				_, err = k.Client.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+			case *corev1.ServiceAccount:
+				_, err = k.Client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			case *corev1.ConfigMap:
+				o.Data["config.yaml"] += "simulate: dgx-h100\nsim-dev-root: /run/gpud/dev\n"
+				_, err = k.Client.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			case *appsv1.DaemonSet:
+				o.Spec.Template.Spec.RuntimeClassName = nil
+				_, err = k.Client.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			default:
+				t.Fatalf("%s: %T not expected", f, obj)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+	}
+
+	// The agent pod: Running and Ready.
+	var agentPod string
+	defer func() {
+		if t.Failed() && agentPod != "" {
+			log, err := n.ContainerLog("gpud", agentPod, "gpud")
+			t.Logf("the agent pod's log (%v):\n%s", err, log)
+		}
+	}()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		pods, err := k.Client.CoreV1().Pods("gpud").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 1 {
+			p := &pods.Items[0]
+			agentPod = p.Name
+			ready := false
+			for _, c := range p.Status.Conditions {
+				ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+			}
+			if ready {
+				break
+			}
+			if _, err := n.WaitPodPhase("gpud", p.Name, corev1.PodRunning, time.Until(deadline)); err != nil {
+				t.Fatalf("the shipped DaemonSet's pod: %v", err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shipped DaemonSet's pod not Ready after 3m: %d pods", len(pods.Items))
+		}
+		time.Sleep(time.Second)
+	}
+	// deploy/daemonset/configmap.yaml shares GPU 7 in 4 replicas.
+	waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 7, sharedResource: 4}, 2*time.Minute)
+	r := runProbePod(t, n, "one-gpu", gpus(1))
+	if got := openableGPUs(r); len(got) != 1 {
+		t.Errorf("a pod with %s: 1 can open %v (all: %v), want exactly one GPU", gpuResource, got, r.Opens)
+	}
+}

@@ -511,7 +511,7 @@ func (n *Node) ProbePod(namespace, name string, limits corev1.ResourceList) *cor
 // error, an image the node does not have).
 var stuckReasons = map[string]bool{
 	"CreateContainerError": true, "CreateContainerConfigError": true, "RunContainerError": true,
-	"ErrImageNeverPull": true, "UnexpectedAdmissionError": true,
+	"ErrImageNeverPull": true, "UnexpectedAdmissionError": true, "CrashLoopBackOff": true,
 }
 
 // stuckFor is how long a container may wait with one of stuckReasons

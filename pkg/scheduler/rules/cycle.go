@@ -39,6 +39,8 @@ type Cycle struct {
 	gen  uint64
 	last *podCheck
 	r    *Rules
+	// nodes are the cycle's nodes by name; pods elsewhere do not count.
+	nodes map[string]bool
 }
 
 // podCheck is one pod's PreFilter outcome at one generation.
@@ -55,11 +57,18 @@ type podCheck struct {
 
 // Cycle starts the rules of one cycle over nodes and the pods bound to
 // them (spec.nodeName set, not finished: every scheduler's). Pods without
-// a node are ignored.
+// a node, or on a node not listed (deleted), are ignored, as
+// kube-scheduler's snapshot leaves nodes without a Node object out.
 func (r *Rules) Cycle(ctx context.Context, nodes []*corev1.Node, bound []*corev1.Pod) (*Cycle, error) {
+	known := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		if n != nil {
+			known[n.Name] = true
+		}
+	}
 	pods := make([]*corev1.Pod, 0, len(bound))
 	for _, p := range bound {
-		if p.Spec.NodeName != "" {
+		if known[p.Spec.NodeName] {
 			pods = append(pods, p)
 		}
 	}
@@ -68,7 +77,7 @@ func (r *Rules) Cycle(ctx context.Context, nodes []*corev1.Node, bound []*corev1
 	if err != nil {
 		return nil, err
 	}
-	return &Cycle{ctx: klog.NewContext(ctx, r.cfg.Logger), fw: fw, snap: snap, log: r.cfg.Logger, r: r}, nil
+	return &Cycle{ctx: klog.NewContext(ctx, r.cfg.Logger), fw: fw, snap: snap, log: r.cfg.Logger, r: r, nodes: known}, nil
 }
 
 // check runs the pod's PreFilter plugins, or returns the result of the
@@ -176,6 +185,9 @@ func (c *Cycle) Score(pod *corev1.Pod, nodes []string) map[string]int64 {
 // Add counts pod on node from now on (a pod the cycle placed, or a
 // released one put back).
 func (c *Cycle) Add(pod *corev1.Pod, node string) error {
+	if !c.nodes[node] {
+		return nil // a deleted node's pods count nowhere
+	}
 	cp := pod
 	if pod.Spec.NodeName != node {
 		cp = pod.DeepCopy()
@@ -195,6 +207,9 @@ func (c *Cycle) Add(pod *corev1.Pod, node string) error {
 // Remove stops counting pod on node (a what-if that evicts it, or a
 // placement undone).
 func (c *Cycle) Remove(pod *corev1.Pod, node string) error {
+	if !c.nodes[node] {
+		return nil
+	}
 	c.gen++
 	if err := c.snap.RemovePod(c.log, pod, node); err != nil {
 		return fmt.Errorf("rules: remove pod %s/%s: %w", pod.Namespace, pod.Name, err)

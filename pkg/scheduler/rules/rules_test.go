@@ -275,3 +275,21 @@ func TestScore(t *testing.T) {
 		t.Errorf("scores %v: want b above a", fmt.Sprint(s))
 	}
 }
+
+// TestDeletedNode: pods still bound to a node that is gone (the node
+// object deleted first) count nowhere and break nothing, in the snapshot
+// and when a what-if releases and puts them back.
+func TestDeletedNode(t *testing.T) {
+	r := newRules(t)
+	ghost := pod("ghost", on("gone"), antiAffinity, hostPort)
+	c := newCycle(t, r, []*corev1.Node{node("a")}, ghost)
+	if err := c.Remove(ghost, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Add(ghost, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Filter(pod("p", antiAffinity, hostPort), "a"); got != "" {
+		t.Fatalf("pod refused on a: %s", got)
+	}
+}

@@ -97,6 +97,11 @@ func TestSchedulerRBAC(t *testing.T) {
 		"policy/poddisruptionbudgets":   read,
 		"scheduling.x-k8s.io/podgroups": read, "scheduling.k8s.io/podgroups": read,
 		"events.k8s.io/events": {"create", "patch"},
+		// kube-scheduler's plugins in pkg/scheduler/rules (test/scheduler_rules_test.go grants the same).
+		"/persistentvolumeclaims": read, "/persistentvolumes": read, "/namespaces": read, "/services": read,
+		"/replicationcontrollers": read, "apps/replicasets": read, "apps/statefulsets": read,
+		"storage.k8s.io/storageclasses": read, "storage.k8s.io/csinodes": read, "storage.k8s.io/csidrivers": read,
+		"storage.k8s.io/csistoragecapacities": read, "storage.k8s.io/volumeattachments": read,
 	}
 	for k, v := range want {
 		if !slices.Equal(got[k], v) {

@@ -20,8 +20,8 @@ import (
 // swapped for the probe), and checks what the user sees: a whole-GPU pod
 // and a fraction pod run, each able to open exactly one GPU; a plain
 // nvidia.com/gpu: 1 pod is served through the DRA class; after kubelet
-// restarts and an agent restart the pods run on and a new claim is
-// served.
+// restarts and an agent restart (gpud's plugin registered exactly once
+// each time) the pods run on and a new claim is served.
 func TestNodeDRA(t *testing.T) {
 	k := k8senv.Start(t)
 	n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
@@ -86,6 +86,10 @@ func TestNodeDRA(t *testing.T) {
 			}
 		}
 	}
+	draCount := func(seg string) int { return draRegistrations(seg, draDriver) }
+	if got := waitRegistrations(t, n, draCount, 1, time.Minute); got != 1 {
+		t.Errorf("kubelet start 1: gpud's DRA plugin registered %d times, want once", got)
+	}
 	t.Run("kubelet restarts", func(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			if err := n.RestartKubelet(); err != nil {
@@ -94,13 +98,20 @@ func TestNodeDRA(t *testing.T) {
 			if err := n.WaitReady(2 * time.Minute); err != nil {
 				t.Fatal(err)
 			}
+			if got := waitRegistrations(t, n, draCount, 1, time.Minute); got != 1 {
+				t.Errorf("kubelet restart %d: gpud's DRA plugin registered %d times, want once", i, got)
+			}
 		}
 		stillRunning(t)
 		run(t, "whole-gpu", "after-kubelet-restarts")
 	})
 	t.Run("agent restart", func(t *testing.T) {
 		agent.Stop(10 * time.Second)
+		before := draCount(lastSegment(t, n))
 		agent = startNodeAgent(t, n, agentArgs...)
+		if got := waitRegistrations(t, n, draCount, before+1, time.Minute) - before; got != 1 {
+			t.Errorf("a restarted agent's DRA plugin registered %d times, want once", got)
+		}
 		stillRunning(t)
 		run(t, "whole-gpu", "after-agent-restart")
 	})

@@ -148,3 +148,29 @@ func logSegments(t *testing.T, path string) []string {
 func registrations(seg, resource string) int {
 	return strings.Count(seg, fmt.Sprintf("Got registration request from device plugin with resource\" resourceName=%q", resource))
 }
+
+// draRegistrations counts the kubelet's "Registered DRA plugin" lines for
+// driver in a log segment (the kubelet logs them at -v=3).
+func draRegistrations(seg, driver string) int {
+	n := 0
+	for _, line := range strings.Split(seg, "\n") {
+		// klog puts a named logger's logger="..." between the two.
+		if strings.Contains(line, `"Registered DRA plugin"`) && strings.Contains(line, fmt.Sprintf("driverName=%q", driver)) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitRegistrations waits until count, over the kubelet's current log
+// segment, reaches want, then a little longer: a second registration
+// (a defect) follows the first within a poll or two. It returns the count.
+func waitRegistrations(t *testing.T, n *nodeenv.Node, count func(seg string) int, want int, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for count(lastSegment(t, n)) < want && time.Now().Before(deadline) {
+		time.Sleep(250 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+	return count(lastSegment(t, n))
+}

@@ -339,7 +339,7 @@ func (n *Node) StartKubelet() error {
 		"--kubeconfig=" + n.K8s.Kubeconfig,
 		"--hostname-override=" + n.Name,
 		"--node-ip=" + NodeIP(),
-		"--v=2",
+		"--v=3", // 3: "Registered DRA plugin" lines, which tests count
 	})
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ const shippedImage = "ghcr.io/gpud/gpud:latest"
 // GPUs the shipped config advertises (mixed MIG strategy; GPU 7 shared in
 // 4 replicas), and a pod asking for one GPU run with one GPU.
 func TestNodeShippedDaemonSet(t *testing.T) {
+	nodeenv.Require(t)
 	k := k8senv.Start(t)
 	n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
 	ctx := t.Context()

@@ -36,6 +36,7 @@ func gpus(n int64) corev1.ResourceList {
 // change moves allocatable, and a pod for the 6 remaining whole GPUs is
 // admitted); after an agent restart the same holds.
 func TestNodeDevicePlugin(t *testing.T) {
+	nodeenv.Require(t)
 	k := k8senv.Start(t)
 	n := nodeenv.Start(t, k)
 	sharing := filepath.Join(n.Dir, "sharing.yaml")

@@ -23,6 +23,7 @@ import (
 // restarts and an agent restart (gpud's plugin registered exactly once
 // each time) the pods run on and a new claim is served.
 func TestNodeDRA(t *testing.T) {
+	nodeenv.Require(t)
 	k := k8senv.Start(t)
 	n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
 	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {

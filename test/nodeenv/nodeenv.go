@@ -121,6 +121,25 @@ func WithControllerManager() Option {
 	return func(o *options) { o.kcm = true }
 }
 
+// Require returns the node's binaries, or skips t when one is missing or
+// the test does not run as root (fails it under GPUD_REQUIRE_NODE=1).
+// Start calls it; a test calls it first to skip before starting a control
+// plane for nothing.
+func Require(t testing.TB) *Binaries {
+	t.Helper()
+	bins, err := FindBinaries()
+	if err == nil && os.Geteuid() != 0 {
+		err = fmt.Errorf("nodeenv: a node needs root (mount namespace, cgroups, runc)")
+	}
+	if err != nil {
+		if os.Getenv("GPUD_REQUIRE_NODE") == "1" {
+			t.Fatalf("%v (GPUD_REQUIRE_NODE=1)", err)
+		}
+		t.Skipf("%v (set GPUD_REQUIRE_NODE=1 to fail instead of skip)", err)
+	}
+	return bins
+}
+
 // Start runs containerd and a kubelet joined to k's API server and returns
 // once the Node is Ready. It skips t when a binary is missing (fails it
 // under GPUD_REQUIRE_NODE=1).
@@ -136,16 +155,7 @@ func Start(t testing.TB, k *k8senv.Env, opts ...Option) *Node {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	bins, err := FindBinaries()
-	if err == nil && os.Geteuid() != 0 {
-		err = fmt.Errorf("nodeenv: a node needs root (mount namespace, cgroups, runc)")
-	}
-	if err != nil {
-		if os.Getenv("GPUD_REQUIRE_NODE") == "1" {
-			t.Fatalf("%v (GPUD_REQUIRE_NODE=1)", err)
-		}
-		t.Skipf("%v (set GPUD_REQUIRE_NODE=1 to fail instead of skip)", err)
-	}
+	bins := Require(t)
 	suffix := randHex(4)
 	n := &Node{
 		Name:       "nodeenv-" + suffix,

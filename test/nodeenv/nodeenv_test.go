@@ -47,6 +47,7 @@ func TestHostPath(t *testing.T) {
 // kube-scheduler: the pod gets Running, its container reports no GPU, and
 // nothing of the node shows on the host.
 func TestNodeRunsPods(t *testing.T) {
+	Require(t)
 	k := k8senv.Start(t)
 	n := Start(t, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

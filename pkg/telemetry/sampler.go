@@ -187,19 +187,22 @@ func (s *Sampler) Sweep(ctx context.Context) {
 			if !s.applies(d, i) {
 				continue
 			}
+			// A call still running from an earlier sweep owns its state
+			// (runGPM reads d.gpm without the lock): check before touching it.
+			if d.inflight[i] {
+				s.errs[errKey{d.snap.UUID, callName(i), "busy"}]++
+				continue
+			}
 			if i == slotGPM {
-				d.gpm.uuid, d.gpm.mig, d.gpm.giid = d.snap.UUID, d.snap.MIG, d.snap.GIID
-				if d.gpm.parent = d.handle; d.snap.MIG {
+				parent := d.handle
+				if d.snap.MIG {
 					p := s.byUUID[d.snap.GPUUUID]
 					if p == nil || p.handle == nil {
 						continue // its GPU's handle comes first, in this sweep or the next
 					}
-					d.gpm.parent = p.handle
+					parent = p.handle
 				}
-			}
-			if d.inflight[i] {
-				s.errs[errKey{d.snap.UUID, callName(i), "busy"}]++
-				continue
+				d.gpm.uuid, d.gpm.mig, d.gpm.giid, d.gpm.parent = d.snap.UUID, d.snap.MIG, d.snap.GIID, parent
 			}
 			d.inflight[i] = true
 			started = append(started, launched{d, i})

@@ -85,7 +85,7 @@ func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
 	if sn.gated > 0 {
 		s.m.pending.WithLabelValues("gated").Add(float64(sn.gated))
 	}
-	s.m.setPendingOldest(sn.Now, pending)
+	s.m.setPendingOldest(sn.Now, pending, sn.waiting...)
 	s.writePending(ctx, pending)
 }
 

@@ -123,17 +123,24 @@ func newMetrics() *metrics {
 }
 
 // setPendingOldest exports, per queue, the age at now of the oldest pod
-// in pending (from its creation time). Pods deferred beyond --max-pending
-// are the newest of the cycle and not in pending.
-func (m *metrics) setPendingOldest(now time.Time, pending []plan.Pending) {
+// in pending or waiting (from its creation time): a pod backing off is
+// still pending to its user. Pods deferred beyond --max-pending are the
+// newest of the cycle and not in pending.
+func (m *metrics) setPendingOldest(now time.Time, pending []plan.Pending, waiting ...*plan.Pod) {
 	oldest := map[string]time.Time{}
+	note := func(p *plan.Pod) {
+		if p == nil || p.Created.IsZero() {
+			return
+		}
+		if t, ok := oldest[p.Queue]; !ok || p.Created.Before(t) {
+			oldest[p.Queue] = p.Created
+		}
+	}
 	for _, pd := range pending {
-		if pd.Pod == nil || pd.Pod.Created.IsZero() {
-			continue
-		}
-		if t, ok := oldest[pd.Pod.Queue]; !ok || pd.Pod.Created.Before(t) {
-			oldest[pd.Pod.Queue] = pd.Pod.Created
-		}
+		note(pd.Pod)
+	}
+	for _, p := range waiting {
+		note(p)
 	}
 	m.oldest.Reset()
 	for q, t := range oldest {

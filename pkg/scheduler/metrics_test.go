@@ -35,6 +35,11 @@ func TestSetPendingOldest(t *testing.T) {
 	if got := oldestByQueue(t, m); !equalMaps(got, want) {
 		t.Fatalf("after a cycle with team-b pending only: %v, want %v", got, want)
 	}
+	// A pod backing off is still pending: the series stays.
+	m.setPendingOldest(now, nil, &plan.Pod{Queue: "team-b", Created: now.Add(-time.Hour)})
+	if got := oldestByQueue(t, m); !equalMaps(got, map[string]float64{"team-b": 3600}) {
+		t.Fatalf("with a pod backing off: %v, want team-b 3600", got)
+	}
 	m.setPendingOldest(now, nil)
 	if got := oldestByQueue(t, m); len(got) != 0 {
 		t.Fatalf("with nothing pending: %v, want no series", got)

@@ -62,6 +62,9 @@ type snapshot struct {
 	// cycles; backingOff the pending pods left out while they back off;
 	// gated the pods with spec.schedulingGates (never scheduled).
 	deferred, backingOff, gated int
+	// waiting are the pods backing off (backingOff of them), still
+	// pending to their users.
+	waiting []*plan.Pod
 	// unbound are this scheduler's pods without a node (gated, backing
 	// off and deferred ones included).
 	unbound map[types.UID]bool
@@ -169,6 +172,7 @@ func (s *snapshotter) dropBackingOff(pending []*plan.Pod, now time.Time, out *sn
 	for _, p := range pending {
 		if waiting[p] && (p.Group == "" || !groupReady[p.Group]) {
 			out.backingOff++
+			out.waiting = append(out.waiting, p)
 			continue
 		}
 		kept = append(kept, p)

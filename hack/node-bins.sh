@@ -8,9 +8,10 @@
 #
 # <root> is $GPUD_NODE_BINS, else ${XDG_CACHE_HOME:-$HOME/.cache}/gpud/node-bins.
 # The kubelet and kube-controller-manager come from k8s.io/kubernetes at the
-# version gpud's k8s.io modules are pinned to (as hack/k8s-bins.sh builds
-# kube-apiserver), containerd from github.com/containerd/containerd/v2 at
-# $GPUD_CONTAINERD_VERSION (default below; test/nodeenv expects the same).
+# version gpud's k8s.io modules are pinned to (hack/kube-bins.sh builds them
+# with kube-apiserver and kube-scheduler), containerd from
+# github.com/containerd/containerd/v2 at $GPUD_CONTAINERD_VERSION (default
+# below; test/nodeenv expects the same).
 # A directory whose binaries are all there is left as it is: only the first
 # build is slow. runc and the CNI plugins come from Debian (`apt-get install
 # runc containernetworking-plugins`), not from here.
@@ -45,40 +46,10 @@ build_containerd() {
 
 build_kube() {
 	all_there "$kube_dir" kubelet kube-controller-manager && return 0
-	mkdir -p "$kube_dir"
-	local work; work=$(mktemp -d)
-	# shellcheck disable=SC2064
-	trap "rm -rf '$work'" EXIT
-	(
-		cd "$work"
-		go mod init gpud-node-bins >/dev/null 2>&1
-		modfile=$(go mod download -json "k8s.io/kubernetes@$kube_version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-		# k8s.io/kubernetes replaces its staging modules with local paths;
-		# point them at the published staging modules of the same release.
-		{
-			echo "require k8s.io/kubernetes $kube_version"
-			echo "replace ("
-			sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$api_version"'#p' "$modfile"
-			echo ")"
-		} >>go.mod
-		cat >tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-)
-GO
-		go mod tidy -e >&2 2>/dev/null || true
-		go get "k8s.io/kubernetes@$kube_version" >&2
-		for b in kubelet kube-controller-manager; do
-			[ -x "$kube_dir/$b" ] && continue
-			CGO_ENABLED=0 go build -trimpath -o "$kube_dir/$b.tmp" "k8s.io/kubernetes/cmd/$b" >&2
-			mv "$kube_dir/$b.tmp" "$kube_dir/$b"
-		done
-	)
+	# One `go build` for whichever of the four Kubernetes binaries are
+	# missing (kube-apiserver and kube-scheduler too: the real node needs
+	# them, and building them together shares the work).
+	./hack/kube-bins.sh
 }
 
 case "${1:-all}" in

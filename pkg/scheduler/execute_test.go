@@ -161,7 +161,11 @@ func TestReserveOnlyKeepsAllocation(t *testing.T) {
 	ts := newTestScheduler(t, placeAll{}, append(base, other)...)
 	// Allocate c for another pod first.
 	sn := ts.snapshotOf(viewInputs(t, base, []*resourceapi.ResourceClaim{c}, []*corev1.Pod{other}))
-	allocs, err := sn.View.Place(must(sn.View.Demand([]*resourceapi.ResourceClaim{c})), view.Options{})
+	items, _, err := sn.View.Demand([]*resourceapi.ResourceClaim{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs, err := sn.View.Place(items, view.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

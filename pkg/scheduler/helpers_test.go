@@ -90,7 +90,7 @@ type placeAll struct{ gang string }
 func (d placeAll) Decide(s *plan.Snapshot) plan.Plan {
 	var out plan.Plan
 	for _, p := range s.Pending {
-		items, err := s.View.Demand(p.Claims)
+		items, _, err := s.View.Demand(p.Claims)
 		if err != nil {
 			out.Pending = append(out.Pending, plan.Pending{Pod: p, Code: plan.CodeInvalid, Message: err.Error()})
 			continue

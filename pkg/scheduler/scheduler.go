@@ -33,7 +33,6 @@ import (
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/rules"
-	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
 // Scheduler is gpud's scheduler runtime. Make one with [New] and call
@@ -44,7 +43,7 @@ type Scheduler struct {
 	log *slog.Logger
 	m   *metrics
 
-	factory, sliceFactory informers.SharedInformerFactory
+	factory informers.SharedInformerFactory
 	// rules are kube-scheduler's plugins. Their informers (volumes,
 	// namespaces, workloads for default spread) live on factory, sharing
 	// its pods and nodes; readiness does not wait for them, so that a
@@ -102,10 +101,6 @@ func New(cfg Config) (*Scheduler, error) {
 
 	strip := informers.WithTransform(stripManagedFields)
 	s.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
-	s.sliceFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.driver", view.DriverName).String()
-		}))
 	r, err := rules.New(context.Background(), rules.Config{Informers: s.factory, Client: cfg.Client})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
@@ -116,7 +111,9 @@ func New(cfg Config) (*Scheduler, error) {
 	claimInf := s.factory.Resource().V1().ResourceClaims()
 	classInf := s.factory.Resource().V1().DeviceClasses()
 	pdbInf := s.factory.Policy().V1().PodDisruptionBudgets()
-	sliceInf := s.sliceFactory.Resource().V1().ResourceSlices()
+	// Every driver's slices: claims gpud does not model may take other
+	// drivers' devices (pkg/scheduler/anydevice).
+	sliceInf := s.factory.Resource().V1().ResourceSlices()
 	s.pods, s.nodes, s.claims = podInf.Lister(), nodeInf.Lister(), claimInf.Lister()
 	s.classes, s.pdbs, s.slices = classInf.Lister(), pdbInf.Lister(), sliceInf.Lister()
 
@@ -264,11 +261,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return fmt.Errorf("scheduler: event recorder: %w", err)
 	}
 	s.factory.Start(ctx.Done())
-	s.sliceFactory.Start(ctx.Done())
 	defer func() {
 		cancel()
 		s.factory.Shutdown()
-		s.sliceFactory.Shutdown()
 		s.broadcaster.Shutdown()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), s.hasSynced...) || !s.waitGroupsSynced(ctx) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/anydevice"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
@@ -82,7 +83,8 @@ func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
 func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,
 		CEL: s.cel, Matches: s.matches})
-	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Groups: in.groups, PDBs: in.pdbs,
+	devs := anydevice.New(anydevice.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes})
+	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Devices: devs, Groups: in.groups, PDBs: in.pdbs,
 		Queues: s.queues, Reservations: s.reservations, Policy: s.policy}, skips: skips, claims: in.claims,
 		unbound: map[types.UID]bool{}}
 	byName := make(map[string]*resourceapi.ResourceClaim, len(in.claims))

@@ -32,6 +32,8 @@ type cycle struct {
 	// journal undoes what-ifs and assumed binds on the view at the end.
 	journal []journalEntry
 	items   map[*plan.Pod][]*view.Item
+	// others are each pod's claims gpud does not model (view.Other).
+	others  map[*plan.Pod][]view.Other
 	typical []allocator.Request
 	// victims are the running pods (gangs as one) preemption may pick,
 	// built on first use.
@@ -67,7 +69,8 @@ type journalEntry struct {
 }
 
 func newCycle(cfg Config, s *plan.Snapshot) *cycle {
-	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{}, pdbUsed: map[string]int{},
+	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{},
+		others: map[*plan.Pod][]view.Other{}, pdbUsed: map[string]int{},
 		memo: map[string]*failure{}, nominated: map[string]bool{}}
 	c.measured = measure(cfg, s)
 	if cfg.Overcommit && c.measured != nil {
@@ -79,12 +82,14 @@ func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 	return c
 }
 
-// assume adds allocations to the view, journalled.
+// assume adds allocations to the view (and the structured allocator's
+// state), journalled.
 func (c *cycle) assume(allocs ...view.Allocation) error {
 	for _, a := range allocs {
 		if a.Result == nil {
 			continue
 		}
+		c.s.Devices.Assume(a.Result)
 		if err := c.v.Assume(a); err != nil {
 			// Assume added what it could; undo that too at the end.
 			c.journal = append(c.journal, journalEntry{alloc: a, assumed: true})
@@ -102,6 +107,7 @@ func (c *cycle) release(allocs ...view.Allocation) {
 			continue
 		}
 		c.v.Release(a.Result)
+		c.s.Devices.Release(a.Result)
 		c.journal = append(c.journal, journalEntry{alloc: a})
 	}
 }
@@ -112,7 +118,9 @@ func (c *cycle) restore() {
 		e := c.journal[i]
 		if e.assumed {
 			c.v.Release(e.alloc.Result)
+			c.s.Devices.Release(e.alloc.Result)
 		} else {
+			c.s.Devices.Assume(e.alloc.Result)
 			_ = c.v.Assume(e.alloc)
 		}
 	}
@@ -270,16 +278,17 @@ func resultsOf(allocs []view.Allocation) []*resourceapi.AllocationResult {
 	return out
 }
 
-// demand returns a pod's items on this cycle's view (cached).
+// demand returns a pod's items on this cycle's view (cached); its other
+// claims are in c.others[p].
 func (c *cycle) demand(p *plan.Pod) ([]*view.Item, error) {
 	if it, ok := c.items[p]; ok {
 		return it, nil
 	}
-	it, err := c.v.Demand(p.Claims)
+	it, others, err := c.v.Demand(p.Claims)
 	if err != nil {
 		return nil, err
 	}
-	c.items[p] = it
+	c.items[p], c.others[p] = it, others
 	return it, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/gpud/gpud/internal/schedtest"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/dra"
+	"github.com/gpud/gpud/pkg/scheduler/anydevice"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/rules"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -78,6 +79,8 @@ type env struct {
 	telemetry map[string]*plan.NodeTelemetry
 	// rules, if set, are kube-scheduler's rules each snapshot carries.
 	rules *rules.Rules
+	// classes are DeviceClasses besides the shipped ones (other drivers').
+	classes []*resourceapi.DeviceClass
 }
 
 func newEnv(t testing.TB) *env {
@@ -180,12 +183,14 @@ func (e *env) snapshotOf(bound, pending []*plan.Pod) *plan.Snapshot {
 			claims = append(claims, p.Claims...)
 		}
 	}
-	v, skips := view.Build(view.Inputs{Slices: e.slices, Claims: claims, Classes: shippedClasses(e.t), Nodes: e.nodes,
+	classes := append(shippedClasses(e.t), e.classes...)
+	v, skips := view.Build(view.Inputs{Slices: e.slices, Claims: claims, Classes: classes, Nodes: e.nodes,
 		Matches: e.matches, CEL: e.celCache})
 	if len(skips) > 0 {
 		e.t.Fatalf("skips: %v", skips)
 	}
-	s := &plan.Snapshot{Now: e.now, View: v, Pending: slices.Clone(pending), Bound: slices.Clone(bound),
+	devs := anydevice.New(anydevice.Inputs{Slices: e.slices, Claims: claims, Classes: classes, Nodes: e.nodes, CEL: e.celCache})
+	s := &plan.Snapshot{Now: e.now, View: v, Devices: devs, Pending: slices.Clone(pending), Bound: slices.Clone(bound),
 		Groups: e.groups, Queues: e.queues, Reservations: e.res, Policy: "gpud"}
 	s.PDBs = e.pdbs
 	s.Telemetry = e.telemetry

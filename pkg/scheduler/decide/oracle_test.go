@@ -116,7 +116,11 @@ func oracle(t testing.TB, e *env, p plan.Plan, cfg Config) {
 				m.Add(r.ConsumedCapacity["memory"])
 				mem[k] = m
 			}
-			switch *d.Attributes["type"].StringValue {
+			typ := ""
+			if a, ok := d.Attributes["type"]; ok && a.StringValue != nil {
+				typ = *a.StringValue // gpud's devices; other drivers' have none
+			}
+			switch typ {
 			case "gpu":
 				whole[gpu{r.Pool, *d.Attributes["index"].IntValue}] = true
 			case "mig":

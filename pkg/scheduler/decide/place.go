@@ -270,6 +270,12 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		}
 		return nil, fail(plan.CodeInvalid, "%v", err)
 	}
+	others := c.others[p]
+	if len(others) > 0 && c.s.Devices == nil {
+		o := others[0]
+		return nil, fail(plan.CodeInvalid, "claim %s/%s: %s", o.Claim.Namespace, o.Claim.Name, o.Why)
+	}
+	of := &otherFit{c: c, others: others}
 	if c.s.Rules != nil {
 		if why, ok := c.s.Rules.Unresolvable(p.Pod); ok {
 			return nil, fail(plan.CodeUnschedulable, "%s", why)
@@ -296,6 +302,12 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		if r := c.nodes.refuse(n, p); r != "" {
 			return refuse(n, r)
 		}
+		if r := c.s.Devices.AllocatedFits(n.Name, p.Claims); r != "" {
+			return refuse(n, r)
+		}
+		if r := of.refuse(n.Name); r != "" {
+			return refuse(n, r)
+		}
 		if r := c.reservedFor(u, n.Name); r != "" {
 			return refuse(n, r)
 		}
@@ -316,23 +328,34 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 			node, err = c.v.PlaceNode(allocator.Request{CPUMilli: cpu, MemoryMiB: mem >> 20}, opt)
 		}
 		if err != nil {
+			if of.invalid != nil {
+				return nil, fail(plan.CodeInvalid, "%v", of.invalid)
+			}
 			f := fail(jobs.CodeCapacity, "%s", noNodeMessage(pin, why))
 			f.room = true
 			return nil, f
 		}
+		allocs := of.allocations(node)
+		if err := c.assume(allocs...); err != nil {
+			c.release(allocs...)
+			return nil, fail(plan.CodeInvalid, "%v", err)
+		}
 		c.nodes.take(node, p)
-		return &placed{pod: p, node: node, reserve: reserve}, nil
+		return &placed{pod: p, node: node, allocs: allocs, reserve: reserve}, nil
 	}
 	// The first item carries the pod's CPU and memory, so the policy
 	// weighs what the pod leaves to feed each node's GPUs.
 	items[0].Alloc.CPUMilli, items[0].Alloc.MemoryMiB = cpu, mem>>20
-	allocs, err := c.v.Place(items, opt)
+	allocs, err := of.place(items, opt)
 	if err != nil && prefer != nil {
 		prefer = nil
-		allocs, err = c.v.Place(items, opt)
+		allocs, err = of.place(items, opt)
 	}
 	if err != nil {
 		code := jobs.CodeCapacity
+		if of.invalid != nil {
+			return nil, fail(plan.CodeInvalid, "%v", of.invalid)
+		}
 		if !errors.Is(err, view.ErrNoFit) {
 			code = plan.CodeInvalid
 		} else if onlyReserved(why) {
@@ -345,10 +368,6 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 			})
 		}
 		return nil, &failure{code: code, msg: msg, room: code != plan.CodeInvalid}
-	}
-	if err := c.assume(allocs...); err != nil {
-		c.release(allocs...)
-		return nil, fail(plan.CodeInvalid, "%v", err)
 	}
 	c.nodes.take(allocs[0].Node, p)
 	return &placed{pod: p, node: allocs[0].Node, allocs: allocs, reserve: reserve}, nil

@@ -289,6 +289,9 @@ func (c *cycle) shapeKey(u *unit) string {
 		if cl != nil && cl.Status.Allocation == nil {
 			devs = append(devs, cl.Spec.Devices)
 		}
+		if cl != nil && cl.Status.Allocation != nil && cl.Status.Allocation.NodeSelector != nil && pin == "" {
+			return "" // allocated by another driver: its node selector counts
+		}
 	}
 	// With kube-scheduler's rules, what they read counts too: labels and
 	// namespace (others' affinity and spread select the pod), spread,

@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/anydevice"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -69,6 +70,12 @@ type Snapshot struct {
 	// memory). A decider tells them each pod it places or releases
 	// (Add, Remove), so one Rules serves one Decide call.
 	Rules Rules
+	// Devices are every driver's devices and allocations, for the claims
+	// gpud's policy does not model (view.Other): kube-scheduler's
+	// structured allocator allocates them on the node gpud chooses. A
+	// decider tells it each allocation it assumes or releases, as it tells
+	// the view. Nil: such claims are refused as unsupported.
+	Devices *anydevice.State
 	// Telemetry is what each node's agent streams to the scheduler (see
 	// issue 13: health events and measured usage), by node name. A node
 	// without a live stream is absent: decisions then use ResourceSlices

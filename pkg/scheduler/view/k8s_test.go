@@ -132,7 +132,7 @@ func TestAllocationsOnRealKubernetes(t *testing.T) {
 		if len(skips) > 0 {
 			t.Fatalf("skips: %v", skips)
 		}
-		items, err := v.Demand([]*resourceapi.ResourceClaim{created})
+		items, _, err := v.Demand([]*resourceapi.ResourceClaim{created})
 		if err != nil {
 			t.Fatalf("Demand %s: %v", cl.Name, err)
 		}

@@ -23,7 +23,7 @@ import (
 // place demands and places claims on v and returns the allocations.
 func place(t testing.TB, v *View, opt Options, claims ...*resourceapi.ResourceClaim) ([]Allocation, error) {
 	t.Helper()
-	items, err := v.Demand(claims)
+	items, _, err := v.Demand(claims)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -78,38 +79,73 @@ type Item struct {
 	shape  [2]int
 }
 
+// Other is a claim gpud's policy does not model: kube-scheduler's
+// structured allocator (pkg/scheduler/anydevice) allocates it on the node
+// gpud chooses for the pod's other claims.
+type Other struct {
+	Claim *resourceapi.ResourceClaim
+	// Why says what gpud does not model ("allocationMode All", "no
+	// gpu.gpud.io device matches").
+	Why string
+}
+
 // Demand turns a pod's claims into items, one per device request, in claim
 // and request order. Claims already allocated are left out (the caller
-// keeps the pod on their node). It fails, naming the claim and request,
-// for an unknown class, an unsupported request shape (allocation mode All,
-// prioritized lists, admin access, count or capacity out of range,
-// distinctAttribute, constraints across requests) or selectors that
-// select no gpud device or several MIG profile shapes.
-func (v *View) Demand(claims []*resourceapi.ResourceClaim) ([]*Item, error) {
-	var out []*Item
+// keeps the pod on their node). A claim with a request shape gpud does not
+// model (allocation mode All, prioritized lists, admin access, a count
+// beyond a node, distinctAttribute, constraints across requests, several
+// MIG profile shapes), or, when other drivers publish devices, whose
+// selectors match no gpud device, is returned whole in others. It fails,
+// naming the claim and request, for an unknown class, invalid capacity
+// requests, or selectors that match no device at all.
+func (v *View) Demand(claims []*resourceapi.ResourceClaim) (items []*Item, others []Other, err error) {
 	for _, c := range claims {
 		if c == nil || c.Status.Allocation != nil {
 			continue
 		}
-		name := "claim " + c.Namespace + "/" + c.Name
-		if n := len(out) + len(c.Spec.Devices.Requests); n > MaxRequestsPerPod {
-			return nil, fmt.Errorf("%s: %d device requests, more than %d: %w", name, n, MaxRequestsPerPod, ErrUnsupported)
-		}
-		match, err := constraints(c)
+		its, why, err := v.claimItems(c)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, nil, err
 		}
-		for i := range c.Spec.Devices.Requests {
-			r := &c.Spec.Devices.Requests[i]
-			it, err := v.item(c, r)
-			if err != nil {
-				return nil, fmt.Errorf("%s request %q: %w", name, r.Name, err)
-			}
-			it.MatchAttribute = match[r.Name]
-			out = append(out, it)
+		if why != "" {
+			others = append(others, Other{Claim: c, Why: why})
+			continue
 		}
+		if n := len(items) + len(its); n > MaxRequestsPerPod {
+			return nil, nil, fmt.Errorf("claim %s/%s: %d device requests, more than %d: %w", c.Namespace, c.Name, n, MaxRequestsPerPod, ErrUnsupported)
+		}
+		items = append(items, its...)
 	}
-	return out, nil
+	return items, others, nil
+}
+
+// claimItems returns a claim's items, or why gpud leaves the claim to
+// the structured allocator.
+func (v *View) claimItems(c *resourceapi.ResourceClaim) ([]*Item, string, error) {
+	name := "claim " + c.Namespace + "/" + c.Name
+	match, err := constraints(c)
+	if errors.Is(err, ErrUnsupported) {
+		return nil, err.Error(), nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", name, err)
+	}
+	var out []*Item
+	for i := range c.Spec.Devices.Requests {
+		r := &c.Spec.Devices.Requests[i]
+		it, err := v.item(c, r)
+		switch {
+		case errors.Is(err, ErrUnsupported):
+			return nil, fmt.Sprintf("request %q: %v", r.Name, err), nil
+		case errors.Is(err, ErrNoFit) && v.otherDevices:
+			return nil, fmt.Sprintf("request %q: %v", r.Name, err), nil
+		case err != nil:
+			return nil, "", fmt.Errorf("%s request %q: %w", name, r.Name, err)
+		}
+		it.MatchAttribute = match[r.Name]
+		out = append(out, it)
+	}
+	return out, "", nil
 }
 
 // AllocatedNode returns the node that a pod's already allocated claims

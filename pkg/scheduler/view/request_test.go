@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpud/gpud/pkg/allocator"
 )
@@ -87,15 +88,23 @@ func TestDemand(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			items, err := v.Demand([]*resourceapi.ResourceClaim{tc.claim})
+			items, others, err := v.Demand([]*resourceapi.ResourceClaim{tc.claim})
+			if errors.Is(tc.wantErr, ErrUnsupported) {
+				// Shapes gpud does not model go to the structured
+				// allocator whole, saying why.
+				if err != nil || len(items) != 0 || len(others) != 1 || others[0].Claim != tc.claim || !strings.Contains(others[0].Why, tc.errText) {
+					t.Fatalf("Demand() = %v, %+v, %v; want the claim in others, saying %q", items, others, err, tc.errText)
+				}
+				return
+			}
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.errText) || !strings.Contains(err.Error(), tc.claim.Name) {
 					t.Fatalf("Demand() = %v, want %v containing %q and the claim's name", err, tc.wantErr, tc.errText)
 				}
 				return
 			}
-			if err != nil || len(items) != 1 {
-				t.Fatalf("Demand() = %v, %v", items, err)
+			if err != nil || len(items) != 1 || len(others) != 0 {
+				t.Fatalf("Demand() = %v, %v, %v", items, others, err)
 			}
 			it := items[0]
 			if it.Kind != tc.kind || it.MatchAttribute != tc.match || it.Alloc.NumGPU != tc.alloc.NumGPU || it.Alloc.GPUMilli != tc.alloc.GPUMilli ||
@@ -120,9 +129,34 @@ func TestDemandSkipsAllocatedClaims(t *testing.T) {
 	v := newCluster(t).build(t)
 	done := claim("done", exact("gpu", "gpu.gpud.io", 1))
 	done.Status.Allocation = &resourceapi.AllocationResult{}
-	items, err := v.Demand([]*resourceapi.ResourceClaim{done, claim("new", exact("gpu", "gpu.gpud.io", 1)), nil})
+	items, _, err := v.Demand([]*resourceapi.ResourceClaim{done, claim("new", exact("gpu", "gpu.gpud.io", 1)), nil})
 	if err != nil || len(items) != 1 || items[0].Claim.Name != "new" {
 		t.Fatalf("Demand() = %v, %v", items, err)
+	}
+}
+
+// A claim for another driver's devices (an RDMA NIC) goes to the
+// structured allocator once another driver publishes devices; without
+// any, a claim no gpud device matches never fits.
+func TestDemandOtherDrivers(t *testing.T) {
+	c := newCluster(t)
+	nic := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "nic.example.com"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "nic.example.com"`}}}}}
+	c.in.Classes = append(c.in.Classes, nic)
+	gpuAndNIC := []*resourceapi.ResourceClaim{claim("gpu", exact("gpu", "gpu.gpud.io", 1)), claim("nic", exact("nic", "nic.example.com", 1))}
+
+	_, _, err := c.build(t).Demand(gpuAndNIC)
+	if !errors.Is(err, ErrNoFit) || !strings.Contains(err.Error(), "claim default/nic") {
+		t.Fatalf("without other drivers: Demand() error = %v, want ErrNoFit naming claim default/nic", err)
+	}
+
+	node := "h100-a"
+	c.in.Slices = append(c.in.Slices, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "h100-a-nic"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: "nic.example.com", NodeName: &node, Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "nic-0"}}}})
+	items, others, err := c.build(t).Demand(gpuAndNIC)
+	if err != nil || len(items) != 1 || items[0].Claim.Name != "gpu" || len(others) != 1 || others[0].Claim.Name != "nic" {
+		t.Fatalf("with a NIC driver: Demand() = %v, %+v, %v; want the GPU claim as an item and the NIC claim in others", items, others, err)
 	}
 }
 
@@ -132,7 +166,7 @@ func TestMatchCacheFollowsGenerations(t *testing.T) {
 	sel := `device.attributes["gpu.gpud.io"].productName.contains("H100")`
 	usable := func() bool {
 		v := c.build(t)
-		items, err := v.Demand([]*resourceapi.ResourceClaim{claim("h", exact("gpu", "gpu.gpud.io", 1, sel))})
+		items, _, err := v.Demand([]*resourceapi.ResourceClaim{claim("h", exact("gpu", "gpu.gpud.io", 1, sel))})
 		if err != nil {
 			return false
 		}

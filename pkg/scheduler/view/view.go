@@ -128,6 +128,9 @@ type View struct {
 	// labels are the allocator GPU labels by grouping value and MIG mode,
 	// shared (the allocator only reads them).
 	labels map[gpuLabelKey]map[string]string
+	// otherDevices: another driver publishes devices, so a claim no gpud
+	// device matches may be theirs (see [Other]).
+	otherDevices bool
 }
 
 type gpuLabelKey struct {
@@ -185,6 +188,8 @@ func NewMatchCache() *MatchCache { return &MatchCache{m: map[matchKey]*nodeMatch
 // the loop has written but its informer has not yet seen after the
 // informer's.
 type Inputs struct {
+	// Slices may hold every driver's slices: gpud's make the view, the
+	// others only tell [View.Demand] that other devices exist.
 	Slices  []*resourceapi.ResourceSlice
 	Claims  []*resourceapi.ResourceClaim
 	Classes []*resourceapi.DeviceClass
@@ -233,6 +238,9 @@ func Build(in Inputs) (*View, []Skip) {
 		}
 		v.classes[c.Name] = c
 	}
+	v.otherDevices = slices.ContainsFunc(in.Slices, func(s *resourceapi.ResourceSlice) bool {
+		return s != nil && s.Spec.Driver != DriverName && len(s.Spec.Devices) > 0
+	})
 	for pool, group := range latestPools(in.Slices, &skips) {
 		kn, ok := nodes[pool]
 		if !ok {
@@ -318,8 +326,7 @@ func latestPools(in []*resourceapi.ResourceSlice, skips *[]Skip) map[string][]*r
 		}
 		switch {
 		case s.Spec.Driver != DriverName:
-			skip("driver %q, not %s", s.Spec.Driver, DriverName)
-			continue
+			continue // another driver's: pkg/scheduler/anydevice allocates them
 		case s.Spec.NodeName == nil || *s.Spec.NodeName == "":
 			skip("not local to one node")
 			continue

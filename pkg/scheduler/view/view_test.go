@@ -55,11 +55,6 @@ func TestBuildSkipsBadObjects(t *testing.T) {
 		// overAllocated: the claims kept over-allocate, Check must say so.
 		overAllocated bool
 	}{
-		{name: "unknown driver", want: "driver \"gpu.nvidia.com\"", mutate: func(c *cluster) {
-			s := c.in.Slices[1].DeepCopy()
-			s.Name, s.Spec.Driver = "other", "gpu.nvidia.com"
-			c.in.Slices = append(c.in.Slices, s)
-		}},
 		{name: "missing type", want: "\"type\" missing", mutate: func(c *cluster) {
 			delete(gpuDevice(c).Attributes, "type")
 		}},

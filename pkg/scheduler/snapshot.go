@@ -16,8 +16,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
-	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/anydevice"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )

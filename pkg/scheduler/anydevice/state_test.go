@@ -32,7 +32,6 @@ func nicClaim(name string, count int64, mode resourceapi.DeviceAllocationMode) *
 			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "nic", AllocationMode: mode, Count: count}}}}}}
 }
 
-
 // Devices taken by allocated claims, and by allocations assumed later, are
 // not given again; released ones are; admin access takes nothing.
 func TestAllocateCountsTakenDevices(t *testing.T) {

@@ -83,6 +83,9 @@ type Scheduler struct {
 	// written is the pending status this process last wrote per pod
 	// (message and nominated node).
 	written map[types.UID]writtenStatus
+	// warned are the pods told about malformed annotations, with what
+	// they were told (one Event per pod and problem).
+	warned map[types.UID]string
 }
 
 // New checks cfg and sets the scheduler up: informers, event recorder,
@@ -450,6 +453,7 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	start := time.Now()
 	var err error
 	sn := s.snap.build(in, now)
+	s.warnAnnotations(sn.badAnnotations)
 	sn.Telemetry = s.telemetry(now, in.claims)
 	bound := make([]*corev1.Pod, 0, len(sn.Bound))
 	for _, b := range sn.Bound {

@@ -187,8 +187,9 @@ func TestNewPodAnnotations(t *testing.T) {
 		t.Errorf("newPod = %+v", p)
 	}
 	for in, want := range map[string]time.Duration{"5400": 90 * time.Minute, "-5": 0, "x": 0, "1e9": 0, "9999999h": 0, "": 0} {
-		if got := runtimeEstimate(in); got != want {
-			t.Errorf("runtimeEstimate(%q) = %v, want %v", in, got, want)
+		got, err := runtimeEstimate(in)
+		if got != want || (err != nil) != (want == 0 && in != "") {
+			t.Errorf("runtimeEstimate(%q) = %v, %v; want %v (an error for a malformed value)", in, got, err, want)
 		}
 	}
 }

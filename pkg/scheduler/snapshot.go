@@ -69,8 +69,11 @@ type snapshot struct {
 	// unbound are this scheduler's pods without a node (gated, backing
 	// off and deferred ones included).
 	unbound map[types.UID]bool
-	skips   []view.Skip
-	claims  []*resourceapi.ResourceClaim
+	// badAnnotations are pods whose gpud annotations are malformed, with
+	// what is wrong (Message).
+	badAnnotations []plan.Pending
+	skips          []view.Skip
+	claims         []*resourceapi.ResourceClaim
 }
 
 func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
@@ -103,6 +106,9 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 				cp.Spec.NodeName = n
 				pod, node = &cp, n
 			}
+		}
+		if msg := annotationProblems(pod); msg != "" {
+			out.badAnnotations = append(out.badAnnotations, plan.Pending{Pod: &plan.Pod{Pod: pod}, Message: msg})
 		}
 		if node != "" {
 			claims, _ := resolveClaims(pod, byName)
@@ -182,12 +188,13 @@ func (s *snapshotter) dropBackingOff(pending []*plan.Pod, now time.Time, out *sn
 	return kept
 }
 
-// newPod derives what the decider reads from a pod.
+// newPod derives what the decider reads from a pod. Malformed gpud
+// annotations are ignored (annotationProblems says which).
 func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
+	est, _ := runtimeEstimate(pod.Annotations[plan.RuntimeEstimateAnnotation])
+	last, _ := lastCheckpoint(pod.Annotations[plan.LastCheckpointAnnotation])
 	p := &plan.Pod{Pod: pod, Claims: claims, Queue: pod.Labels[plan.QueueLabel], Created: pod.CreationTimestamp.Time,
-		Checkpointable:  pod.Annotations[plan.CheckpointableAnnotation] == "true",
-		RuntimeEstimate: runtimeEstimate(pod.Annotations[plan.RuntimeEstimateAnnotation]),
-		LastCheckpoint:  lastCheckpoint(pod.Annotations[plan.LastCheckpointAnnotation])}
+		Checkpointable: pod.Annotations[plan.CheckpointableAnnotation] == "true", RuntimeEstimate: est, LastCheckpoint: last}
 	p.Group = podgroup.KeyOf(pod) // spec.schedulingGroup, else the coscheduling label
 	if pod.Spec.Priority != nil {
 		p.Priority = *pod.Spec.Priority
@@ -195,42 +202,77 @@ func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
 	return p
 }
 
+// annotationProblems says what is wrong with a pod's gpud annotations
+// ("" if nothing), for an Event to the pod's owner.
+func annotationProblems(pod *corev1.Pod) string {
+	_, errEst := runtimeEstimate(pod.Annotations[plan.RuntimeEstimateAnnotation])
+	_, errLast := lastCheckpoint(pod.Annotations[plan.LastCheckpointAnnotation])
+	var out []string
+	for _, err := range []error{errEst, errLast} {
+		if err != nil {
+			out = append(out, err.Error())
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // maxRuntimeEstimate bounds RuntimeEstimateAnnotation (a year).
 const maxRuntimeEstimate = 365 * 24 * time.Hour
 
+// maxAnnotationQuote bounds how much of a bad annotation value a message
+// repeats.
+const maxAnnotationQuote = 64
+
+func badAnnotation(name, value, want string) error {
+	if len(value) > maxAnnotationQuote {
+		value = value[:maxAnnotationQuote] + "..."
+	}
+	return fmt.Errorf("annotation %s %q is not %s; it is ignored until fixed", name, value, want)
+}
+
 // runtimeEstimate parses RuntimeEstimateAnnotation: a Go duration or
-// whole seconds; 0 when absent, malformed, not positive or too long.
-func runtimeEstimate(s string) time.Duration {
+// whole seconds; 0 when absent, and 0 with an error when malformed, not
+// positive or longer than a year.
+func runtimeEstimate(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
-	if s == "" || len(s) > 32 {
-		return 0
+	if s == "" {
+		return 0, nil
+	}
+	bad := badAnnotation(plan.RuntimeEstimateAnnotation, s, `a positive duration up to a year ("90m") or whole seconds ("5400")`)
+	if len(s) > 32 {
+		return 0, bad
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 || n > int64(maxRuntimeEstimate/time.Second) {
-			return 0
+			return 0, bad
 		}
 		d = time.Duration(n) * time.Second
 	}
 	if d <= 0 || d > maxRuntimeEstimate {
-		return 0
+		return 0, bad
 	}
-	return d
+	return d, nil
 }
 
 // lastCheckpoint parses LastCheckpointAnnotation (RFC 3339, fractional
-// seconds allowed); the zero time when absent or malformed.
-func lastCheckpoint(s string) time.Time {
+// seconds allowed); the zero time when absent, and with an error when
+// malformed.
+func lastCheckpoint(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
-	if s == "" || len(s) > 64 {
-		return time.Time{}
+	if s == "" {
+		return time.Time{}, nil
+	}
+	bad := badAnnotation(plan.LastCheckpointAnnotation, s, `an RFC 3339 time ("2026-12-01T09:30:00Z")`)
+	if len(s) > 64 {
+		return time.Time{}, bad
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
-		return time.Time{}
+		return time.Time{}, bad
 	}
-	return t
+	return t, nil
 }
 
 // resolveClaims returns a pod's claims in spec.resourceClaims order, nil

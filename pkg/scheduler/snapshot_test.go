@@ -1,8 +1,11 @@
 package scheduler
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
@@ -37,5 +40,39 @@ func TestNewPodLastCheckpoint(t *testing.T) {
 				t.Errorf("LastCheckpoint of %q = %v, want %v", tc.value, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMalformedAnnotationsWarnOnce: a malformed gpud.io/runtime-estimate or
+// gpud.io/last-checkpoint is reported on the pod with one Warning Event
+// naming the annotation and the value (not silently dropped), again only
+// when the problem changes.
+func TestMalformedAnnotationsWarnOnce(t *testing.T) {
+	bad := claimPod("ns", "bad", t0)
+	bad.Annotations = map[string]string{plan.RuntimeEstimateAnnotation: "soon", plan.LastCheckpointAnnotation: "2026-12-01"}
+	good := claimPod("ns", "good", t0)
+	good.Annotations = map[string]string{plan.RuntimeEstimateAnnotation: "90m", plan.LastCheckpointAnnotation: "2026-12-01T09:30:00Z"}
+	ts := newTestScheduler(t, placeAll{}, bad, good)
+	sn := ts.snapshotOf(inputs{pods: []*corev1.Pod{bad, good}})
+	if len(sn.badAnnotations) != 1 || sn.badAnnotations[0].Pod.Pod != bad {
+		t.Fatalf("badAnnotations = %+v, want only ns/bad", sn.badAnnotations)
+	}
+	ts.warnAnnotations(sn.badAnnotations)
+	ev := <-ts.events.Events
+	for _, want := range []string{"InvalidAnnotation", `gpud.io/runtime-estimate "soon"`, `gpud.io/last-checkpoint "2026-12-01"`, "ignored"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("event %q lacks %q", ev, want)
+		}
+	}
+	ts.warnAnnotations(sn.badAnnotations)
+	select {
+	case ev := <-ts.events.Events:
+		t.Fatalf("second event for the same problem: %q", ev)
+	default:
+	}
+	bad.Annotations[plan.RuntimeEstimateAnnotation] = "-5"
+	ts.warnAnnotations(ts.snapshotOf(inputs{pods: []*corev1.Pod{bad}}).badAnnotations)
+	if ev := <-ts.events.Events; !strings.Contains(ev, `"-5"`) {
+		t.Fatalf("event after the value changed: %q", ev)
 	}
 }

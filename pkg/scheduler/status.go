@@ -175,3 +175,25 @@ func truncate(s string, n int) string {
 	}
 	return s[:cut] + "..."
 }
+
+// reasonInvalidAnnotation is the Event reason for a malformed gpud
+// annotation on a pod.
+const reasonInvalidAnnotation = "InvalidAnnotation"
+
+// warnAnnotations tells each pod with malformed gpud annotations, once
+// per problem, with a Warning Event (the decider ignores the values, so
+// backfill and preemption would otherwise silently not use them). Pods
+// that are gone or fixed are forgotten.
+func (s *Scheduler) warnAnnotations(bad []plan.Pending) {
+	next := make(map[types.UID]string, len(bad))
+	for _, b := range bad {
+		pod := b.Pod.Pod
+		next[pod.UID] = b.Message
+		if s.warned[pod.UID] == b.Message {
+			continue
+		}
+		s.log.Info("pod annotation ignored", "pod", b.Pod.Key(), "reason", b.Message)
+		s.recorder.Eventf(pod, nil, corev1.EventTypeWarning, reasonInvalidAnnotation, actionScheduling, "%s", truncate(b.Message, maxNoteBytes))
+	}
+	s.warned = next
+}

@@ -33,7 +33,9 @@ type cycle struct {
 	journal []journalEntry
 	items   map[*plan.Pod][]*view.Item
 	// others are each pod's claims gpud does not model (view.Other).
-	others  map[*plan.Pod][]view.Other
+	others map[*plan.Pod][]view.Other
+	// never caches neverFits by pod.
+	never   map[*plan.Pod]string
 	typical []allocator.Request
 	// victims are the running pods (gangs as one) preemption may pick,
 	// built on first use.
@@ -70,7 +72,7 @@ type journalEntry struct {
 
 func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{},
-		others: map[*plan.Pod][]view.Other{}, pdbUsed: map[string]int{},
+		others: map[*plan.Pod][]view.Other{}, never: map[*plan.Pod]string{}, pdbUsed: map[string]int{},
 		memo: map[string]*failure{}, nominated: map[string]bool{}}
 	c.measured = measure(cfg, s)
 	if cfg.Overcommit && c.measured != nil {

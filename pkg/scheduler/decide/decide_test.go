@@ -674,7 +674,12 @@ func TestOddInputs(t *testing.T) {
 	e.pod("z0", reqs(gpus(1)), group("zero"))
 	x := e.pod("nil-claim", reqs(gpus(1)))
 	x.Claims = append(x.Claims, nil)
+	e.groups["default/huge"] = &plan.Group{Namespace: "default", Name: "huge", Invalid: "PodGroup default/huge: spec.minMember 1000000000 is outside 1..10000"}
+	e.pod("h0", reqs(gpus(1)), group("huge"))
 	p := e.decide(Config{})
+	if w, _ := pendingOf(p, "h0"); w.Code != plan.CodeInvalid || !strings.Contains(w.Message, "spec.minMember 1000000000") {
+		t.Errorf("h0 (invalid PodGroup) pending %+v, want invalid naming spec.minMember", w)
+	}
 	if w, _ := pendingOf(p, "to-parent"); w.Code != plan.CodeInvalid {
 		t.Errorf("to-parent pending %+v", w)
 	}
@@ -706,7 +711,7 @@ func TestNeverFitsBlocksNobody(t *testing.T) {
 	if got := bindsOf(p); got["cpu"] == "" {
 		t.Errorf("binds %v, want cpu", got)
 	}
-	if w, _ := pendingOf(p, "too-big"); w.Code != jobs.CodeCapacity || !strings.Contains(w.Message, "9 free GPUs") {
+	if w, _ := pendingOf(p, "too-big"); w.Code != jobs.CodeNeverFits || !strings.Contains(w.Message, "asks 9 GPUs") {
 		t.Errorf("too-big pending %+v", w)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -193,3 +194,43 @@ func mibString(m int64) string {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// neverFits says why p can never be placed, even on the empty cluster
+// ("" if it could): more whole GPUs than any node has that its request
+// may use, a fraction larger than any such GPU's memory, or more CPU or
+// memory than any node's allocatable. Such a pod is not worth preempting
+// for, and its owner must change it.
+func (c *cycle) neverFits(p *plan.Pod, items []*view.Item) string {
+	if msg, ok := c.never[p]; ok {
+		return msg
+	}
+	msg := ""
+	for _, it := range items {
+		most, mem := c.v.MostPerNode(it)
+		name := fmt.Sprintf("claim %s/%s request %q", it.Claim.Namespace, it.Claim.Name, it.Request)
+		switch {
+		case it.Kind == view.Whole && it.Count > most:
+			msg = fmt.Sprintf("never fits: %s asks %d GPUs; the most any node has that the request may use is %d", name, it.Count, most)
+		case it.Kind == view.Fraction && mem > 0 && it.Alloc.GPUMemoryMiB<<20 > mem:
+			msg = fmt.Sprintf("never fits: %s asks %dMiB of one GPU; the largest GPU the request may use has %dMiB", name, it.Alloc.GPUMemoryMiB, mem>>20)
+		}
+		if msg != "" {
+			break
+		}
+	}
+	if msg == "" {
+		cpu, memBytes := requests(p.Pod)
+		var maxCPU, maxMiB int64
+		for _, n := range c.v.Nodes() {
+			maxCPU, maxMiB = max(maxCPU, n.CPUMilli), max(maxMiB, n.MemoryMiB)
+		}
+		switch {
+		case maxCPU > 0 && cpu > maxCPU:
+			msg = fmt.Sprintf("never fits: the pod asks %dm CPU; the largest node has %dm allocatable", cpu, maxCPU)
+		case maxMiB > 0 && memBytes>>20 > maxMiB:
+			msg = fmt.Sprintf("never fits: the pod asks %dMiB of memory; the largest node has %dMiB allocatable", memBytes>>20, maxMiB)
+		}
+	}
+	c.never[p] = msg
+	return msg
+}

@@ -270,6 +270,9 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		}
 		return nil, fail(plan.CodeInvalid, "%v", err)
 	}
+	if msg := c.neverFits(p, items); msg != "" {
+		return nil, fail(jobs.CodeNeverFits, "%s", msg)
+	}
 	others := c.others[p]
 	if len(others) > 0 && c.s.Devices == nil {
 		o := others[0]

@@ -99,6 +99,11 @@ func (c *cycle) units() []*unit {
 			c.pend(u, plan.CodeGang, fmt.Sprintf("PodGroup %s not found", key))
 			continue
 		}
+		if g.Invalid != "" {
+			u.group = &plan.Group{}
+			c.pend(u, plan.CodeInvalid, g.Invalid)
+			continue
+		}
 		u.group = g
 		if g.ScheduleTimeout > 0 && c.s.Now.After(g.Created.Add(g.ScheduleTimeout)) {
 			u.suffix = fmt.Sprintf(" (PodGroup's scheduleTimeout of %s has passed)", g.ScheduleTimeout)

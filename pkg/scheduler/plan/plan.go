@@ -152,6 +152,10 @@ type Group struct {
 	// Created before it is reported as timed out.
 	ScheduleTimeout time.Duration
 	Created         time.Time
+	// Invalid, if set, says why the PodGroup object cannot be used as
+	// written ("spec.minMember 0 is outside 1..10000; ..."): its pods
+	// wait with that reason instead of "not found".
+	Invalid string
 }
 
 // Plan is what a cycle decided.

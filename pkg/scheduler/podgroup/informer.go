@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -98,8 +99,10 @@ func served(disco discovery.DiscoveryInterface, gv, resource string) (bool, erro
 // Groups converts what the informers hold into the plan's groups by
 // Key. Pass the coscheduling informer (NewInformer), the in-tree one
 // (NewInTreeInformer) or both; a nil informer (its API not served) is
-// skipped. Objects that do not convert are left out, each with an error
-// naming it and the field (errors.Is ErrInvalid), in key order.
+// skipped. Objects that do not convert are returned with only their key
+// and plan.Group.Invalid set (so their pods say why they wait), each also
+// as an error naming it and the field (errors.Is ErrInvalid), in key
+// order.
 //
 // When both formats define one key, the scheduling.k8s.io PodGroup is
 // kept and the coscheduling one left out with an error: pods naming the
@@ -162,6 +165,12 @@ func FromObjects(objs []any) (map[string]*plan.Group, []error) {
 	out := make(map[string]*plan.Group, len(seen))
 	for k, e := range seen {
 		out[k] = e.g
+	}
+	for _, e := range errs {
+		if _, ok := out[e.key]; !ok && e.key != "" {
+			ns, name, _ := strings.Cut(e.key, "/")
+			out[e.key] = &plan.Group{Namespace: ns, Name: name, Invalid: e.err.Error()}
+		}
 	}
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].key < errs[j].key })
 	list := make([]error, len(errs))

@@ -50,8 +50,12 @@ func TestInformerGroups(t *testing.T) {
 
 	groups, errs := Groups(inf, nil)
 	want := plan.Group{Namespace: "default", Name: "nginx", MinMember: 3, ScheduleTimeout: 10 * time.Second, Created: created.Time}
-	if len(groups) != 1 || !same(groups["default/nginx"], &want) {
-		t.Fatalf("Groups() = %v, want only default/nginx = %+v", groups, want)
+	if len(groups) != 3 || !same(groups["default/nginx"], &want) {
+		t.Fatalf("Groups() = %v, want default/nginx = %+v and the two invalid ones", groups, want)
+	}
+	// The invalid ones stay, saying why, so their pods can tell users.
+	if g := groups["default/zero"]; g == nil || !strings.Contains(g.Invalid, "spec.minMember 0 is outside 1..") {
+		t.Fatalf("default/zero = %+v, want Invalid naming spec.minMember", g)
 	}
 	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "PodGroup default/words: decode") ||
 		!strings.Contains(errs[1].Error(), "PodGroup default/zero: spec.minMember 0") {

@@ -400,3 +400,26 @@ func capBits[V any](caps map[resourceapi.QualifiedName]V) uint8 {
 	}
 	return b
 }
+
+// MostPerNode is the most devices one node offers it, usage and health
+// aside (whole GPUs it may use; 1 for a fraction or MIG slice that some
+// device could hold), and for a fraction the largest memory of such a
+// device: what says a request can never fit, whatever is freed.
+func (v *View) MostPerNode(it *Item) (devices int, fractionMemory int64) {
+	for _, n := range v.nodes {
+		count := 0
+		for _, d := range n.devs {
+			if !it.usable(n, d) {
+				continue
+			}
+			count++
+			if it.Kind == Fraction {
+				if c, ok := d.Capacity[CapacityMemory]; ok {
+					fractionMemory = max(fractionMemory, c.Value.Value())
+				}
+			}
+		}
+		devices = max(devices, count)
+	}
+	return devices, fractionMemory
+}

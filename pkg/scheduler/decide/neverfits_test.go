@@ -19,7 +19,9 @@ func TestNeverFitsOnlyWhenNoNodeEverCould(t *testing.T) {
 	e := newEnv(t)
 	e.node("a", "dgx-h100", nil)
 	cpu := func(q string) podOpt {
-		return func(x *plan.Pod) { x.Pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse(q) }
+		return func(x *plan.Pod) {
+			x.Pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse(q)
+		}
 	}
 	e.pod("nine", []resourceapi.DeviceRequest{gpus(9)})
 	e.pod("huge-fraction", []resourceapi.DeviceRequest{fraction("200Gi")})

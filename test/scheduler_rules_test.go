@@ -62,6 +62,7 @@ func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
 		}
 		localPVs(t, env, pool)
 	}
+	claimsSetup(t, env)
 	sched := startSchedulerProc(t, bin, filepath.Join(shortDir(t), "sched"), kubeconfig)
 	waitForLeader(t, []*schedProc{sched}, nil)
 	t.Logf("environment up in %s", time.Since(begin).Round(time.Millisecond))
@@ -96,6 +97,12 @@ func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// DRA claim shapes gpud's policy does not model itself: kube-scheduler's
+	// structured allocator allocates them on the node gpud chooses.
+	for _, tc := range claimCases() {
+		t.Run("claims "+tc.name, func(t *testing.T) { runClaimCase(t, env, tc) })
 	}
 
 	// Scheduling gates: a gated pod is never scheduled, and is once the

@@ -6,6 +6,8 @@
 // the device cgroup allowed it but no driver answers, as with nodeenv's
 // fake device nodes; "EPERM": the device cgroup or eBPF filter denied it),
 // and the mount points, so tests assert on the container's own view.
+// $PROBE_DEV_DIR adds the nvidia* files of another directory (the node's
+// device files, mounted in) to the opens.
 package main
 
 import (
@@ -57,7 +59,17 @@ func report() {
 	}
 	paths, _ := filepath.Glob("/dev/nvidia*")
 	caps, _ := filepath.Glob("/dev/nvidia-caps/*")
-	for _, p := range append(paths, caps...) {
+	paths = append(paths, caps...)
+	// $PROBE_DEV_DIR: another directory of device files (the node's, by
+	// a hostPath volume), so a test sees what the device cgroup says of
+	// the GPUs the container was not given.
+	if dir := os.Getenv("PROBE_DEV_DIR"); dir != "" {
+		more, _ := filepath.Glob(filepath.Join(dir, "nvidia*"))
+		paths = append(paths, more...)
+		more, _ = filepath.Glob(filepath.Join(dir, "nvidia-caps", "*"))
+		paths = append(paths, more...)
+	}
+	for _, p := range paths {
 		if st, err := os.Stat(p); err != nil || st.IsDir() {
 			continue
 		}

@@ -2,20 +2,35 @@ package test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
@@ -31,7 +46,8 @@ import (
 // The telemetry stream end-to-end test: a real kube-apiserver, a simulated
 // DGX H100 node whose DRA agent (a `gpud agent` process) publishes its
 // ResourceSlices, a `gpud scheduler` process with --telemetry-addr over
-// mutual TLS (certificates made here), and the node's telemetry half in
+// mutual TLS (certificates made here) and the node's agent pod's token
+// (TokenRequest, bound to a pod on the node), and the node's telemetry half in
 // this process on a simulated node of the same profile (same GPU UUIDs),
 // so that the test can inject an Xid and GPU memory use into it: discovery
 // store, NVML health monitor and a stream.Client. The DRA agent process
@@ -81,7 +97,11 @@ func TestTelemetryStreamEndToEnd(t *testing.T) {
 		return stream.CertFiles{Cert: write(name+".crt", c), Key: write(name+".key", k), CA: caFile}
 	}
 	server := issue("scheduler", stream.Leaf{CommonName: "gpud-scheduler", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
-	agentFiles := issue("node", stream.Leaf{CommonName: stream.NodeCommonNamePrefix + node, Client: true})
+	agentFiles := issue("agent", stream.Leaf{CommonName: stream.AgentCommonName, Client: true})
+	// The node's agent pod (ServiceAccount gpud/gpud, on the node) and
+	// the token the kubelet would project into it.
+	createSA(t, env, "gpud", "gpud")
+	agentToken := boundToken(t, env, createPodOn(t, env, "gpud", "gpud-"+node, "gpud", node), "gpud-telemetry")
 
 	// Two replicas, each with its telemetry listener; the agent reaches
 	// them through a proxy that, like a Service, sends each new connection
@@ -106,7 +126,7 @@ func TestTelemetryStreamEndToEnd(t *testing.T) {
 	})
 
 	// The node's telemetry half, on its own simulated node.
-	sim, store := startTelemetryAgent(t, node, telAddr, agentFiles)
+	sim, store := startTelemetryAgent(t, node, telAddr, agentFiles, agentToken)
 	streaming := func(p *schedProc) error {
 		m := scrape(t, p.addr)
 		for _, want := range []string{"gpud_scheduler_telemetry_streams 1", `gpud_scheduler_telemetry_age_seconds{node="` + node + `"}`} {
@@ -241,7 +261,7 @@ func (e errorString) Error() string { return string(e) }
 // simulated DGX H100, its inventory store and NVML health monitor, and a
 // stream.Client that sends the GPUs, their measured memory every
 // streamInterval, and each health change as it happens.
-func startTelemetryAgent(t *testing.T, node, addr string, files stream.CertFiles) (*simnode.Node, *discovery.Store) {
+func startTelemetryAgent(t *testing.T, node, addr string, files stream.CertFiles, token string) (*simnode.Node, *discovery.Store) {
 	t.Helper()
 	p, err := simnode.LoadProfile("dgx-h100")
 	if err != nil {
@@ -289,7 +309,7 @@ func startTelemetryAgent(t *testing.T, node, addr string, files stream.CertFiles
 		}
 		return s
 	}
-	c, err := stream.NewClient(stream.Config{Addr: addr, Node: node, Certs: certs, ServerName: "127.0.0.1", Interval: streamInterval,
+	c, err := stream.NewClient(stream.Config{Addr: addr, Node: node, Certs: certs, Token: func() (string, error) { return token, nil }, ServerName: "127.0.0.1", Interval: streamInterval,
 		Hello: func() *telemetryv1.Hello { return &telemetryv1.Hello{Devices: devices(store.Current())} }, Samples: samples})
 	if err != nil {
 		t.Fatal(err)
@@ -387,4 +407,326 @@ func patchFile(t *testing.T, obj any, patchPath string, out any) {
 	if err := manifest.PatchFile(obj, patchPath, out); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestTelemetryStreamNodeIdentity: on a real kube-apiserver, node-a's
+// agent pod tries to report for node-b with everything it can read in its
+// own pod: the agents' shared client certificate and key (the Secret every
+// agent mounts) and its own projected ServiceAccount token. The scheduler
+// (a `gpud scheduler` process with the shipped RBAC) refuses it, and every
+// other way to get a node's stream without that node's token: no token, a
+// token for the wrong audience, a tenant pod's token on the same node, the
+// token of a deleted pod, an expired token (signed with the cluster's own
+// key, so that only its expiry is wrong); and handshakes without a
+// certificate the CA signed are refused and counted. Tokens come from the
+// TokenRequest API bound to the pod, as the kubelet projects them, so the
+// pod and node claims are the API server's own.
+func TestTelemetryStreamNodeIdentity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kube-apiserver and a gpud scheduler")
+	}
+	bin := buildGpud(t)
+	env := k8senv.Start(t, k8senv.WithoutScheduler())
+	kubeconfig := schedulerIdentity(t, env) // creates namespace gpud, applies deploy/scheduler/rbac.yaml
+	for _, n := range []string{"node-a", "node-b"} {
+		env.CreateNode(t, n, nil)
+	}
+	createSA(t, env, "gpud", "gpud")
+	createSA(t, env, metav1.NamespaceDefault, "default")
+	podA := createPodOn(t, env, "gpud", "gpud-a", "gpud", "node-a")
+	podB := createPodOn(t, env, "gpud", "gpud-b", "gpud", "node-b")
+	tenant := createPodOn(t, env, metav1.NamespaceDefault, "job-on-a", "default", "node-a")
+	tokenA := boundToken(t, env, podA, "gpud-telemetry")
+	tokenB := boundToken(t, env, podB, "gpud-telemetry")
+
+	// What `gpud certs` writes: a CA, the scheduler's certificate, and one
+	// client certificate every agent mounts.
+	dir := shortDir(t)
+	ca, err := stream.NewCA("gpud-telemetry-test", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := issueFiles(t, dir, ca, "scheduler", stream.Leaf{CommonName: "gpud-scheduler", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
+	shared := issueFiles(t, dir, ca, "agent", stream.Leaf{CommonName: stream.AgentCommonName, Client: true})
+	telAddr := k8senv.FreeAddr(t)
+	sched := startSchedulerProc(t, bin, filepath.Join(dir, "s"), kubeconfig, "--telemetry-addr", telAddr,
+		"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-ca", server.CA)
+	waitForLeader(t, []*schedProc{sched}, nil)
+	certs, err := stream.LoadCerts(shared, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// count is refused_total{reason} as the scheduler exports it.
+	count := func(reason string) float64 {
+		t.Helper()
+		prefix := `gpud_scheduler_telemetry_refused_total{reason="` + reason + `"} `
+		for _, l := range strings.Split(scrape(t, sched.addr), "\n") {
+			if v, ok := strings.CutPrefix(l, prefix); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			}
+		}
+		return 0
+	}
+	counted := func(reason string, before float64) {
+		t.Helper()
+		testwait.ForErr(t, 10*time.Second, "refused_total{reason="+reason+"} to count the refusal", func() error {
+			if count(reason) > before {
+				return nil
+			}
+			return errorString("counted so far:\n" + grepLines(scrape(t, sched.addr), "gpud_scheduler_telemetry_refused_total{"))
+		})
+	}
+	streams := func() string {
+		for _, l := range strings.Split(scrape(t, sched.addr), "\n") {
+			if strings.HasPrefix(l, "gpud_scheduler_telemetry_age_seconds{") {
+				return l
+			}
+		}
+		return ""
+	}
+
+	// The honest agent: node-a with node-a's token.
+	if err := tryStream(t, telAddr, certs, tokenA, "node-a", true); err != nil {
+		t.Fatalf("node-a's agent with its own token: %v", err)
+	}
+
+	// The attacks from node-a's pod, and the tokens that prove nothing.
+	expired := forgeToken(t, env, podA, "gpud-telemetry", -10*time.Minute)
+	for _, tc := range []struct {
+		name, token, node, reason string
+		code                      codes.Code
+	}{
+		{"node-a's token for node-b", tokenA, "node-b", stream.ReasonTokenNodeMismatch, codes.PermissionDenied},
+		{"no token", "", "node-b", stream.ReasonTokenMissing, codes.Unauthenticated},
+		{"node-a's pod token for the API server's audience", boundToken(t, env, podA, ""), "node-a", stream.ReasonTokenInvalid, codes.Unauthenticated},
+		{"a tenant pod's token on node-a", boundToken(t, env, tenant, "gpud-telemetry"), "node-a", stream.ReasonTokenServiceAccount, codes.PermissionDenied},
+		{"an expired token of node-a's pod", expired, "node-a", stream.ReasonTokenInvalid, codes.Unauthenticated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := count(tc.reason)
+			err := tryStream(t, telAddr, certs, tc.token, tc.node, false)
+			if status.Code(err) != tc.code {
+				t.Fatalf("stream = %v, want %s", err, tc.code)
+			}
+			counted(tc.reason, before)
+		})
+	}
+	// The forged token is refused for its expiry alone: the same claims
+	// with a future expiry are accepted.
+	if err := tryStream(t, telAddr, certs, forgeToken(t, env, podA, "gpud-telemetry", 10*time.Minute), "node-a", false); err != nil {
+		t.Errorf("the forging is wrong, not just its expiry: a valid forged token is refused: %v", err)
+	}
+	// node-b's token works until its pod is deleted (a new scheduler
+	// replica has no cache; this one reviews a token it has not seen).
+	if err := env.Client.CoreV1().Pods("gpud").Delete(t.Context(), podB.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tryStream(t, telAddr, certs, tokenB, "node-b", false); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("the token of node-b's deleted pod: %v, want Unauthenticated", err)
+	}
+	if l := streams(); strings.Contains(l, "node-b") {
+		t.Errorf("node-b has telemetry: %s", l)
+	}
+
+	// Handshakes refused and counted: a certificate of another CA (a Go
+	// client withholds a certificate the server's CAs did not sign, so the
+	// scheduler sees none), and the agents' certificate expired.
+	other, err := stream.NewCA("not-gpud", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, reason string
+		ca           *stream.CA
+		notBefore    time.Time
+	}{
+		{"a certificate of another CA", "tls-no-client-certificate", other, time.Now()},
+		{"an expired agent certificate", "tls-certificate-expired", ca, time.Now().Add(-3 * time.Hour)},
+	} {
+		files := issueFiles(t, dir, tc.ca, "bad", stream.Leaf{CommonName: stream.AgentCommonName, Client: true, NotBefore: tc.notBefore, Validity: time.Hour})
+		files.CA = shared.CA
+		bad, err := stream.LoadCerts(files, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := count(tc.reason)
+		if err := tryStream(t, telAddr, bad, tokenA, "node-a", false); status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: %v, want Unavailable", tc.name, err)
+		}
+		counted(tc.reason, before)
+	}
+	t.Logf("scheduler refusals:\n%s", grepLines(scrape(t, sched.addr), "gpud_scheduler_telemetry_refused_total{", "gpud_scheduler_telemetry_token_reviews_total{"))
+}
+
+func grepLines(s string, prefixes ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				out = append(out, l)
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func issueFiles(t *testing.T, dir string, ca *stream.CA, name string, leaf stream.Leaf) stream.CertFiles {
+	t.Helper()
+	if leaf.Validity == 0 {
+		leaf.NotBefore, leaf.Validity = time.Now(), time.Hour
+	}
+	c, k, err := ca.Issue(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return stream.CertFiles{Cert: write(name+".crt", c), Key: write(name+".key", k), CA: write(name+"-ca.crt", ca.CertPEM)}
+}
+
+func createSA(t *testing.T, env *k8senv.Env, ns, name string) {
+	t.Helper()
+	_, err := env.Client.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// createPodOn creates a pod of ServiceAccount sa bound to node (no
+// kubelet runs it: its identity is what the test needs).
+func createPodOn(t *testing.T, env *k8senv.Env, ns, name, sa, node string) *corev1.Pod {
+	t.Helper()
+	p, err := env.Client.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "gpud"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// boundToken is the token the kubelet projects into pod for audience
+// (empty: the API server's own), from the TokenRequest API bound to the
+// pod: the API server puts the pod's name, UID and node in it.
+func boundToken(t *testing.T, env *k8senv.Env, pod *corev1.Pod, audience string) string {
+	t.Helper()
+	exp := int64(600)
+	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp,
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}
+	if audience != "" {
+		spec.Audiences = []string{audience}
+	}
+	tr, err := env.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(t.Context(), pod.Spec.ServiceAccountName,
+		&authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	return tr.Status.Token
+}
+
+// forgeToken signs, with the API server's own service-account key, the
+// token TokenRequest would give pod for audience, expiring expiresIn from
+// now (negative: expired): the TokenRequest API refuses to issue one
+// shorter than 10 minutes.
+func forgeToken(t *testing.T, env *k8senv.Env, pod *corev1.Pod, audience string, expiresIn time.Duration) string {
+	t.Helper()
+	keyPEM, err := os.ReadFile(filepath.Join(env.Dir, "pki", "sa.key")) // k8senv's --service-account-signing-key-file
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		t.Fatal("sa.key is not PEM")
+	}
+	key, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := env.Client.CoreV1().ServiceAccounts(pod.Namespace).Get(t.Context(), pod.Spec.ServiceAccountName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid := sha256.Sum256(pubDER)
+	now := time.Now()
+	exp := now.Add(expiresIn)
+	iat := now.Add(-time.Minute)
+	if exp.Before(now) {
+		iat = exp.Add(-time.Hour)
+	}
+	type ref struct {
+		Name string `json:"name"`
+		UID  string `json:"uid"`
+	}
+	claims := map[string]any{
+		"iss": "https://kubernetes.default.svc.cluster.local", "aud": []string{audience},
+		"sub": "system:serviceaccount:" + pod.Namespace + ":" + sa.Name,
+		"exp": exp.Unix(), "iat": iat.Unix(), "nbf": iat.Unix(), "jti": fmt.Sprintf("forged-%d", now.UnixNano()),
+		"kubernetes.io": map[string]any{"namespace": pod.Namespace,
+			"pod": ref{pod.Name, string(pod.UID)}, "serviceaccount": ref{sa.Name, string(sa.UID)}},
+	}
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	signing := enc(map[string]string{"alg": "ES256", "kid": base64.RawURLEncoding.EncodeToString(kid[:])}) + "." + enc(claims)
+	digest := sha256.Sum256([]byte(signing))
+	r, s, err := ecdsa.Sign(rand.Reader, key, digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	return signing + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// tryStream opens one stream as an agent would (mutual TLS with certs,
+// token as its bearer token unless empty), says Hello for node and waits
+// for the scheduler's answer: nil is accepted. keep leaves an accepted
+// stream open until the test ends.
+func tryStream(t *testing.T, addr string, certs *stream.Certs, token, node string, keep bool) error {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(certs.ClientConfig("127.0.0.1"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if keep {
+		ctx, cancel = context.WithCancel(context.Background())
+	}
+	t.Cleanup(func() { cancel(); _ = conn.Close() })
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	st, err := telemetryv1.NewTelemetryClient(conn).Stream(ctx)
+	if err != nil {
+		return err
+	}
+	hello := &telemetryv1.Hello{NodeName: node, IntervalMillis: 1000, Devices: []*telemetryv1.Device{
+		{Uuid: "GPU-00000000-0000-0000-0000-00000000000a", Model: "NVIDIA H100 80GB HBM3", MemoryTotalBytes: 80 << 30, Health: telemetryv1.Health_HEALTH_HEALTHY}}}
+	if err := st.Send(&telemetryv1.AgentMessage{Seq: 1, Kind: &telemetryv1.AgentMessage_Hello{Hello: hello}}); err != nil {
+		_, err = st.Recv() // the refusal's status
+		return err
+	}
+	_, err = st.Recv()
+	if !keep {
+		cancel()
+	}
+	return err
 }

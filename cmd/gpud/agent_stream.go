@@ -18,15 +18,17 @@ import (
 
 // streamOptions are the telemetry stream's flags of `gpud agent`.
 type streamOptions struct {
-	addr     string
-	tls      stream.CertFiles
-	insecure bool
-	interval time.Duration
+	addr      string
+	tls       stream.CertFiles
+	tokenFile string
+	insecure  bool
+	interval  time.Duration
 }
 
 func (o *streamOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.addr, "scheduler-addr", "", "HOST:PORT of the gpud scheduler's telemetry stream (its --telemetry-addr, through the Service); empty: no stream")
-	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM client certificate of this node for the telemetry stream (CN system:node:<node> or a SAN naming the node); read again at each reconnect")
+	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM client certificate of the agents for the telemetry stream, signed by the scheduler's --tls-ca (it proves a gpud agent; --stream-token-file proves the node); read again at each reconnect")
+	fs.StringVar(&o.tokenFile, "stream-token-file", "", "projected ServiceAccount token of this agent's pod (audience: the scheduler's --telemetry-token-audience), which proves the node to the scheduler; read again at each reconnect (the kubelet rotates it)")
 	fs.StringVar(&o.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&o.tls.CA, "tls-ca", "", "PEM CA bundle that signs the scheduler's certificate")
 	fs.BoolVar(&o.insecure, "stream-insecure", false, "stream without TLS (only to a scheduler started with --telemetry-insecure, for tests)")
@@ -34,14 +36,14 @@ func (o *streamOptions) register(fs *flag.FlagSet) {
 }
 
 func (o *streamOptions) validate() []error {
-	anyTLS := o.tls.Cert != "" || o.tls.Key != "" || o.tls.CA != ""
+	anyTLS := o.tls.Cert != "" || o.tls.Key != "" || o.tls.CA != "" || o.tokenFile != ""
 	var errs []error
 	if o.interval < stream.MinInterval || o.interval > stream.MaxInterval {
 		errs = append(errs, flagErr("stream-interval", "%s: want %s to %s", o.interval, stream.MinInterval, stream.MaxInterval))
 	}
 	if o.addr == "" {
 		if anyTLS || o.insecure {
-			errs = append(errs, flagErr("scheduler-addr", "empty, but --tls-* or --stream-insecure given: set the scheduler's HOST:PORT"))
+			errs = append(errs, flagErr("scheduler-addr", "empty, but --tls-*, --stream-token-file or --stream-insecure given: set the scheduler's HOST:PORT"))
 		}
 		return errs
 	}
@@ -50,10 +52,13 @@ func (o *streamOptions) validate() []error {
 	}
 	switch {
 	case o.insecure && anyTLS:
-		errs = append(errs, flagErr("stream-insecure", "given with --tls-cert/--tls-key/--tls-ca: choose mutual TLS or none"))
+		errs = append(errs, flagErr("stream-insecure", "given with --tls-cert/--tls-key/--tls-ca/--stream-token-file: choose mutual TLS and a token, or neither"))
 	case !o.insecure:
 		if err := o.tls.Validate(); err != nil {
 			errs = append(errs, flagErr("scheduler-addr", "%s needs mutual TLS: %w", o.addr, err))
+		}
+		if o.tokenFile == "" {
+			errs = append(errs, flagErr("stream-token-file", "empty: the scheduler at %s needs this pod's ServiceAccount token to prove the node", o.addr))
 		}
 	}
 	return errs
@@ -85,14 +90,19 @@ func (o *streamOptions) newStream(deps streamDeps) (*agentStream, error) {
 		return nil, nil
 	}
 	var certs *stream.Certs
+	var token func() (string, error)
 	if !o.insecure {
 		var err error
 		if certs, err = stream.LoadCerts(o.tls, deps.log); err != nil {
 			return nil, flagErr("tls-cert", "%w", err)
 		}
+		token = stream.TokenFile(o.tokenFile)
+		if _, err := token(); err != nil {
+			return nil, flagErr("stream-token-file", "%w", err)
+		}
 	}
 	a := &agentStream{deps: deps}
-	c, err := stream.NewClient(stream.Config{Addr: o.addr, Node: deps.node, Certs: certs, Insecure: o.insecure, Interval: o.interval,
+	c, err := stream.NewClient(stream.Config{Addr: o.addr, Node: deps.node, Certs: certs, Token: token, Insecure: o.insecure, Interval: o.interval,
 		Hello: a.hello, Samples: a.samples, Version: version, Log: deps.log})
 	if err != nil {
 		return nil, flagErr("scheduler-addr", "%w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,9 @@ func TestAgentStreamFlags(t *testing.T) {
 		want string // "" valid
 	}{
 		{name: "off by default"},
-		{name: "mutual TLS", args: []string{"--scheduler-addr", "gpud-scheduler:9403", "--tls-cert", "n.crt", "--tls-key", "n.key", "--tls-ca", "ca.crt"}},
+		{name: "mutual TLS and token", args: []string{"--scheduler-addr", "gpud-scheduler:9403", "--tls-cert", "n.crt", "--tls-key", "n.key", "--tls-ca", "ca.crt", "--stream-token-file", "token"}},
+		{name: "no token", args: []string{"--scheduler-addr", "gpud-scheduler:9403", "--tls-cert", "n.crt", "--tls-key", "n.key", "--tls-ca", "ca.crt"}, want: "--stream-token-file: empty"},
+		{name: "insecure and token", args: []string{"--scheduler-addr", "s:9403", "--stream-insecure", "--stream-token-file", "token"}, want: "--stream-insecure"},
 		{name: "insecure", args: []string{"--scheduler-addr", "127.0.0.1:9403", "--stream-insecure", "--stream-interval", "200ms"}},
 		{name: "no TLS", args: []string{"--scheduler-addr", "gpud-scheduler:9403"}, want: "--scheduler-addr: gpud-scheduler:9403 needs mutual TLS"},
 		{name: "no key", args: []string{"--scheduler-addr", "s:9403", "--tls-cert", "n.crt", "--tls-ca", "ca.crt"}, want: "--tls-key is empty"},
@@ -46,9 +49,37 @@ func TestAgentStreamFlags(t *testing.T) {
 	}
 	// Certificate files are read before anything starts.
 	err := runAgent(t.Context(), agentArgs(dir, "--simulate", "dgx-h100", "--http-addr", "", "--scheduler-addr", "s:9403",
-		"--tls-cert", dir+"/none.crt", "--tls-key", dir+"/none.key", "--tls-ca", dir+"/ca.crt"), io.Discard, io.Discard)
+		"--tls-cert", dir+"/none.crt", "--tls-key", dir+"/none.key", "--tls-ca", dir+"/ca.crt", "--stream-token-file", dir+"/token"), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "none.crt") {
 		t.Fatalf("runAgent with missing certificate files = %v, want an error naming the file", err)
+	}
+}
+
+func TestSchedulerTelemetryTokenFlags(t *testing.T) {
+	tls := []string{"--telemetry-addr", ":9403", "--tls-cert", "s.crt", "--tls-key", "s.key", "--tls-ca", "ca.crt"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // "" valid
+	}{
+		{name: "defaults"},
+		{name: "two agent ServiceAccounts", args: []string{"--telemetry-agent-service-accounts", "gpud/gpud,gpu-ops/gpud-agent", "--telemetry-token-audience", "gpud.example.com"}},
+		{name: "ServiceAccount without namespace", args: []string{"--telemetry-agent-service-accounts", "gpud"}, want: "--telemetry-agent-service-accounts"},
+		{name: "no ServiceAccount", args: []string{"--telemetry-agent-service-accounts", ","}, want: "no ServiceAccount"},
+		{name: "audience with a space", args: []string{"--telemetry-token-audience", "a b"}, want: "audience"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _, _, err := parseSchedulerFlags(append(slices.Clone(tls), tc.args...), "gpud", io.Discard)
+			if tc.want == "" {
+				if err != nil || o.telemetry.audience == "" {
+					t.Fatalf("err = %v, options %+v", err, o.telemetry)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
 	}
 }
 

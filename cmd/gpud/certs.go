@@ -6,14 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
@@ -22,20 +20,26 @@ import (
 
 const certsUsage = `usage: gpud certs [flags]
 
-Writes the telemetry stream's certificates into Kubernetes Secrets, for
-clusters without cert-manager (deploy/certs has the cert-manager way):
+Writes the telemetry stream's transport certificates into Kubernetes
+Secrets, for clusters without cert-manager (deploy/certs has the
+cert-manager way):
 
   --ca-secret         the CA (ca.crt, ca.key); reused when it exists, so a
-                      rerun adds nodes and renews leaves without a new CA
-                      (a cert-manager CA's Secret, tls.crt and tls.key,
-                      is reused as well)
+                      rerun renews the leaves without a new CA (a
+                      cert-manager CA's Secret, tls.crt and tls.key, is
+                      reused as well)
   --scheduler-secret  the scheduler's serving certificate (tls.crt, tls.key,
                       ca.crt), for the telemetry Service's names
-  --agent-secret      ca.crt and <node>.crt/<node>.key per node (CN
-                      system:node:<node>, SAN <node>); the agent DaemonSet
-                      mounts it and picks its node's pair by $(NODE_NAME)
+  --agent-secret      the agents' client certificate (tls.crt, tls.key,
+                      CN gpud-agent) and ca.crt, one for every agent: it
+                      proves a gpud agent, not a node. Each agent proves
+                      its node with its pod's projected ServiceAccount
+                      token, which the scheduler checks (TokenReview), so
+                      no node can report for another with what this
+                      Secret holds. A rerun replaces the Secret's data,
+                      removing the per-node keys older gpud wrote.
 
-Rerun it when nodes join, and before --validity runs out.
+Rerun it before --validity runs out; nodes joining need nothing.
 
 Flags:`
 
@@ -46,15 +50,13 @@ const (
 	defaultSchedulerSecret = "gpud-scheduler-tls"
 	defaultAgentSecret     = "gpud-agent-tls"
 	defaultTelemetrySvc    = "gpud-scheduler-telemetry"
-	// maxSecretBytes is the API server's limit on a Secret's data.
-	maxSecretBytes = 1 << 20
 )
 
 type certsOptions struct {
 	kubeconfig      string
 	namespace       string
-	nodes           string
-	nodeSelector    string
+	nodes           string // no longer used: refused with an explanation
+	nodeSelector    string // likewise
 	caSecret        string
 	schedulerSecret string
 	agentSecret     string
@@ -64,15 +66,15 @@ type certsOptions struct {
 }
 
 func (o *certsOptions) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of an identity that may read Nodes and write Secrets in --namespace; empty uses the in-cluster config")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of an identity that may read and write Secrets in --namespace; empty uses the in-cluster config")
 	fs.StringVar(&o.namespace, "namespace", defaultCertsNamespace, "namespace of the Secrets (gpud's)")
-	fs.StringVar(&o.nodes, "nodes", "", "comma-separated node names to issue agent certificates for; empty: every Node of the API server matching --node-selector")
-	fs.StringVar(&o.nodeSelector, "node-selector", "", "label selector of the Nodes to issue for when --nodes is empty (e.g. nvidia.com/gpu.present=true)")
+	fs.StringVar(&o.nodes, "nodes", "", "removed: agents no longer get per-node certificates (their ServiceAccount token proves the node); any value is refused")
+	fs.StringVar(&o.nodeSelector, "node-selector", "", "removed, as --nodes")
 	fs.StringVar(&o.caSecret, "ca-secret", defaultCASecret, "Secret of the CA (created once, then reused)")
 	fs.StringVar(&o.schedulerSecret, "scheduler-secret", defaultSchedulerSecret, "Secret of the scheduler's serving certificate (kubernetes.io/tls)")
 	fs.StringVar(&o.agentSecret, "agent-secret", defaultAgentSecret, "Secret of the agents' certificates")
 	fs.StringVar(&o.serverNames, "scheduler-names", "", "comma-separated DNS names of the scheduler's certificate; empty: the telemetry Service "+defaultTelemetrySvc+" in --namespace (short, .svc and .svc.cluster.local)")
-	fs.DurationVar(&o.validity, "validity", 365*24*time.Hour, "validity of the scheduler's and agents' certificates")
+	fs.DurationVar(&o.validity, "validity", 365*24*time.Hour, "validity of the scheduler's and the agents' certificates")
 	fs.DurationVar(&o.caValidity, "ca-validity", 10*365*24*time.Hour, "validity of a new CA")
 }
 
@@ -96,13 +98,10 @@ func (o *certsOptions) validate() []error {
 			errs = append(errs, flagErr(f.name, "%s: %s", quoteTrunc(f.v), strings.Join(msgs, "; ")))
 		}
 	}
-	for _, n := range splitList(o.nodes) {
-		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
-			errs = append(errs, flagErr("nodes", "%s: not a node name: %s", quoteTrunc(n), strings.Join(msgs, "; ")))
+	for _, f := range []struct{ name, v string }{{"nodes", o.nodes}, {"node-selector", o.nodeSelector}} {
+		if f.v != "" {
+			errs = append(errs, flagErr(f.name, "%s: agents no longer get per-node certificates: each proves its node with its pod's ServiceAccount token, and one agent certificate serves all; drop the flag", quoteTrunc(f.v)))
 		}
-	}
-	if _, err := labels.Parse(o.nodeSelector); err != nil {
-		errs = append(errs, flagErr("node-selector", "%w", err))
 	}
 	for _, n := range splitList(o.serverNames) {
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
@@ -158,37 +157,23 @@ func runCerts(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("certs: %w", err)
 	}
-	fmt.Fprintf(stdout, "CA %s/%s (%s), scheduler %s/%s for %s, agents %s/%s for %d nodes\n", o.namespace, o.caSecret, res.ca,
-		o.namespace, o.schedulerSecret, strings.Join(o.schedulerNames(), ","), o.namespace, o.agentSecret, len(res.nodes))
+	fmt.Fprintf(stdout, "CA %s/%s (%s), scheduler %s/%s for %s, agents %s/%s (one client certificate, CN %s; each agent proves its node with its ServiceAccount token)\n",
+		o.namespace, o.caSecret, res.ca, o.namespace, o.schedulerSecret, strings.Join(o.schedulerNames(), ","), o.namespace, o.agentSecret, stream.AgentCommonName)
+	if res.removed > 0 {
+		fmt.Fprintf(stdout, "removed %d per-node certificate and key entries an older gpud wrote into %s/%s\n", res.removed, o.namespace, o.agentSecret)
+	}
 	return nil
 }
 
 type certsResult struct {
-	ca    string // "created" or "reused"
-	nodes []string
+	ca      string // "created" or "reused"
+	removed int    // per-node entries of an older gpud removed from the agent Secret
 }
 
 // write issues the certificates and writes the three Secrets.
 func (o *certsOptions) write(ctx context.Context, client kubernetes.Interface, now time.Time) (certsResult, error) {
 	var res certsResult
-	nodes := splitList(o.nodes)
-	if len(nodes) == 0 {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: o.nodeSelector})
-		if err != nil {
-			return res, fmt.Errorf("list nodes (--nodes names them instead): %w", err)
-		}
-		for _, n := range list.Items {
-			nodes = append(nodes, n.Name)
-		}
-		if len(nodes) == 0 {
-			return res, fmt.Errorf("no Node matches --node-selector %q: nothing to issue", o.nodeSelector)
-		}
-	}
-	slices.Sort(nodes)
-	nodes = slices.Compact(nodes)
-	res.nodes = nodes
 	secrets := client.CoreV1().Secrets(o.namespace)
-
 	ca, created, err := o.loadOrCreateCA(ctx, client, now)
 	if err != nil {
 		return res, err
@@ -205,18 +190,21 @@ func (o *certsOptions) write(ctx context.Context, client kubernetes.Interface, n
 		return res, err
 	}
 
+	cert, key, err = ca.Issue(stream.Leaf{CommonName: stream.AgentCommonName, Client: true, NotBefore: now, Validity: o.validity})
+	if err != nil {
+		return res, err
+	}
 	agent := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: o.agentSecret, Namespace: o.namespace, Labels: certsLabels()},
-		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"ca.crt": ca.CertPEM}}
-	size := len(ca.CertPEM)
-	for _, n := range nodes {
-		cert, key, err := ca.Issue(stream.Leaf{CommonName: stream.NodeCommonNamePrefix + n, DNSNames: []string{n}, Client: true, NotBefore: now, Validity: o.validity})
-		if err != nil {
-			return res, err
+		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key, "ca.crt": ca.CertPEM}}
+	if old, err := secrets.Get(ctx, o.agentSecret, metav1.GetOptions{}); err == nil {
+		for k := range old.Data {
+			if _, ok := agent.Data[k]; !ok {
+				res.removed++
+			}
 		}
-		agent.Data[n+".crt"], agent.Data[n+".key"] = cert, key
-		if size += len(cert) + len(key); size > maxSecretBytes {
-			return res, fmt.Errorf("the certificates of %d nodes exceed a Secret's 1 MiB: split the nodes with --node-selector into several --agent-secret, or use cert-manager (deploy/certs)", len(nodes))
-		}
+		agent.Type = old.Type // immutable: an older gpud's Opaque, or a cert-manager kubernetes.io/tls
+	} else if !apierrors.IsNotFound(err) {
+		return res, fmt.Errorf("read secret %s/%s: %w", o.namespace, o.agentSecret, err)
 	}
 	return res, apply(ctx, secrets, agent)
 }

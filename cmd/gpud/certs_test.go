@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,15 +16,10 @@ import (
 )
 
 func TestCertsWritesSecrets(t *testing.T) {
-	node := func(name string, gpu bool) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
-		if gpu {
-			n.Labels["nvidia.com/gpu.present"] = "true"
-		}
-		return n
-	}
-	client := fake.NewClientset(node("gpu-1", true), node("gpu-2", true), node("cpu-1", false))
-	o := &certsOptions{namespace: "gpud", nodeSelector: "nvidia.com/gpu.present=true", caSecret: defaultCASecret, schedulerSecret: defaultSchedulerSecret,
+	// An older gpud's agent Secret: every node's key in one place.
+	client := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: defaultAgentSecret, Namespace: "gpud"}, Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{"ca.crt": []byte("old"), "node-a.crt": []byte("a"), "node-a.key": []byte("a"), "node-b.crt": []byte("b"), "node-b.key": []byte("b")}})
+	o := &certsOptions{namespace: "gpud", caSecret: defaultCASecret, schedulerSecret: defaultSchedulerSecret,
 		agentSecret: defaultAgentSecret, validity: 24 * time.Hour, caValidity: 48 * time.Hour}
 	if errs := o.validate(); len(errs) > 0 {
 		t.Fatal(errs)
@@ -32,8 +29,8 @@ func TestCertsWritesSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ca != "created" || strings.Join(res.nodes, ",") != "gpu-1,gpu-2" {
-		t.Fatalf("result %+v, want a new CA and the two GPU nodes", res)
+	if res.ca != "created" || res.removed != 4 {
+		t.Fatalf("result %+v, want a new CA and the 4 per-node entries removed", res)
 	}
 	get := func(name string) *corev1.Secret {
 		s, err := client.CoreV1().Secrets("gpud").Get(t.Context(), name, metav1.GetOptions{})
@@ -56,33 +53,27 @@ func TestCertsWritesSecrets(t *testing.T) {
 		t.Errorf("scheduler certificate: %v", err)
 	}
 	agent := get(defaultAgentSecret)
-	for _, n := range []string{"gpu-1", "gpu-2"} {
-		kp, err := tls.X509KeyPair(agent.Data[n+".crt"], agent.Data[n+".key"])
-		if err != nil {
-			t.Fatalf("node %s: %v", n, err)
-		}
-		if kp.Leaf.Subject.CommonName != "system:node:"+n {
-			t.Errorf("node %s: CN %q", n, kp.Leaf.Subject.CommonName)
-		}
-		if _, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-			t.Errorf("node %s: %v", n, err)
-		}
+	if keys := slices.Sorted(maps.Keys(agent.Data)); !slices.Equal(keys, []string{"ca.crt", "tls.crt", "tls.key"}) {
+		t.Errorf("agent Secret keys %v, want ca.crt, tls.crt, tls.key only (no node's key)", keys)
 	}
-	if _, ok := agent.Data["cpu-1.crt"]; ok {
-		t.Error("a certificate for a node outside --node-selector")
+	kp, err := tls.X509KeyPair(agent.Data["tls.crt"], agent.Data["tls.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kp.Leaf.Subject.CommonName != "gpud-agent" || len(kp.Leaf.DNSNames) != 0 {
+		t.Errorf("agent certificate CN %q, SANs %v: want gpud-agent and no node name", kp.Leaf.Subject.CommonName, kp.Leaf.DNSNames)
+	}
+	if _, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("agent certificate: %v", err)
 	}
 
-	// A rerun for a new node keeps the CA: existing certificates stay valid.
-	o.nodes, o.nodeSelector = "gpu-3", ""
+	// A rerun keeps the CA: the certificates it signed stay valid.
 	res, err = o.write(t.Context(), client, now.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ca != "reused" || string(get(defaultCASecret).Data["ca.crt"]) != string(ca.Data["ca.crt"]) {
-		t.Errorf("rerun: CA %s, want the same one reused", res.ca)
-	}
-	if _, ok := get(defaultAgentSecret).Data["gpu-3.crt"]; !ok {
-		t.Error("rerun: no certificate for gpu-3")
+	if res.ca != "reused" || res.removed != 0 || string(get(defaultCASecret).Data["ca.crt"]) != string(ca.Data["ca.crt"]) {
+		t.Errorf("rerun: %+v, want the same CA reused and nothing removed", res)
 	}
 
 	// A cert-manager CA's Secret (tls.crt, tls.key) is reused too.
@@ -109,8 +100,11 @@ func TestCertsFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--namespace", "Bad_NS"}, "--namespace"},
-		{[]string{"--nodes", "ok,Not OK"}, "--nodes"},
-		{[]string{"--node-selector", "a in (b"}, "--node-selector"},
+		// Per-node certificates are gone: each flag that chose nodes is
+		// refused with why, whatever its value.
+		{[]string{"--nodes", "node-c"}, "--nodes"},
+		{[]string{"--nodes", ","}, "no longer get per-node certificates"},
+		{[]string{"--node-selector", "nvidia.com/gpu.present=true"}, "--node-selector"},
 		{[]string{"--validity", "1m"}, "--validity"},
 		{[]string{"--validity", "48h", "--ca-validity", "24h"}, "--ca-validity"},
 		{[]string{"extra"}, "unexpected argument"},

@@ -193,16 +193,16 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	// client-go (leader election, informers) logs through klog, at Info
 	// and above: its verbose levels would drown --log-level debug.
 	klog.SetSlogLogger(slog.New(minLevel{log.Handler(), slog.LevelInfo}).With("component", "client-go"))
-	var s *scheduler.Scheduler // set below, before the telemetry server runs
-	tel, certs, err := o.telemetry.newServer(func() bool { return s.Ready() }, func() { s.Wake() }, log)
-	if err != nil {
-		return fmt.Errorf("scheduler: %w", err)
-	}
 	restCfg, err := o.restConfig()
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	restCfg.UserAgent = "gpud-scheduler/" + version
+	var s *scheduler.Scheduler // set below, before the telemetry server runs
+	tel, certs, err := o.telemetry.newServer(restCfg, func() bool { return s.Ready() }, func() { s.Wake() }, log)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	restCfg.QPS, restCfg.Burst = float32(o.qps), o.burst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {

@@ -5,9 +5,18 @@ import (
 	"fmt"
 	"log/slog"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/stream"
+	"github.com/gpud/gpud/pkg/stream/tokenauth"
 )
+
+// telemetryAuthQPS is the rate of the telemetry token reviews' client
+// (burst twice that): 1,000 agents streaming to a new leader are all
+// reviewed within about 10 s; a reconnect within a minute hits the cache.
+const telemetryAuthQPS = 100
 
 // schedulerTelemetryOptions are the telemetry stream's flags of
 // `gpud scheduler`, and the decision flags that use the stream.
@@ -15,6 +24,8 @@ type schedulerTelemetryOptions struct {
 	addr          string
 	tls           stream.CertFiles
 	insecure      bool
+	audience      string
+	agentSAs      string
 	overcommit    bool
 	overcommitPct int
 }
@@ -23,8 +34,10 @@ func (o *schedulerTelemetryOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.addr, "telemetry-addr", "", "listen address of the telemetry stream (gRPC) the agents connect to (--scheduler-addr), e.g. :9403; only the leader takes streams; empty: no stream, decisions use ResourceSlices and claims alone")
 	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM certificate of the telemetry listener (the scheduler Service's name in its SANs); reloaded when the file changes")
 	fs.StringVar(&o.tls.Key, "tls-key", "", "PEM private key of --tls-cert; reloaded when the file changes")
-	fs.StringVar(&o.tls.CA, "tls-ca", "", "PEM CA bundle that signs the agents' client certificates (CN system:node:<node> or a SAN naming the node); reloaded when the file changes")
-	fs.BoolVar(&o.insecure, "telemetry-insecure", false, "serve the telemetry stream without TLS and trust the node name each agent sends (tests only: any pod could report for any node)")
+	fs.StringVar(&o.tls.CA, "tls-ca", "", "PEM CA bundle that signs the agents' client certificate (it proves a gpud agent; each agent's node is proven by its ServiceAccount token); reloaded when the file changes")
+	fs.BoolVar(&o.insecure, "telemetry-insecure", false, "serve the telemetry stream without TLS or tokens and trust the node name each agent sends (tests only: any pod could report for any node)")
+	fs.StringVar(&o.audience, "telemetry-token-audience", tokenauth.DefaultAudience, "audience of the agents' projected ServiceAccount tokens (the DaemonSet's serviceAccountToken volume); each stream's token is checked with a TokenReview for it")
+	fs.StringVar(&o.agentSAs, "telemetry-agent-service-accounts", tokenauth.DefaultServiceAccount, "comma-separated namespace/name of the ServiceAccounts the agents run as: a token of any other is refused")
 	fs.BoolVar(&o.overcommit, "overcommit", false, "let a fraction take GPU memory its tenants requested but, as the telemetry stream measures it, do not use (measured headroom less --overcommit-margin-percent)")
 	fs.IntVar(&o.overcommitPct, "overcommit-margin-percent", 0, "share of a GPU's memory --overcommit keeps free of the measured use; 0 is the default (10)")
 }
@@ -44,6 +57,12 @@ func (o *schedulerTelemetryOptions) validate() []error {
 	if err := validateAddr("telemetry-addr", o.addr); err != nil {
 		errs = append(errs, err)
 	}
+	if err := (tokenauth.Config{Audience: o.audience, ServiceAccounts: splitList(o.agentSAs)}).Validate(); err != nil {
+		errs = append(errs, flagErr("telemetry-agent-service-accounts", "or --telemetry-token-audience: %w", err))
+	}
+	if len(splitList(o.agentSAs)) == 0 {
+		errs = append(errs, flagErr("telemetry-agent-service-accounts", "%s: no ServiceAccount", quoteTrunc(o.agentSAs)))
+	}
 	switch {
 	case o.insecure && anyTLS:
 		errs = append(errs, flagErr("telemetry-insecure", "given with --tls-cert/--tls-key/--tls-ca: choose mutual TLS or none"))
@@ -62,13 +81,17 @@ func (o *schedulerTelemetryOptions) decideConfig(cfg decide.Config) decide.Confi
 }
 
 // newServer loads the certificates and returns the telemetry server; nil,
-// nil without --telemetry-addr. ready and wake are the scheduler's.
-func (o *schedulerTelemetryOptions) newServer(ready func() bool, wake func(), log *slog.Logger) (*stream.Server, *stream.Certs, error) {
+// nil without --telemetry-addr. ready and wake are the scheduler's;
+// restCfg is its API identity, which reviews the agents' tokens (with a
+// client of its own, so that 1,000 agents connecting at once do not wait
+// behind the scheduler's writes, nor it behind them).
+func (o *schedulerTelemetryOptions) newServer(restCfg *rest.Config, ready func() bool, wake func(), log *slog.Logger) (*stream.Server, *stream.Certs, error) {
 	if o.addr == "" {
 		return nil, nil, nil
 	}
 	log = log.With("component", "telemetry")
 	var certs *stream.Certs
+	var auth stream.Authenticator
 	if o.insecure {
 		log.Warn("telemetry stream without TLS: any client can report for any node (--telemetry-insecure)", "addr", o.addr)
 	} else {
@@ -76,8 +99,17 @@ func (o *schedulerTelemetryOptions) newServer(ready func() bool, wake func(), lo
 		if certs, err = stream.LoadCerts(o.tls, log); err != nil {
 			return nil, nil, fmt.Errorf("--tls-cert/--tls-key/--tls-ca: %w", err)
 		}
+		cfg := rest.CopyConfig(restCfg)
+		cfg.QPS, cfg.Burst = telemetryAuthQPS, 2*telemetryAuthQPS
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("telemetry token reviews: API client: %w", err)
+		}
+		if auth, err = tokenauth.New(tokenauth.Config{Client: client, Audience: o.audience, ServiceAccounts: splitList(o.agentSAs)}); err != nil {
+			return nil, nil, err
+		}
 	}
-	srv, err := stream.NewServer(stream.ServerConfig{Ready: ready, Insecure: o.insecure, OnHealthChange: wake, Log: log})
+	srv, err := stream.NewServer(stream.ServerConfig{Ready: ready, Insecure: o.insecure, Authenticate: auth, OnHealthChange: wake, Log: log})
 	if err != nil {
 		return nil, nil, err
 	}

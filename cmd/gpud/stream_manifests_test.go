@@ -73,13 +73,47 @@ func TestAgentStreamPatch(t *testing.T) {
 	if errs := cfg.telemetry.stream.validate(); len(errs) > 0 {
 		t.Fatalf("stream flags: %v", errs)
 	}
-	if cfg.telemetry.stream.addr != "gpud-scheduler-telemetry.gpud.svc:9403" || cfg.telemetry.stream.tls.Cert != "/etc/gpud-tls/$(NODE_NAME).crt" {
+	if cfg.telemetry.stream.addr != "gpud-scheduler-telemetry.gpud.svc:9403" || cfg.telemetry.stream.tls.Cert != "/etc/gpud-tls/tls.crt" {
 		t.Errorf("stream options %+v", cfg.telemetry.stream)
 	}
-	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "NODE_NAME" && e.ValueFrom != nil }) {
-		t.Error("the DaemonSet has no NODE_NAME from the downward API: $(NODE_NAME) in the args stays literal")
+	checkTLSMount(t, d.Spec.Template.Spec, c, "gpud-agent-tls", "/etc/gpud-tls/tls.crt")
+
+	// The node is proven by the pod's own token: a projected
+	// ServiceAccount token for the audience the scheduler checks, of the
+	// ServiceAccount the scheduler accepts, at --stream-token-file.
+	sched := patched[appsv1.Deployment](t, "../../deploy/scheduler/deployment.yaml", "../../deploy/scheduler/telemetry/deployment-patch.yaml")
+	so, _, _, err := parseSchedulerFlags(sched.Spec.Template.Spec.Containers[0].Args[1:], "gpud", io.Discard)
+	if err != nil {
+		t.Fatal(err)
 	}
-	checkTLSMount(t, d.Spec.Template.Spec, c, "gpud-agent-tls", "/etc/gpud-tls/x.crt")
+	var tokenVol string
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if st := src.ServiceAccountToken; st != nil {
+				tokenVol = v.Name
+				if st.Audience != so.telemetry.audience || st.ExpirationSeconds == nil || *st.ExpirationSeconds < 600 || *st.ExpirationSeconds > 3600 {
+					t.Errorf("projected token audience %q, expiry %v: want the scheduler's --telemetry-token-audience %q, 10m to 1h", st.Audience, st.ExpirationSeconds, so.telemetry.audience)
+				}
+				if want := "/" + st.Path; !strings.HasSuffix(cfg.telemetry.stream.tokenFile, want) {
+					t.Errorf("--stream-token-file %s is not the projected token's path %s", cfg.telemetry.stream.tokenFile, st.Path)
+				}
+			}
+		}
+	}
+	if tokenVol == "" {
+		t.Fatal("no projected ServiceAccount token volume")
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == tokenVol && m.ReadOnly && strings.HasPrefix(cfg.telemetry.stream.tokenFile, m.MountPath+"/")
+	}) {
+		t.Errorf("the token volume %s is not mounted read-only above --stream-token-file %s", tokenVol, cfg.telemetry.stream.tokenFile)
+	}
+	if sa := d.Namespace + "/" + d.Spec.Template.Spec.ServiceAccountName; !slices.Contains(splitList(so.telemetry.agentSAs), sa) {
+		t.Errorf("the scheduler accepts tokens of %s, the agents run as %s", so.telemetry.agentSAs, sa)
+	}
 	for _, m := range c.VolumeMounts {
 		if m.Name != "telemetry-tls" && strings.HasPrefix("/etc/gpud-tls/", m.MountPath+"/") {
 			t.Errorf("the TLS mount nests in mount %s (%s): the kubelet cannot create it in a read-only volume", m.Name, m.MountPath)

@@ -97,6 +97,8 @@ func TestSchedulerRBAC(t *testing.T) {
 		"policy/poddisruptionbudgets":   read,
 		"scheduling.x-k8s.io/podgroups": read, "scheduling.k8s.io/podgroups": read,
 		"events.k8s.io/events": {"create", "patch"},
+		// The telemetry stream's node identity: the agents' tokens.
+		"authentication.k8s.io/tokenreviews": {"create"},
 		// kube-scheduler's plugins in pkg/scheduler/rules (test/scheduler_rules_test.go grants the same).
 		"/persistentvolumeclaims": read, "/persistentvolumes": read, "/namespaces": read, "/services": read,
 		"/replicationcontrollers": read, "apps/replicasets": read, "apps/statefulsets": read,

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
 	"github.com/gpud/gpud/internal/wait"
@@ -40,8 +41,13 @@ type Config struct {
 	// Addr is the scheduler's telemetry address, host:port; required.
 	Addr string
 	// Node is the node name the agent reports for; required. The server
-	// accepts it only from a certificate that names it.
+	// accepts it only with a Token held on that node.
 	Node string
+	// Token returns the bearer token that proves Node (the pod's
+	// projected ServiceAccount token, [TokenFile]); called for every
+	// connection, so a rotated token is used from the next one on.
+	// Required unless Insecure.
+	Token func() (string, error)
 	// Certs are the agent's certificate and the CA of the scheduler's;
 	// nil means Insecure must be set.
 	Certs *Certs
@@ -111,8 +117,8 @@ func (c Config) Validate() error {
 	if err := validNodeName(c.Node); err != nil {
 		bad("node name: %v", err)
 	}
-	if c.Certs == nil && !c.Insecure {
-		bad("certificates are required unless Insecure is set")
+	if (c.Certs == nil || c.Token == nil) && !c.Insecure {
+		bad("certificates and a token are required unless Insecure is set")
 	}
 	if c.Interval < MinInterval || c.Interval > MaxInterval {
 		bad("interval %s: want %s to %s", c.Interval, MinInterval, MaxInterval)
@@ -264,6 +270,13 @@ func (c *Client) connect(ctx context.Context) error {
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if c.cfg.Token != nil {
+		tok, err := c.cfg.Token()
+		if err != nil {
+			return err
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, authorizationKey, "Bearer "+tok)
+	}
 	st, err := telemetryv1.NewTelemetryClient(conn).Stream(ctx, grpc.WaitForReady(false))
 	if err != nil {
 		return fmt.Errorf("stream: open to %s: %w", c.cfg.Addr, err)

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,7 +48,9 @@ func serveOn(t *testing.T, addr string, certs *Certs) (*Server, string, func()) 
 func newTestClient(t *testing.T, addr string, certs *Certs, samples func() *telemetryv1.Samples) *Client {
 	t.Helper()
 	var hellos atomic.Int32
-	c, err := NewClient(Config{Addr: addr, Node: "node-a", Certs: certs, ServerName: "localhost", Interval: 100 * time.Millisecond,
+	tokenPath := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenPath, []byte(tokenFor("node-a")+"\n"))
+	c, err := NewClient(Config{Addr: addr, Node: "node-a", Certs: certs, Token: TokenFile(tokenPath), ServerName: "localhost", Interval: 100 * time.Millisecond,
 		MaxSamples: 2, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 		Hello:   func() *telemetryv1.Hello { hellos.Add(1); return testHello() },
 		Samples: samples})
@@ -62,7 +65,7 @@ func TestClientReconnectsAndResendsHello(t *testing.T) {
 	serverCerts := loadCerts(t, p.serverFiles())
 	srv, addr, stop := serveOn(t, "127.0.0.1:0", serverCerts)
 	var used atomic.Uint64
-	c := newTestClient(t, addr, loadCerts(t, p.nodeFiles("node-a")), func() *telemetryv1.Samples { return testSamples(used.Add(1 << 20)) })
+	c := newTestClient(t, addr, loadCerts(t, p.agentFiles()), func() *telemetryv1.Samples { return testSamples(used.Add(1 << 20)) })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c.Collectors()...)
 	testwait.Run(t, "stream client", c.Run)

@@ -11,3 +11,7 @@ var (
 	// ErrInvalidMessage is an agent message the server refuses.
 	ErrInvalidMessage = errors.New("stream: invalid message")
 )
+
+// ErrUnauthenticated is a stream whose node identity is not proven; every
+// [AuthError] matches it.
+var ErrUnauthenticated = errors.New("stream: node identity not proven")

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
@@ -34,7 +35,7 @@ func FuzzAgentMessage(f *testing.F) {
 			return
 		}
 		now := time.Unix(1000, 0)
-		srv, err := NewServer(ServerConfig{MaxDevices: 16, Now: func() time.Time { return now }})
+		srv, err := NewServer(ServerConfig{Authenticate: testAuth{}, MaxDevices: 16, Now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,6 +60,27 @@ func FuzzAgentMessage(f *testing.F) {
 					t.Fatalf("device %q kept out of bounds: %+v", u, d)
 				}
 			}
+		}
+	})
+}
+
+// FuzzBearerToken: any authorization metadata either yields a token in
+// the JWT alphabet of at most MaxTokenBytes, or an error; never a panic.
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{"Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.sig", "Bearer ", "bearer x", "Bearer a b", "Bearer \x00", ""} {
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, v string, twice bool) {
+		md := metadata.Pairs(authorizationKey, v)
+		if twice {
+			md.Append(authorizationKey, v)
+		}
+		tok, err := bearerToken(md)
+		if err != nil {
+			return
+		}
+		if twice || "Bearer "+tok != v || validToken(tok) != nil {
+			t.Fatalf("bearerToken(%q, twice %v) = %q", v, twice, tok)
 		}
 	})
 }

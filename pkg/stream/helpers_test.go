@@ -2,9 +2,12 @@ package stream
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,8 +65,35 @@ func (p *pki) serverFiles() CertFiles {
 	return p.files("server", Leaf{CommonName: "gpud-scheduler", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
 }
 
-func (p *pki) nodeFiles(node string) CertFiles {
-	return p.files(node, Leaf{CommonName: NodeCommonNamePrefix + node, Client: true})
+// agentFiles is the agents' shared client certificate: it proves a gpud
+// agent, not a node.
+func (p *pki) agentFiles() CertFiles {
+	return p.files("agent", Leaf{CommonName: AgentCommonName, Client: true})
+}
+
+// tokenFor is the token testAuth accepts for node.
+func tokenFor(node string) string { return "token-for." + node }
+
+// testAuth stands in for the TokenReview authenticator: tokenFor(node)
+// proves node; "expired" is invalid; "unreachable" is a temporary failure.
+type testAuth struct{}
+
+func (testAuth) Authenticate(_ context.Context, tok, node string) error {
+	switch {
+	case tok == "expired":
+		return &AuthError{Reason: ReasonTokenInvalid, Err: errors.New("token has expired")}
+	case tok == "unreachable":
+		return &AuthError{Reason: ReasonTokenReviewFailed, Temporary: true, Err: errors.New("connection refused")}
+	case tok == tokenFor(node):
+		return nil
+	case strings.HasPrefix(tok, "token-for."):
+		return &AuthError{Reason: ReasonTokenNodeMismatch, Err: fmt.Errorf("the token's pod runs on %s", strings.TrimPrefix(tok, "token-for."))}
+	}
+	return &AuthError{Reason: ReasonTokenInvalid, Err: errors.New("unknown token")}
+}
+
+func staticToken(tok string) func() (string, error) {
+	return func() (string, error) { return tok, nil }
 }
 
 func loadCerts(t *testing.T, f CertFiles) *Certs {
@@ -88,6 +118,9 @@ func startServer(t *testing.T, srv *Server, certs *Certs) string {
 
 func newTestServer(t *testing.T, cfg ServerConfig) *Server {
 	t.Helper()
+	if cfg.Authenticate == nil && !cfg.Insecure {
+		cfg.Authenticate = testAuth{}
+	}
 	s, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -55,15 +55,20 @@ var (
 func newServerMetrics(s *Server) *serverMetrics {
 	return &serverMetrics{s: s,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpud_scheduler_telemetry_refused_total",
-			Help: "Telemetry streams refused or ended by the scheduler, by reason (not-leader, no-client-certificate, wrong-node, invalid, no-hello, too-many-streams)."}, []string{"reason"}),
+			Help: "Telemetry connections and streams refused or ended by the scheduler, by reason: in the TLS handshake (tls-no-client-certificate, tls-unknown-ca, tls-certificate-expired, tls-certificate-invalid, tls-handshake), node identity (token-missing, token-invalid, token-wrong-service-account, token-node-mismatch, token-review-failed), and not-leader, no-client-certificate, invalid, no-hello, too-many-streams."}, []string{"reason"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpud_scheduler_telemetry_events_total",
 			Help: "Telemetry events received, by kind."}, []string{"kind"}),
 	}
 }
 
-// Collectors are the server's metrics, for the scheduler's registry.
+// Collectors are the server's metrics, for the scheduler's registry,
+// with the Authenticator's when it has any (a Collectors method).
 func (s *Server) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{serverCollector{s}, s.m.refused, s.m.events}
+	cs := []prometheus.Collector{serverCollector{s}, s.m.refused, s.m.events}
+	if a, ok := s.cfg.Authenticate.(interface{ Collectors() []prometheus.Collector }); ok {
+		cs = append(cs, a.Collectors()...)
+	}
+	return cs
 }
 
 type serverCollector struct{ s *Server }

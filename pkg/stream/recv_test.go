@@ -17,7 +17,7 @@ import (
 // receive target.
 func sweepServer(t testing.TB) (*Server, *recvTarget) {
 	now := time.Unix(1000, 0)
-	srv, err := NewServer(ServerConfig{MaxDevices: 16, Now: func() time.Time { return now }})
+	srv, err := NewServer(ServerConfig{Authenticate: testAuth{}, MaxDevices: 16, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func FuzzSweepFastPath(f *testing.F) {
 // BenchmarkApplySweep applies 8-device sweeps round-robin over 1,000
 // nodes, as the scheduler receives them (each node's state cold).
 func BenchmarkApplySweep(b *testing.B) {
-	srv, err := NewServer(ServerConfig{})
+	srv, err := NewServer(ServerConfig{Authenticate: testAuth{}})
 	if err != nil {
 		b.Fatal(err)
 	}

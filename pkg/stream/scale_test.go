@@ -194,9 +194,10 @@ func scaleChild(t *testing.T) {
 		return s
 	}
 	var clients []*Client
+	agent := loadCerts(t, p.agentFiles())
 	for i := range n {
 		node := fmt.Sprintf("node-%04d", i)
-		c, err := NewClient(Config{Addr: os.Getenv("GPUD_SCALE_ADDR"), Node: node, Certs: loadCerts(t, p.nodeFiles(node)), ServerName: "localhost",
+		c, err := NewClient(Config{Addr: os.Getenv("GPUD_SCALE_ADDR"), Node: node, Certs: agent, Token: staticToken(tokenFor(node)), ServerName: "localhost",
 			Hello: func() *telemetryv1.Hello { return &telemetryv1.Hello{Devices: devs} }, Samples: sample})
 		if err != nil {
 			t.Fatal(err)

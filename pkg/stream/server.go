@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -26,6 +28,10 @@ import (
 const (
 	DefaultMaxStreams   = 10000
 	DefaultHelloTimeout = 10 * time.Second
+	DefaultAuthTimeout  = 10 * time.Second
+	// maxHeaderListBytes bounds a stream's request headers (the token
+	// is at most MaxTokenBytes of them); gRPC's default is 16 MiB.
+	maxHeaderListBytes = MaxTokenBytes + 8<<10
 	// idleIntervals is how many of its intervals a stream may stay silent
 	// (no sample, no event) before the server ends it.
 	idleIntervals = 30
@@ -48,9 +54,15 @@ type ServerConfig struct {
 	// half a second of it turning false. Nil: always.
 	Ready func() bool
 	// Insecure trusts the node name of the Hello without a client
-	// certificate (--telemetry-insecure). Otherwise every stream must
-	// come over mutual TLS with a certificate naming its node.
+	// certificate or token (--telemetry-insecure). Otherwise every stream
+	// must come over mutual TLS (a client certificate the CA signed: a
+	// gpud agent) and carry a bearer token that Authenticate proves is
+	// held by a pod on the Hello's node.
 	Insecure bool
+	// Authenticate proves each stream's node; required unless Insecure.
+	Authenticate Authenticator
+	// AuthTimeout bounds one Authenticate; default [DefaultAuthTimeout].
+	AuthTimeout time.Duration
 	// MaxDevices bounds the devices of one node; default
 	// [DefaultMaxDevices].
 	MaxDevices int
@@ -77,6 +89,9 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	}
 	if c.HelloTimeout == 0 {
 		c.HelloTimeout = DefaultHelloTimeout
+	}
+	if c.AuthTimeout == 0 {
+		c.AuthTimeout = DefaultAuthTimeout
 	}
 	if c.Ready == nil {
 		c.Ready = func() bool { return true }
@@ -112,8 +127,11 @@ type Server struct {
 // NewServer returns a server with no nodes.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	cfg = cfg.withDefaults()
-	if cfg.MaxDevices < 1 || cfg.MaxDevices > 100000 || cfg.MaxStreams < 1 || cfg.HelloTimeout < 0 {
-		return nil, fmt.Errorf("stream server: max devices %d, max streams %d, hello timeout %s: %w", cfg.MaxDevices, cfg.MaxStreams, cfg.HelloTimeout, ErrConfig)
+	if cfg.MaxDevices < 1 || cfg.MaxDevices > 100000 || cfg.MaxStreams < 1 || cfg.HelloTimeout < 0 || cfg.AuthTimeout < 0 {
+		return nil, fmt.Errorf("stream server: max devices %d, max streams %d, hello timeout %s, auth timeout %s: %w", cfg.MaxDevices, cfg.MaxStreams, cfg.HelloTimeout, cfg.AuthTimeout, ErrConfig)
+	}
+	if !cfg.Insecure && cfg.Authenticate == nil {
+		return nil, fmt.Errorf("stream server: no Authenticate and not insecure: nothing proves a node: %w", ErrConfig)
 	}
 	s := &Server{cfg: cfg, nodes: map[string]*nodeState{}}
 	s.m = newServerMetrics(s)
@@ -138,12 +156,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error
 		// shared (gRPC's default): held only while a write is flushed.
 		grpc.ReadBufferSize(0), grpc.WriteBufferSize(bufferBytes),
 		grpc.InitialWindowSize(64 << 10), grpc.InitialConnWindowSize(64 << 10),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
 	}
 	switch {
 	case certs != nil:
-		opts = append(opts, grpc.Creds(connCreds{credentials.NewTLS(certs.ServerConfig())}))
+		opts = append(opts, grpc.Creds(connCreds{TransportCredentials: credentials.NewTLS(certs.ServerConfig()), s: s}))
 	case s.cfg.Insecure:
-		opts = append(opts, grpc.Creds(connCreds{insecure.NewCredentials()}))
+		opts = append(opts, grpc.Creds(connCreds{TransportCredentials: insecure.NewCredentials(), s: s}))
 	default:
 		return fmt.Errorf("stream server: no certificates and not insecure: %w", ErrConfig)
 	}
@@ -195,6 +214,8 @@ func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, te
 		return status.Error(codes.Internal, "telemetry stream not served by stream.Server.Serve")
 	}
 	cert, err := s.peerCert(info)
+	// cert proves a gpud agent (the CA signed it), not its node: the
+	// token does, after the Hello names the node.
 	if err != nil {
 		return s.refuse("no-client-certificate", codes.Unauthenticated, err)
 	}
@@ -217,9 +238,10 @@ func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, te
 		return s.refuse("invalid", codes.InvalidArgument, err)
 	}
 	node := h.GetNodeName()
-	if cert != nil && !certAllows(cert, node) {
-		return s.refuse("wrong-node", codes.PermissionDenied,
-			fmt.Errorf("certificate of %v may not report for node %q", certNames(cert), node), "node", node)
+	if cert != nil {
+		if err := s.authenticate(st.Context(), node); err != nil {
+			return err
+		}
 	}
 	if s.streams.Add(1) > int64(s.cfg.MaxStreams) {
 		s.streams.Add(-1)
@@ -348,25 +370,75 @@ func (s *Server) peerCert(info connInfo) (*x509.Certificate, error) {
 }
 
 // connCreds wraps the server's transport credentials to hand each stream
-// its raw connection (in [connInfo]), which ends the stream when closed.
+// its raw connection (in [connInfo]), which ends the stream when closed,
+// and to count and log the connections refused in the TLS handshake.
 type connCreds struct {
 	credentials.TransportCredentials
+	s *Server
 }
 
 func (c connCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, ai, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
+		reason := handshakeReason(err)
+		c.s.m.refused.WithLabelValues(reason).Inc()
+		c.s.cfg.Log.Warn("telemetry connection refused in the TLS handshake", "reason", reason, "remote", raw.RemoteAddr().String(), "err", err)
 		return nil, nil, err
 	}
 	return conn, connInfo{AuthInfo: ai, raw: raw}, nil
 }
 
 func (c connCreds) Clone() credentials.TransportCredentials {
-	return connCreds{c.TransportCredentials.Clone()}
+	return connCreds{TransportCredentials: c.TransportCredentials.Clone(), s: c.s}
 }
 
 // connInfo is the AuthInfo of a connection [Server.Serve] accepted.
 type connInfo struct {
 	credentials.AuthInfo
 	raw net.Conn
+}
+
+// authenticate proves that the stream's token is held on node, or
+// refuses the stream.
+func (s *Server) authenticate(ctx context.Context, node string) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	tok, err := bearerToken(md)
+	if err != nil {
+		return s.refuse(ReasonTokenMissing, codes.Unauthenticated, err, "node", node)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
+	defer cancel()
+	err = s.cfg.Authenticate.Authenticate(ctx, tok, node)
+	if err == nil {
+		return nil
+	}
+	var ae *AuthError
+	if !errors.As(err, &ae) {
+		ae = &AuthError{Reason: ReasonTokenReviewFailed, Temporary: true, Err: err}
+	}
+	code := codes.PermissionDenied
+	switch {
+	case ae.Temporary:
+		code = codes.Unavailable
+	case ae.Reason == ReasonTokenInvalid:
+		code = codes.Unauthenticated
+	}
+	return s.refuse(ae.Reason, code, err, "node", node)
+}
+
+// handshakeReason is the refused_total reason of a failed TLS handshake.
+func handshakeReason(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &unknown):
+		return "tls-unknown-ca"
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return "tls-certificate-expired"
+	case errors.As(err, &invalid):
+		return "tls-certificate-invalid"
+	case strings.Contains(err.Error(), "didn't provide a certificate"): // crypto/tls has no typed error for it
+		return "tls-no-client-certificate"
+	}
+	return "tls-handshake"
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
@@ -20,19 +21,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// rawStream opens a stream with files' certificate (no Client: the tests
-// see each refusal as the agent would).
-func rawStream(t *testing.T, addr string, files CertFiles) grpc.BidiStreamingClient[telemetryv1.AgentMessage, telemetryv1.Ack] {
+// rawStream opens a stream with files' certificate and token (no Client:
+// the tests see each refusal as the agent would).
+func rawStream(t *testing.T, addr string, files CertFiles, token string) grpc.BidiStreamingClient[telemetryv1.AgentMessage, telemetryv1.Ack] {
 	t.Helper()
-	st, err := openStream(t, addr, files)
+	st, err := openStream(t, addr, files, token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
 }
 
-// openStream opens a stream; a refused handshake fails here or later.
-func openStream(t *testing.T, addr string, files CertFiles) (grpc.BidiStreamingClient[telemetryv1.AgentMessage, telemetryv1.Ack], error) {
+// openStream opens a stream, with token as its bearer token unless
+// empty; a refused handshake fails here or later.
+func openStream(t *testing.T, addr string, files CertFiles, token string) (grpc.BidiStreamingClient[telemetryv1.AgentMessage, telemetryv1.Ack], error) {
 	t.Helper()
 	certs := loadCerts(t, files)
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(certs.ClientConfig("localhost"))))
@@ -40,7 +42,11 @@ func openStream(t *testing.T, addr string, files CertFiles) (grpc.BidiStreamingC
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return telemetryv1.NewTelemetryClient(conn).Stream(t.Context())
+	ctx := t.Context()
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, authorizationKey, "Bearer "+token)
+	}
+	return telemetryv1.NewTelemetryClient(conn).Stream(ctx)
 }
 
 func sendHello(t *testing.T, st grpc.BidiStreamingClient[telemetryv1.AgentMessage, telemetryv1.Ack], node string) {
@@ -52,31 +58,49 @@ func sendHello(t *testing.T, st grpc.BidiStreamingClient[telemetryv1.AgentMessag
 	}
 }
 
+// TestStreamAuthentication: the certificate proves a gpud agent, the
+// token its node. Node node-a's agent holds the shared agent certificate
+// and its own token; with them it cannot report for node-b, and every
+// refusal (the TLS handshake's too) is counted by reason.
 func TestStreamAuthentication(t *testing.T) {
 	p := newPKI(t)
 	srv := newTestServer(t, ServerConfig{})
 	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
-	other := newPKI(t) // a CA the scheduler does not trust
-	untrusted := other.nodeFiles("node-a")
-	untrusted.CA = p.serverFiles().CA // the client trusts the scheduler
+	agent := p.agentFiles()
+	// A CA the scheduler does not trust, of the same name as its own: a
+	// Go client sends a certificate only when the server asks for its
+	// issuer's name (else none: tls-no-client-certificate), another
+	// client may send any.
+	other := newPKI(t)
+	untrusted := other.agentFiles()
+	untrusted.CA = agent.CA // the client trusts the scheduler
+	expired := p.files("expired", Leaf{CommonName: AgentCommonName, Client: true, Validity: -time.Hour})
 
 	tests := []struct {
-		name     string
-		files    CertFiles
-		node     string
-		wantCode codes.Code
+		name       string
+		files      CertFiles
+		token      string
+		node       string
+		wantCode   codes.Code
+		wantReason string
 	}{
-		{name: "node reports for itself", files: p.nodeFiles("node-a"), node: "node-a", wantCode: codes.OK},
-		{name: "SAN names the node", files: p.files("san", Leaf{CommonName: "agent", DNSNames: []string{"node-san"}, Client: true}), node: "node-san", wantCode: codes.OK},
-		{name: "node reports for another", files: p.nodeFiles("node-b"), node: "node-c", wantCode: codes.PermissionDenied},
-		{name: "untrusted CA", files: untrusted, node: "node-a", wantCode: codes.Unavailable},
-		{name: "CN without the node prefix", files: p.files("plain", Leaf{CommonName: "node-d", Client: true}), node: "node-d", wantCode: codes.PermissionDenied},
-		{name: "server certificate as a client", files: p.serverFiles(), node: "localhost", wantCode: codes.Unavailable},
+		{name: "node reports for itself", files: agent, token: tokenFor("node-a"), node: "node-a", wantCode: codes.OK},
+		{name: "node-a's pod reports for node-b", files: agent, token: tokenFor("node-a"), node: "node-b", wantCode: codes.PermissionDenied, wantReason: ReasonTokenNodeMismatch},
+		{name: "certificate naming node-b, token of node-a", files: p.files("named", Leaf{CommonName: "system:node:node-b", DNSNames: []string{"node-b"}, Client: true}),
+			token: tokenFor("node-a"), node: "node-b", wantCode: codes.PermissionDenied, wantReason: ReasonTokenNodeMismatch},
+		{name: "no token", files: agent, node: "node-a", wantCode: codes.Unauthenticated, wantReason: ReasonTokenMissing},
+		{name: "malformed token", files: agent, token: "not a jwt", node: "node-a", wantCode: codes.Unauthenticated, wantReason: ReasonTokenMissing},
+		{name: "expired token", files: agent, token: "expired", node: "node-a", wantCode: codes.Unauthenticated, wantReason: ReasonTokenInvalid},
+		{name: "API server unreachable", files: agent, token: "unreachable", node: "node-a", wantCode: codes.Unavailable, wantReason: ReasonTokenReviewFailed},
+		{name: "untrusted CA", files: untrusted, token: tokenFor("node-a"), node: "node-a", wantCode: codes.Unavailable, wantReason: "tls-unknown-ca"},
+		{name: "expired certificate", files: expired, token: tokenFor("node-a"), node: "node-a", wantCode: codes.Unavailable, wantReason: "tls-certificate-expired"},
+		{name: "server certificate as a client", files: p.serverFiles(), token: tokenFor("localhost"), node: "localhost", wantCode: codes.Unavailable, wantReason: "tls-certificate-invalid"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			before := testutil.ToFloat64(srv.m.refused.WithLabelValues(tc.wantReason))
 			var ack *telemetryv1.Ack
-			st, err := openStream(t, addr, tc.files)
+			st, err := openStream(t, addr, tc.files, tc.token)
 			if err == nil {
 				sendHello(t, st, tc.node)
 				ack, err = st.Recv()
@@ -88,6 +112,11 @@ func TestStreamAuthentication(t *testing.T) {
 				if _, ok := srv.Telemetry(time.Now(), 3)[tc.node]; ok {
 					t.Errorf("node %s has telemetry after a refused stream", tc.node)
 				}
+				// The handshake's refusal is counted as the server's
+				// handshake returns, which may be after the client saw it.
+				testwait.For(t, 5*time.Second, "refused_total{reason="+tc.wantReason+"} to count it", func() bool {
+					return testutil.ToFloat64(srv.m.refused.WithLabelValues(tc.wantReason)) > before
+				})
 				return
 			}
 			if ack.GetSeq() != 1 {
@@ -100,6 +129,26 @@ func TestStreamAuthentication(t *testing.T) {
 	}
 }
 
+func TestHandshakeWithoutClientCertificateCounted(t *testing.T) {
+	p := newPKI(t)
+	srv := newTestServer(t, ServerConfig{})
+	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca.Cert)
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	if err == nil {
+		// TLS 1.3: the client learns of the refusal at its first read.
+		_, err = conn.Read(make([]byte, 1))
+		_ = conn.Close()
+	}
+	if err == nil {
+		t.Fatal("a connection without a client certificate was accepted")
+	}
+	testwait.For(t, 5*time.Second, "refused_total{reason=tls-no-client-certificate}", func() bool {
+		return testutil.ToFloat64(srv.m.refused.WithLabelValues("tls-no-client-certificate")) == 1
+	})
+}
+
 func TestServerCertRotationKeepsStreams(t *testing.T) {
 	p := newPKI(t)
 	files := p.serverFiles()
@@ -108,7 +157,7 @@ func TestServerCertRotationKeepsStreams(t *testing.T) {
 	srv := newTestServer(t, ServerConfig{})
 	addr := startServer(t, srv, certs)
 
-	st := rawStream(t, addr, p.nodeFiles("node-a"))
+	st := rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 	sendHello(t, st, "node-a")
 	if _, err := st.Recv(); err != nil {
 		t.Fatal(err)
@@ -143,7 +192,7 @@ func servedSerial(t *testing.T, addr string, p *pki) string {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AddCert(p.ca.Cert)
-	client := loadCerts(t, p.nodeFiles("probe"))
+	client := loadCerts(t, p.agentFiles())
 	cfg := client.ClientConfig("localhost")
 	conn, err := tls.Dial("tcp", addr, cfg)
 	if err != nil {
@@ -158,7 +207,7 @@ func TestHealthEventsOverrideUntilHealthy(t *testing.T) {
 	var wakes atomic.Int32
 	srv := newTestServer(t, ServerConfig{OnHealthChange: func() { wakes.Add(1) }})
 	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
-	st := rawStream(t, addr, p.nodeFiles("node-a"))
+	st := rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 	sendHello(t, st, "node-a")
 	if _, err := st.Recv(); err != nil {
 		t.Fatal(err)
@@ -221,7 +270,7 @@ func TestInvalidMessagesEndTheStream(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := rawStream(t, addr, p.nodeFiles("node-a"))
+			st := rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 			sendHello(t, st, "node-a")
 			if _, err := st.Recv(); err != nil {
 				t.Fatal(err)
@@ -246,13 +295,13 @@ func TestOnlyTheLeaderTakesStreams(t *testing.T) {
 	var leading atomic.Bool
 	srv := newTestServer(t, ServerConfig{Ready: leading.Load})
 	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
-	st := rawStream(t, addr, p.nodeFiles("node-a"))
+	st := rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 	sendHello(t, st, "node-a")
 	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a non-leader answered %v, want Unavailable", err)
 	}
 	leading.Store(true)
-	st = rawStream(t, addr, p.nodeFiles("node-a"))
+	st = rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 	sendHello(t, st, "node-a")
 	if _, err := st.Recv(); err != nil {
 		t.Fatalf("the leader refused: %v", err)
@@ -291,12 +340,12 @@ func TestEndedStreamsCloseTheirConnection(t *testing.T) {
 	srv := newTestServer(t, ServerConfig{HelloTimeout: 200 * time.Millisecond})
 	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
 	t.Run("replaced", func(t *testing.T) {
-		old := rawStream(t, addr, p.nodeFiles("node-a"))
+		old := rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 		sendHello(t, old, "node-a")
 		if _, err := old.Recv(); err != nil {
 			t.Fatal(err)
 		}
-		st := rawStream(t, addr, p.nodeFiles("node-a"))
+		st := rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 		sendHello(t, st, "node-a")
 		if _, err := st.Recv(); err != nil {
 			t.Fatal(err)
@@ -313,7 +362,7 @@ func TestEndedStreamsCloseTheirConnection(t *testing.T) {
 		})
 	})
 	t.Run("no hello", func(t *testing.T) {
-		st := rawStream(t, addr, p.nodeFiles("node-b"))
+		st := rawStream(t, addr, p.agentFiles(), tokenFor("node-b"))
 		start := time.Now()
 		if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
 			t.Fatalf("Recv() without a hello = %v, want Unavailable", err)

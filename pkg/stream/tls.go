@@ -9,16 +9,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
-	"strings"
 	"sync/atomic"
 
 	"github.com/gpud/gpud/internal/filewatch"
 )
 
-// NodeCommonNamePrefix is the CommonName prefix of a node's client
-// certificate ("system:node:<node>", as kubelet client certificates).
-const NodeCommonNamePrefix = "system:node:"
+// AgentCommonName is the CommonName of the agents' client certificate.
+// The certificate proves a gpud agent, not its node: every agent may hold
+// the same one (the node is proven by each pod's token, see
+// [Authenticator]).
+const AgentCommonName = "gpud-agent"
 
 // maxPEMBytes bounds each certificate, key or CA file read.
 const maxPEMBytes = 1 << 20
@@ -183,20 +183,4 @@ func (c *Certs) ClientConfig(serverName string) *tls.Config {
 		ServerName:       serverName,
 		CurvePreferences: []tls.CurveID{tls.X25519},
 	}
-}
-
-// certNames are the node names a verified client certificate may report
-// for: the CommonName's node (system:node:<node>) and its DNS SANs.
-func certNames(cert *x509.Certificate) []string {
-	var names []string
-	if n, ok := strings.CutPrefix(cert.Subject.CommonName, NodeCommonNamePrefix); ok && n != "" {
-		names = append(names, n)
-	}
-	return append(names, cert.DNSNames...)
-}
-
-// certAllows reports whether a verified client certificate may report for
-// node.
-func certAllows(cert *x509.Certificate, node string) bool {
-	return slices.Contains(certNames(cert), node)
 }

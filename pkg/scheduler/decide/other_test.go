@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpud/gpud/internal/schedtest"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
@@ -150,5 +151,25 @@ func TestOtherUnknownClassInvalid(t *testing.T) {
 	pd, ok := pendingOf(p, "bad")
 	if !ok || pd.Code != plan.CodeInvalid || !strings.Contains(pd.Message, `DeviceClass "no-such-class" not found`) {
 		t.Fatalf("bad: pending %v %+v, want invalid naming the class", ok, pd)
+	}
+}
+
+// Nodes without gpud's devices take pods that need none: a CPU-only pod
+// and a pod whose only claim is another driver's device, while GPU pods
+// still go to the GPU node.
+func TestNodesWithoutGPUs(t *testing.T) {
+	e := newEnv(t)
+	e.node("a-gpu", "dgx-h100", nil)
+	e.nodes = append(e.nodes, schedtest.Node("z-cpu", nil))
+	e.nics("z-cpu")
+	e.pod("web", nil)
+	e.pod("nic-only", nil, withClaim("nic", exact("nic", nicDriver, 1)))
+	e.pod("train", []resourceapi.DeviceRequest{gpus(1)})
+	p := e.decide(Config{})
+	got := bindsOf(p)
+	for pod, want := range map[string]string{"web": "z-cpu", "nic-only": "z-cpu", "train": "a-gpu"} {
+		if got[pod] != want {
+			t.Errorf("%s on %q, want %s (binds %v, pending %+v)", pod, got[pod], want, got, p.Pending)
+		}
 	}
 }

@@ -258,6 +258,15 @@ func Build(in Inputs) (*View, []Skip) {
 		v.nodes = append(v.nodes, n)
 		v.byName[n.Name] = n
 	}
+	// Nodes without gpud's devices (CPU nodes, other drivers' nodes) take
+	// pods that need no gpud device.
+	for name, kn := range nodes {
+		if _, ok := v.byName[name]; !ok {
+			n := newNode(kn)
+			v.nodes = append(v.nodes, n)
+			v.byName[name] = n
+		}
+	}
 	slices.SortFunc(v.nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range v.nodes {
 		for _, d := range n.devs {

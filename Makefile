@@ -165,11 +165,14 @@ fgd-families:
 # DRA claims), and prints pods bound per second, their ratio and unallocated
 # GPU % for each. Logs and the table go to .run/sched-bench.
 SCHED_BENCH_PODS ?= 1500
+# SCHED_BENCH_CONSTRAINED: share of the pods, in groups of 4 replicas, with
+# required pod anti-affinity or a DoNotSchedule spread on hostnames.
+SCHED_BENCH_CONSTRAINED ?= 0.2
 sched-bench: build
 	@mkdir -p .run/sched-bench
 	$(GO) test -c -o bin/schedbench.test ./test/schedbench
 	GPUD_REQUIRE_K8S=1 ./bin/schedbench.test -test.run '^TestCompare$$' -test.v -test.timeout 30m -compare \
-		-gpud $(CURDIR)/$(BIN) -data $(FGD_DATA) -pods $(SCHED_BENCH_PODS) \
+		-gpud $(CURDIR)/$(BIN) -data $(FGD_DATA) -pods $(SCHED_BENCH_PODS) -constrained $(SCHED_BENCH_CONSTRAINED) \
 		-logdir $(CURDIR)/.run/sched-bench -out $(CURDIR)/.run/sched-bench/table.txt $(SCHED_BENCH_ARGS)
 
 ## image: gpud's container image without a container engine (hack/image):

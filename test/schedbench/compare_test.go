@@ -32,22 +32,23 @@ import (
 )
 
 var (
-	flagCompare    = flag.Bool("compare", false, "run the side-by-side comparison (needs the k8s binaries; not part of make test)")
-	flagData       = flag.String("data", "", "openb trace directory (default ../shared/data/openb-gpu-v2023 beside the repository)")
-	flagPodList    = flag.String("pod-list", "openb_pod_list_default.csv", "pod list in -data")
-	flagNodeList   = flag.String("node-list", "openb_node_list_gpu_node.csv", "node list in -data")
-	flagPods       = flag.Int("pods", 2000, "pods sampled from the pod list")
-	flagFill       = flag.Float64("fill", 0.8, "cluster GPUs as a fraction of the sample's GPU demand (below 1 overfills the cluster)")
-	flagSeed       = flag.Uint64("seed", 42, "sampling seed")
-	flagGpud       = flag.String("gpud", "", "gpud binary; empty runs kube-scheduler alone")
-	flagSchedulers = flag.String("schedulers", "kube-scheduler,gpud", "schedulers to run, in order (kube-scheduler, gpud); the ratio divides by kube-scheduler's rate")
-	flagQPS        = flag.Float64("kube-qps", 200, "kube-scheduler's client QPS (clientConnection.qps): gpud scheduler's, so that neither is throttled more")
-	flagBurst      = flag.Int("kube-burst", 400, "kube-scheduler's client burst (gpud scheduler's)")
-	flagGpudArgs   = flag.String("gpud-args", "", "extra flags for gpud scheduler, space-separated")
-	flagIdle       = flag.Duration("idle", 10*time.Second, "the burst ends when no pod was bound for this long")
-	flagFeedWait   = flag.Duration("feed-timeout", 60*time.Second, "how long a fed pod may stay neither bound nor unschedulable")
-	flagLogDir     = flag.String("logdir", "", "where scheduler logs go (default: the environment's temp dir)")
-	flagOut        = flag.String("out", "", "also write the table to this file")
+	flagCompare     = flag.Bool("compare", false, "run the side-by-side comparison (needs the k8s binaries; not part of make test)")
+	flagData        = flag.String("data", "", "openb trace directory (default ../shared/data/openb-gpu-v2023 beside the repository)")
+	flagPodList     = flag.String("pod-list", "openb_pod_list_default.csv", "pod list in -data")
+	flagNodeList    = flag.String("node-list", "openb_node_list_gpu_node.csv", "node list in -data")
+	flagPods        = flag.Int("pods", 2000, "pods sampled from the pod list")
+	flagFill        = flag.Float64("fill", 0.8, "cluster GPUs as a fraction of the sample's GPU demand (below 1 overfills the cluster)")
+	flagSeed        = flag.Uint64("seed", 42, "sampling seed")
+	flagGpud        = flag.String("gpud", "", "gpud binary; empty runs kube-scheduler alone")
+	flagSchedulers  = flag.String("schedulers", "kube-scheduler,gpud", "schedulers to run, in order (kube-scheduler, gpud); the ratio divides by kube-scheduler's rate")
+	flagQPS         = flag.Float64("kube-qps", 200, "kube-scheduler's client QPS (clientConnection.qps): gpud scheduler's, so that neither is throttled more")
+	flagBurst       = flag.Int("kube-burst", 400, "kube-scheduler's client burst (gpud scheduler's)")
+	flagGpudArgs    = flag.String("gpud-args", "", "extra flags for gpud scheduler, space-separated")
+	flagIdle        = flag.Duration("idle", 10*time.Second, "the burst ends when no pod was bound for this long")
+	flagFeedWait    = flag.Duration("feed-timeout", 60*time.Second, "how long a fed pod may stay neither bound nor unschedulable")
+	flagLogDir      = flag.String("logdir", "", "where scheduler logs go (default: the environment's temp dir)")
+	flagOut         = flag.String("out", "", "also write the table to this file")
+	flagConstrained = flag.Float64("constrained", 0, "share of the pods, in groups of 4 replicas, with required anti-affinity or a DoNotSchedule spread on hostnames")
 )
 
 const namespace = "schedbench"
@@ -98,6 +99,7 @@ func TestCompare(t *testing.T) {
 	}
 	b := newBench(t, env, pods, totalGPUs)
 	b.nodes, b.logDir = nodes, logDir
+	b.constraints = Constrain(len(pods), *flagConstrained, *flagSeed)
 	b.setup(nodes, classes)
 
 	var results []Result
@@ -130,6 +132,8 @@ type bench struct {
 	nodes     []trace.Node
 	logDir    string
 	tr        *tracker
+	// constraints change pods by index (-constrained).
+	constraints map[int]func(*corev1.Pod)
 }
 
 func newBench(t *testing.T, env *k8senv.Env, pods []trace.Pod, totalGPUs int) *bench {
@@ -328,7 +332,7 @@ func (b *bench) run(s sched) Result {
 	placed := 0
 	for i, tp := range b.pods {
 		start := time.Now()
-		uid := b.create(tp, s.schedulerName)
+		uid := b.create(tp, s.schedulerName, b.constraints[i])
 		bound, msg := b.tr.waitDecided(t, uid, *flagFeedWait)
 		if bound {
 			lat = append(lat, time.Since(start))
@@ -438,7 +442,7 @@ func (b *bench) drop(p trace.Pod) {
 func (b *bench) createAll(schedulerName string) []types.UID {
 	uids := make([]types.UID, len(b.pods))
 	err := parallel(16, len(b.pods), func(i int) error {
-		uids[i] = b.create(b.pods[i], schedulerName)
+		uids[i] = b.createIndexed(i, schedulerName)
 		return nil
 	})
 	if err != nil {
@@ -447,8 +451,14 @@ func (b *bench) createAll(schedulerName string) []types.UID {
 	return uids
 }
 
-// create creates p's claim (if any) and then p.
-func (b *bench) create(p trace.Pod, schedulerName string) types.UID {
+// createIndexed creates the i-th pod with its constraints (-constrained).
+func (b *bench) createIndexed(i int, schedulerName string) types.UID {
+	return b.create(b.pods[i], schedulerName, b.constraints[i])
+}
+
+// create creates p's claim (if any) and then p, changed by mod (nil: as
+// the trace has it).
+func (b *bench) create(p trace.Pod, schedulerName string, mod func(*corev1.Pod)) types.UID {
 	ctx, cancel := b.ctx()
 	defer cancel()
 	claim, err := Claim(p, namespace)
@@ -460,7 +470,11 @@ func (b *bench) create(p trace.Pod, schedulerName string) types.UID {
 			b.t.Fatalf("claim %s: %v", p.Name, err)
 		}
 	}
-	pod, err := b.client.CoreV1().Pods(namespace).Create(ctx, Pod(p, namespace, schedulerName, claim), metav1.CreateOptions{})
+	kp := Pod(p, namespace, schedulerName, claim)
+	if mod != nil {
+		mod(kp)
+	}
+	pod, err := b.client.CoreV1().Pods(namespace).Create(ctx, kp, metav1.CreateOptions{})
 	if err != nil {
 		b.t.Fatalf("pod %s: %v", p.Name, err)
 	}

@@ -309,3 +309,43 @@ func UnallocatedPercent(claims []resourceapi.ResourceClaim, totalGPUs int) (pct 
 	}
 	return 100 * (float64(totalGPUs) - used) / float64(totalGPUs), over
 }
+
+// ConstraintGroupSize is how many pods share one constraint group.
+const ConstraintGroupSize = 4
+
+// Constrain gives a share of the pods the placement rules real workloads
+// carry, deterministically for seed: of the chosen pods, half are in
+// groups of ConstraintGroupSize replicas with required pod anti-affinity
+// on the hostname (one replica per node), half in groups spread with
+// maxSkew 1 over hostnames (DoNotSchedule). Pods are chosen in consecutive
+// runs of a group so that the replicas arrive together, as a Deployment's
+// do. It returns, by pod index, the change to make to the pod.
+func Constrain(n int, share float64, seed uint64) map[int]func(*corev1.Pod) {
+	out := map[int]func(*corev1.Pod){}
+	if share <= 0 {
+		return out
+	}
+	r := rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
+	for start := 0; start+ConstraintGroupSize <= n; start += ConstraintGroupSize {
+		if r.Float64() >= share {
+			continue
+		}
+		group := fmt.Sprintf("g%d", start/ConstraintGroupSize)
+		anti := r.IntN(2) == 0
+		for i := start; i < start+ConstraintGroupSize; i++ {
+			out[i] = func(p *corev1.Pod) {
+				p.Labels["schedbench-group"] = group
+				sel := &metav1.LabelSelector{MatchLabels: map[string]string{"schedbench-group": group}}
+				if anti {
+					p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: sel, TopologyKey: corev1.LabelHostname}}}}
+					return
+				}
+				p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+					WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel}}
+			}
+		}
+	}
+	return out
+}

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpud/gpud/internal/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
@@ -242,5 +244,47 @@ func TestShippedClasses(t *testing.T) {
 	}
 	if !slices.Contains(names, ClassGPU) {
 		t.Fatalf("classes %v lack %s", names, ClassGPU)
+	}
+}
+
+// Constrain picks whole groups of 4 consecutive pods, about the share
+// asked, the same for a seed, each group all anti-affine or all spread.
+func TestConstrain(t *testing.T) {
+	if got := Constrain(100, 0, 42); len(got) != 0 {
+		t.Fatalf("share 0 constrained %d pods", len(got))
+	}
+	a, b := Constrain(4000, 0.2, 42), Constrain(4000, 0.2, 42)
+	if len(a) != len(b) || len(a)%ConstraintGroupSize != 0 || len(a) < 600 || len(a) > 1000 {
+		t.Fatalf("constrained %d and %d of 4000 pods at share 0.2 (want the same, whole groups, about 800)", len(a), len(b))
+	}
+	kinds := map[string]int{}
+	for start := 0; start < 4000; start += ConstraintGroupSize {
+		if a[start] == nil {
+			continue
+		}
+		var first string
+		for i := start; i < start+ConstraintGroupSize; i++ {
+			if a[i] == nil {
+				t.Fatalf("group at %d has no change for pod %d", start, i)
+			}
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
+			a[i](p)
+			kind := "spread"
+			if p.Spec.Affinity != nil && p.Spec.Affinity.PodAntiAffinity != nil {
+				kind = "anti"
+			}
+			if first == "" {
+				first = kind
+			} else if kind != first {
+				t.Fatalf("group at %d mixes %s and %s", start, first, kind)
+			}
+			if p.Labels["schedbench-group"] == "" {
+				t.Fatalf("pod %d has no group label", i)
+			}
+		}
+		kinds[first]++
+	}
+	if kinds["anti"] == 0 || kinds["spread"] == 0 {
+		t.Fatalf("groups by kind %v, want both", kinds)
 	}
 }

@@ -438,6 +438,7 @@ func TestTelemetryStreamNodeIdentity(t *testing.T) {
 	tenant := createPodOn(t, env, metav1.NamespaceDefault, "job-on-a", "default", "node-a")
 	tokenA := boundToken(t, env, podA, "gpud-telemetry")
 	tokenB := boundToken(t, env, podB, "gpud-telemetry")
+	t.Logf("a pod-bound token for audience gpud-telemetry: %d bytes", len(tokenA))
 
 	// What `gpud certs` writes: a CA, the scheduler's certificate, and one
 	// client certificate every agent mounts.

@@ -11,6 +11,7 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -195,9 +196,13 @@ func scaleChild(t *testing.T) {
 	}
 	var clients []*Client
 	agent := loadCerts(t, p.agentFiles())
+	// A projected ServiceAccount token with its pod and node claims is
+	// about 1 KB (test/telemetry_stream_test.go logs a real one's size):
+	// each stream's headers carry one.
+	pad := ".." + strings.Repeat("x", 1000)
 	for i := range n {
 		node := fmt.Sprintf("node-%04d", i)
-		c, err := NewClient(Config{Addr: os.Getenv("GPUD_SCALE_ADDR"), Node: node, Certs: agent, Token: staticToken(tokenFor(node)), ServerName: "localhost",
+		c, err := NewClient(Config{Addr: os.Getenv("GPUD_SCALE_ADDR"), Node: node, Certs: agent, Token: staticToken(tokenFor(node) + pad), ServerName: "localhost",
 			Hello: func() *telemetryv1.Hello { return &telemetryv1.Hello{Devices: devs} }, Samples: sample})
 		if err != nil {
 			t.Fatal(err)

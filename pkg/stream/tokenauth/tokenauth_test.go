@@ -263,3 +263,24 @@ func FuzzParseServiceAccount(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAuthenticate: a reconnect (cached review) and a new token (a
+// review against the fake API server, whose cost is not the real one's).
+func BenchmarkAuthenticate(b *testing.B) {
+	now := time.Unix(1_800_000_000, 0)
+	f := newFakeAPI()
+	a, err := New(Config{Client: f.client, Now: func() time.Time { return now }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := token("cached", now.Add(time.Hour))
+	f.statuses[tok] = agent("gpud-a", "uid-a", "node-a")
+	b.Run("cached", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := a.Authenticate(b.Context(), tok, "node-a"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -7,11 +7,13 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -132,7 +134,7 @@ func registry() frameworkruntime.Registry {
 		noderesources.Name:       frameworkruntime.FactoryAdapter(fts, noderesources.NewFit),
 		volumerestrictions.Name:  frameworkruntime.FactoryAdapter(fts, volumerestrictions.New),
 		nodevolumelimits.CSIName: frameworkruntime.FactoryAdapter(fts, nodevolumelimits.NewCSI),
-		volumebinding.Name:       frameworkruntime.FactoryAdapter(fts, volumebinding.New),
+		volumebinding.Name:       once(frameworkruntime.FactoryAdapter(fts, volumebinding.New)),
 		volumezone.Name:          frameworkruntime.FactoryAdapter(fts, volumezone.New),
 		podtopologyspread.Name:   frameworkruntime.FactoryAdapter(fts, podtopologyspread.New),
 		interpodaffinity.Name:    frameworkruntime.FactoryAdapter(fts, interpodaffinity.New),
@@ -140,6 +142,29 @@ func registry() frameworkruntime.Registry {
 		// runs neither.
 		queuesort.Name:     queuesort.New,
 		defaultbinder.Name: defaultbinder.New,
+	}
+}
+
+// once makes factory build its plugin once and hand the same one to every
+// later framework. VolumeBinding needs it: its volume binder adds event
+// handlers (each a goroutine pair holding every PersistentVolume and claim)
+// to the shared PV and PVC informers, and a plugin per cycle would add them
+// without end. The plugin keeps no reference to the framework that built
+// it, and kube-scheduler calls it from parallel goroutines too.
+func once(factory frameworkruntime.PluginFactory) frameworkruntime.PluginFactory {
+	var mu sync.Mutex
+	var built fwk.Plugin
+	return func(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if built != nil {
+			return built, nil
+		}
+		pl, err := factory(ctx, args, h)
+		if err == nil {
+			built = pl
+		}
+		return pl, err
 	}
 }
 
@@ -191,7 +216,13 @@ func profile() (*config.KubeSchedulerProfile, error) {
 
 // framework builds the upstream framework over snap.
 func (r *Rules) framework(ctx context.Context, snap frameworkSnapshot) (framework.Framework, error) {
-	ctx = klog.NewContext(ctx, r.cfg.Logger)
+	// NewFramework starts a metrics goroutine that lives until its
+	// context ends (kube-scheduler builds one framework for its life;
+	// gpud one per cycle): end it once the framework is built. Nothing
+	// else of the plugins gpud runs holds on to this context, and the
+	// recorder drops what it cannot send (gpud exports its own metrics).
+	ctx, stop := context.WithCancel(klog.NewContext(ctx, r.cfg.Logger))
+	defer stop()
 	fw, err := frameworkruntime.NewFramework(ctx, r.registry, r.profile,
 		frameworkruntime.WithInformerFactory(r.cfg.Informers),
 		frameworkruntime.WithClientSet(r.cfg.Client),

@@ -2,17 +2,21 @@ package rules
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpud/gpud/internal/testwait"
 )
 
 const hostname = "kubernetes.io/hostname"
@@ -67,7 +71,7 @@ func pvc(claim string) func(*corev1.Pod) {
 }
 
 // newRules starts rules over a fake API server holding objs.
-func newRules(t *testing.T, objs ...runtime.Object) *Rules {
+func newRules(t *testing.T, objs ...k8sruntime.Object) *Rules {
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	f := informers.NewSharedInformerFactory(client, 0)
@@ -292,4 +296,22 @@ func TestDeletedNode(t *testing.T) {
 	if got := c.Filter(pod("p", antiAffinity, hostPort), "a"); got != "" {
 		t.Fatalf("pod refused on a: %s", got)
 	}
+}
+
+// Cycles leave no goroutines behind: VolumeBinding's volume binder (one
+// per plugin) registers handlers, each with its own goroutines, on the
+// shared PV and PVC informers, and each framework starts a metrics
+// goroutine that lives as long as the context it was built with; per
+// cycle, both leaked for the scheduler's life.
+func TestCyclesAddNoInformerHandlers(t *testing.T) {
+	r := newRules(t, node("a"))
+	newCycle(t, r, []*corev1.Node{node("a")})
+	before := runtime.NumGoroutine()
+	for range 50 {
+		newCycle(t, r, []*corev1.Node{node("a")})
+	}
+	// The last framework's metrics goroutine may still be on its way out.
+	testwait.For(t, 5*time.Second, "goroutines back to the count before 50 cycles", func() bool {
+		return runtime.NumGoroutine() <= before+5
+	})
 }

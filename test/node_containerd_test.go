@@ -323,7 +323,7 @@ func TestNodeContainerdRestart(t *testing.T) {
 		waitDRAGPUs(t, k, n, 8)
 		inv := agentInventory(t, a)
 
-		r := startDRAPod(t, n, "whole-gpu", "held", 2*time.Second)
+		r := startDRAPod(t, n, "whole-gpu", "held", 2*time.Second, nil)
 		held := claimMinors(t, k, n, inv, "held")
 		checkIsolation(t, "pod held (DRA whole-gpu)", r, held)
 		id := containerID(t, k, "held")
@@ -333,7 +333,7 @@ func TestNodeContainerdRestart(t *testing.T) {
 		after := reportAfter(t, n, "held", r)
 		checkIsolation(t, "pod held after the containerd restart", after, held)
 
-		r2 := startDRAPod(t, n, "whole-gpu", "new", 0)
+		r2 := startDRAPod(t, n, "whole-gpu", "new", 0, nil)
 		got := claimMinors(t, k, n, inv, "new")
 		checkIsolation(t, "pod new (DRA whole-gpu) after the containerd restart", r2, got)
 		if slices.ContainsFunc(got, func(m int) bool { return slices.Contains(held, m) }) {
@@ -390,8 +390,8 @@ func waitDRAGPUs(t *testing.T, k *k8senv.Env, n *nodeenv.Node, want int) {
 }
 
 // startDRAPod is runDRAExample with the node's device files mounted in
-// the probe (withNodeDevices).
-func startDRAPod(t *testing.T, n *nodeenv.Node, example, name string, interval time.Duration) *nodeenv.ProbeReport {
+// the probe (withNodeDevices), edited by edit (nil: as it is).
+func startDRAPod(t *testing.T, n *nodeenv.Node, example, name string, interval time.Duration, edit func(*corev1.Pod) *corev1.Pod) *nodeenv.ProbeReport {
 	t.Helper()
 	tmpl, pod := draTemplateExample(t, example)
 	tmpl.Name, tmpl.Namespace = name, "default"
@@ -401,6 +401,9 @@ func startDRAPod(t *testing.T, n *nodeenv.Node, example, name string, interval t
 		probe.Spec.ResourceClaims[i].ResourceClaimTemplateName = &tmpl.Name
 	}
 	probe.Spec.Containers[0].Resources.Claims = pod.Spec.Containers[0].Resources.Claims
+	if edit != nil {
+		probe = edit(probe)
+	}
 	if _, err := n.K8s.Client.ResourceV1().ResourceClaimTemplates("default").Create(t.Context(), tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"
+	"github.com/gpud/gpud/pkg/devnodes"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"
@@ -100,6 +101,7 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 	if err != nil {
 		log.Warn("nvidia majors unknown, mig caps not filtered", "err", err)
 	}
+	majors = simMajors(majors, cfg.nvml.simulate != "" && cfg.nvml.devRoot != "")
 	ecfg := enforce.Config{
 		Unified: mounts.Unified, V1Devices: mounts.V1["devices"], Isolate: isolate, Majors: majors,
 		Interval: o.interval, Inventory: inventory, Allocations: src.pods, Pods: src.podNames,
@@ -170,6 +172,24 @@ func readMounts(path string) (cgroupfs.Mounts, error) {
 		return cgroupfs.Mounts{}, fmt.Errorf("no cgroup mounts in %s: mount the host's /sys/fs/cgroup", path)
 	}
 	return m, nil
+}
+
+// simMajors are the majors of a simulated node's device files
+// (--sim-dev-root): no driver registers nvidia-uvm or nvidia-caps in
+// /proc/devices, and without their majors a container (a privileged one,
+// whose device cgroup the runtime opens to everything) could open every
+// MIG cap of the node. Majors the kernel does list are kept.
+func simMajors(m devcgroup.Majors, simDevFiles bool) devcgroup.Majors {
+	if !simDevFiles {
+		return m
+	}
+	if m.UVM == 0 {
+		m.UVM = devnodes.SimUVMMajor
+	}
+	if m.Caps == 0 {
+		m.Caps = devnodes.SimCapsMajor
+	}
+	return m
 }
 
 func readMajors(path string) (devcgroup.Majors, error) {

@@ -52,6 +52,10 @@ func TestScan(t *testing.T) {
 		"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + strings.ReplaceAll(uidB, "-", "_") + ".slice/cri-containerd-" + cid('d') + ".scope",
 		"system.slice/containerd.service",
 		"kubepods/burstable/pod" + uidA + "/not-a-container",
+		// A kubelet with cgroupRoot /kubelet.
+		"kubelet/kubepods/besteffort/pod" + uidB + "/" + cid('e'),
+		// Deeper than a cgroupRoot one level down: not a kubepods tree.
+		"a/b/kubepods/pod" + uidB + "/" + cid('f'),
 	}
 	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -67,6 +71,7 @@ func TestScan(t *testing.T) {
 		"/" + dirs[1]: {rel: "/" + dirs[1], podUID: uidA, containerID: cid('b')},
 		"/" + dirs[2]: {rel: "/" + dirs[2], podUID: uidB, containerID: cid('c'), guaranteed: true},
 		"/" + dirs[3]: {rel: "/" + dirs[3], podUID: uidB, containerID: cid('d')},
+		"/" + dirs[6]: {rel: "/" + dirs[6], podUID: uidB, containerID: cid('e')},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("scan = %v, want %v", got, want)

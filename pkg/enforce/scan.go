@@ -23,22 +23,17 @@ type container struct {
 const maxDepth = 4
 
 // scan walks the kubepods trees under root (cgroupfs "kubepods", systemd
-// "kubepods.slice") and returns the container cgroups by rel path. A root
-// that does not exist gives none.
+// "kubepods.slice") and returns the container cgroups by rel path. The
+// trees are root's kubepods* children and those one level further down,
+// where a kubelet with a cgroupRoot (--cgroup-root /kubelet, say) puts
+// them. A root that does not exist gives none.
 func scan(root string) (map[string]container, error) {
 	out := map[string]container{}
-	ents, err := os.ReadDir(root)
+	tops, err := kubepodsTops(root)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return out, nil
-		}
 		return nil, err
 	}
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), "kubepods") {
-			continue
-		}
-		top := filepath.Join(root, e.Name())
+	for _, top := range tops {
 		err := filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
@@ -67,4 +62,37 @@ func scan(root string) (map[string]container, error) {
 		}
 	}
 	return out, nil
+}
+
+// kubepodsTops are the kubepods* directories among root's children and
+// their children.
+func kubepodsTops(root string) ([]string, error) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var tops []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		if strings.HasPrefix(e.Name(), "kubepods") {
+			tops = append(tops, dir)
+			continue
+		}
+		sub, err := os.ReadDir(dir)
+		if err != nil {
+			continue // removed meanwhile, or not ours to read: no pods there
+		}
+		for _, s := range sub {
+			if s.IsDir() && strings.HasPrefix(s.Name(), "kubepods") {
+				tops = append(tops, filepath.Join(dir, s.Name()))
+			}
+		}
+	}
+	return tops, nil
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -730,4 +731,58 @@ func tryStream(t *testing.T, addr string, certs *stream.Certs, token, node strin
 		cancel()
 	}
 	return err
+}
+
+// TestHelmStreamValuesRefused: the stream's and the telemetry's chart
+// values that reach an argument or a volume are refused by the schema
+// when they could inject YAML (a newline) or name nothing valid, and the
+// agent's token audience is the scheduler's.
+func TestHelmStreamValuesRefused(t *testing.T) {
+	stream := func(kv ...any) map[string]any {
+		s := map[string]any{"enabled": true}
+		for i := 0; i < len(kv); i += 2 {
+			s[kv[i].(string)] = kv[i+1]
+		}
+		return map[string]any{"agent": map[string]any{"stream": s}}
+	}
+	telemetry := func(k string, v any) map[string]any {
+		return map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true, "telemetry": map[string]any{"enabled": true, k: v}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+	}{
+		{"schedulerAddr with a newline", stream("schedulerAddr", "s:9403\n          command: [sh]")},
+		{"schedulerAddr without a port", stream("schedulerAddr", "gpud-scheduler-telemetry")},
+		{"tlsSecret with a newline", stream("tlsSecret", "x\n    hostPath: {path: /}")},
+		{"tokenAudience with a newline", stream("tokenAudience", "gpud\n  x: y")},
+		{"tokenAudience with a space", stream("tokenAudience", "gpud telemetry")},
+		{"scheduler tokenAudience with a newline", telemetry("tokenAudience", "gpud\n- --telemetry-insecure")},
+		{"scheduler tlsSecret upper case", telemetry("tlsSecret", "Secret")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := helmRender(t, tc.values, false)
+			if err == nil {
+				t.Fatal("rendered")
+			}
+			key := strings.TrimPrefix(tc.name, "scheduler ")
+			if key, _, _ = strings.Cut(key, " "); !strings.Contains(err.Error(), key) {
+				t.Errorf("refused, but not for %s: %v", key, err)
+			}
+		})
+	}
+	objs := helmMustRender(t, map[string]any{"mode": "dra", "agent": map[string]any{"stream": map[string]any{"enabled": true, "tokenAudience": "https://gpud.example.com"}},
+		"scheduler": map[string]any{"enabled": true, "telemetry": map[string]any{"enabled": true, "tokenAudience": "https://gpud.example.com"}}}, false)
+	ds := objs["DaemonSet/gpud"].(*appsv1.DaemonSet)
+	var aud string
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Projected != nil && len(v.Projected.Sources) == 1 && v.Projected.Sources[0].ServiceAccountToken != nil {
+			aud = v.Projected.Sources[0].ServiceAccountToken.Audience
+		}
+	}
+	args := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args
+	if aud != "https://gpud.example.com" || !slices.Contains(args, "--telemetry-token-audience="+aud) ||
+		!slices.Contains(args, "--telemetry-agent-service-accounts=gpud/"+ds.Spec.Template.Spec.ServiceAccountName) {
+		t.Errorf("agent token audience %q, scheduler args %v: want the same audience and the agents' ServiceAccount", aud, args)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -123,4 +124,32 @@ func TokenFile(path string) func() (string, error) {
 		}
 		return tok, nil
 	}
+}
+
+// authenticate proves that the stream's token is held on node, or
+// refuses the stream.
+func (s *Server) authenticate(ctx context.Context, node string) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	tok, err := bearerToken(md)
+	if err != nil {
+		return s.refuse(ReasonTokenMissing, codes.Unauthenticated, err, "node", node)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
+	defer cancel()
+	err = s.cfg.Authenticate.Authenticate(ctx, tok, node)
+	if err == nil {
+		return nil
+	}
+	var ae *AuthError
+	if !errors.As(err, &ae) {
+		ae = &AuthError{Reason: ReasonTokenReviewFailed, Temporary: true, Err: err}
+	}
+	code := codes.PermissionDenied
+	switch {
+	case ae.Temporary:
+		code = codes.Unavailable
+	case ae.Reason == ReasonTokenInvalid:
+		code = codes.Unauthenticated
+	}
+	return s.refuse(ae.Reason, code, err, "node", node)
 }

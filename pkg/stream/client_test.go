@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"strings"
@@ -137,5 +138,62 @@ func TestClientConfigValidate(t *testing.T) {
 				t.Fatal("Validate() = nil")
 			}
 		})
+	}
+}
+
+// TestClientRereadsTokenFile: the token is read for every connection, so
+// the one the kubelet rotated in place is used from the next reconnect
+// on: a stream refused for an expired token connects once the file holds
+// a valid one, without restarting the client.
+func TestClientRereadsTokenFile(t *testing.T) {
+	p := newPKI(t)
+	srv := newTestServer(t, ServerConfig{})
+	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	path := filepath.Join(t.TempDir(), "token")
+	writeFile(t, path, []byte("expired"))
+	c, err := NewClient(Config{Addr: addr, Node: "node-a", Certs: loadCerts(t, p.agentFiles()), Token: TokenFile(path), ServerName: "localhost",
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Hello: testHello, Samples: func() *telemetryv1.Samples { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Run(t, "stream client", c.Run)
+	testwait.For(t, 10*time.Second, "the expired token to be refused", func() bool {
+		return testutil.ToFloat64(srv.m.refused.WithLabelValues(ReasonTokenInvalid)) > 0
+	})
+	if c.Connected() {
+		t.Fatal("connected with an expired token")
+	}
+	writeFile(t, path, []byte(tokenFor("node-a")+"\n")) // the kubelet's rotation: an atomic rename
+	testwait.For(t, 10*time.Second, "the client to connect with the rotated token", c.Connected)
+	if _, ok := srv.Telemetry(time.Now(), 3)["node-a"]; !ok {
+		t.Error("no telemetry of node-a after the rotation")
+	}
+}
+
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, data string
+		want       string // "" refused
+	}{
+		{"JWT with a newline", "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln\n", "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"},
+		{"empty", "", ""},
+		{"spaces inside", "a b", ""},
+		{"too large", strings.Repeat("a", MaxTokenBytes+1), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
+			writeFile(t, path, []byte(tc.data))
+			got, err := TokenFile(path)()
+			if got != tc.want || (err == nil) != (tc.want != "") {
+				t.Fatalf("TokenFile() = %q, %v; want %q", got, err, tc.want)
+			}
+			if err != nil && !errors.Is(err, ErrConfig) {
+				t.Errorf("error %v does not match ErrConfig", err)
+			}
+		})
+	}
+	if _, err := TokenFile(filepath.Join(dir, "missing"))(); !errors.Is(err, ErrConfig) {
+		t.Errorf("missing file: %v", err)
 	}
 }

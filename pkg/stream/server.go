@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -41,6 +39,10 @@ const (
 	// idleCheck is how often the server looks for idle streams: a stream
 	// silent for idleIntervals ends within idleCheck after.
 	idleCheck = 5 * time.Second
+	// handshakeLogEvery bounds the log lines of handshake refusals to one
+	// per reason per interval (a fleet with expired certificates, a port
+	// scanner); every refusal is counted all the same.
+	handshakeLogEvery = 10 * time.Second
 	// bufferBytes is the agent's read and write buffers and the server's
 	// write buffer.
 	bufferBytes = 4 << 10
@@ -122,6 +124,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	nodes map[string]*nodeState
+
+	handshakeLog logLimiter
 }
 
 // NewServer returns a server with no nodes.
@@ -133,7 +137,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if !cfg.Insecure && cfg.Authenticate == nil {
 		return nil, fmt.Errorf("stream server: no Authenticate and not insecure: nothing proves a node: %w", ErrConfig)
 	}
-	s := &Server{cfg: cfg, nodes: map[string]*nodeState{}}
+	s := &Server{cfg: cfg, nodes: map[string]*nodeState{}, handshakeLog: logLimiter{every: handshakeLogEvery}}
 	s.m = newServerMetrics(s)
 	return s, nil
 }
@@ -382,7 +386,10 @@ func (c connCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo
 	if err != nil {
 		reason := handshakeReason(err)
 		c.s.m.refused.WithLabelValues(reason).Inc()
-		c.s.cfg.Log.Warn("telemetry connection refused in the TLS handshake", "reason", reason, "remote", raw.RemoteAddr().String(), "err", err)
+		if ok, suppressed := c.s.handshakeLog.allow(reason, c.s.cfg.Now()); ok {
+			c.s.cfg.Log.Warn("telemetry connection refused in the TLS handshake", "reason", reason, "remote", raw.RemoteAddr().String(),
+				"err", err, "not_logged_since", suppressed)
+		}
 		return nil, nil, err
 	}
 	return conn, connInfo{AuthInfo: ai, raw: raw}, nil
@@ -396,49 +403,4 @@ func (c connCreds) Clone() credentials.TransportCredentials {
 type connInfo struct {
 	credentials.AuthInfo
 	raw net.Conn
-}
-
-// authenticate proves that the stream's token is held on node, or
-// refuses the stream.
-func (s *Server) authenticate(ctx context.Context, node string) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	tok, err := bearerToken(md)
-	if err != nil {
-		return s.refuse(ReasonTokenMissing, codes.Unauthenticated, err, "node", node)
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
-	defer cancel()
-	err = s.cfg.Authenticate.Authenticate(ctx, tok, node)
-	if err == nil {
-		return nil
-	}
-	var ae *AuthError
-	if !errors.As(err, &ae) {
-		ae = &AuthError{Reason: ReasonTokenReviewFailed, Temporary: true, Err: err}
-	}
-	code := codes.PermissionDenied
-	switch {
-	case ae.Temporary:
-		code = codes.Unavailable
-	case ae.Reason == ReasonTokenInvalid:
-		code = codes.Unauthenticated
-	}
-	return s.refuse(ae.Reason, code, err, "node", node)
-}
-
-// handshakeReason is the refused_total reason of a failed TLS handshake.
-func handshakeReason(err error) string {
-	var unknown x509.UnknownAuthorityError
-	var invalid x509.CertificateInvalidError
-	switch {
-	case errors.As(err, &unknown):
-		return "tls-unknown-ca"
-	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
-		return "tls-certificate-expired"
-	case errors.As(err, &invalid):
-		return "tls-certificate-invalid"
-	case strings.Contains(err.Error(), "didn't provide a certificate"): // crypto/tls has no typed error for it
-		return "tls-no-client-certificate"
-	}
-	return "tls-handshake"
 }

@@ -376,3 +376,28 @@ func TestEndedStreamsCloseTheirConnection(t *testing.T) {
 		})
 	})
 }
+
+func TestLogLimiter(t *testing.T) {
+	l := logLimiter{every: 10 * time.Second}
+	t0 := time.Unix(1_800_000_000, 0)
+	steps := []struct {
+		key            string
+		at             time.Duration
+		ok             bool
+		wantSuppressed int
+	}{
+		{"tls-unknown-ca", 0, true, 0},
+		{"tls-unknown-ca", time.Second, false, 0},
+		{"tls-unknown-ca", 2 * time.Second, false, 0},
+		{"tls-certificate-expired", 3 * time.Second, true, 0}, // another reason: its own budget
+		{"tls-unknown-ca", 10 * time.Second, true, 2},
+		{"tls-unknown-ca", 11 * time.Second, false, 0},
+		{"tls-unknown-ca", time.Minute, true, 1},
+	}
+	for i, s := range steps {
+		ok, n := l.allow(s.key, t0.Add(s.at))
+		if ok != s.ok || n != s.wantSuppressed {
+			t.Errorf("step %d (%s at %s): allow = %v, %d; want %v, %d", i, s.key, s.at, ok, n, s.ok, s.wantSuppressed)
+		}
+	}
+}

@@ -97,7 +97,8 @@ func checkCaps(t *testing.T, what string, r *nodeenv.ProbeReport, want []int) {
 // checks what each container sees: a nvidia.com/mig-1g.10gb pod gets its
 // slice's UUID, its parent GPU's device file and exactly its slice's two
 // access caps (every other GPU and cap EPERM); two nvidia.com/gpu.shared
-// pods get the same shared GPU, and only it.
+// pods get the same shared GPU, and only it, with half its SMs
+// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50).
 func TestNodeDevicePluginKinds(t *testing.T) {
 	nodeenv.Require(t)
 	k := k8senv.Start(t)
@@ -137,6 +138,10 @@ func TestNodeDevicePluginKinds(t *testing.T) {
 			r := startPod(t, n, withNodeDevices(n.ProbePod("default", name, limits), 0))
 			m := devicePluginMinors(t, inv, r)
 			checkIsolation(t, "pod "+name+" ("+string(sharedResource)+": 1)", r, m)
+			// Two replicas: each gets half the GPU's SMs through MPS.
+			if got := r.Env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]; got != "50" {
+				t.Errorf("pod %s: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q, want 50 (one of 2 replicas; env %v)", name, got, r.Env)
+			}
 			got = append(got, m)
 			t.Logf("pod %s: GPU %v, env %v", name, m, r.Env)
 		}

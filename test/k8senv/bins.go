@@ -97,7 +97,7 @@ func FindBinaries() (*Binaries, error) {
 		missing = append(missing, "etcd (in "+dir+" or on $PATH)")
 	}
 	if len(missing) > 0 {
-		return b, fmt.Errorf("k8senv: Kubernetes %s binaries missing: %s; build kube-apiserver and kube-scheduler with hack/k8s-bins.sh (first build ~25 min, cached by version; GPUD_K8S_BINS overrides the cache dir) and install etcd with `apt-get install etcd-server`",
+		return b, fmt.Errorf("k8senv: Kubernetes %s binaries missing: %s; build kube-apiserver and kube-scheduler with hack/k8s-bins.sh (slow the first time: it builds the kubelet and kube-controller-manager too; cached by version; GPUD_K8S_BINS overrides the cache dir) and install etcd with `apt-get install etcd-server`",
 			version, strings.Join(missing, ", "))
 	}
 	if out, err := exec.Command(b.Etcd, "--version").Output(); err == nil {

@@ -88,6 +88,10 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 	if !e.cfg.Isolate {
 		return
 	}
+	// Ask the kubelet before taking the lock a poll pass may hold: the
+	// runtime waits for this hook only so long (NRI: 2s) before it starts
+	// the container anyway.
+	snap, err := e.allocations(ctx)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	rel := c.Rel()
@@ -98,7 +102,6 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 		e.tracked[rel] = t
 	}
 	t.ref = &ref
-	snap, err := e.allocations(ctx)
 	if err != nil {
 		e.log.Warn("device filter at start skipped, pod resources unavailable", "cgroup", rel, "err", err)
 		return

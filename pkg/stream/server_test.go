@@ -401,3 +401,22 @@ func TestLogLimiter(t *testing.T) {
 		}
 	}
 }
+
+// TestInsecureServerWithCertificatesTrustsHello: an insecure server given
+// certificates anyway (tests) trusts the Hello and asks for no token.
+func TestInsecureServerWithCertificatesTrustsHello(t *testing.T) {
+	p := newPKI(t)
+	srv := newTestServer(t, ServerConfig{Insecure: true})
+	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	st := rawStream(t, addr, p.agentFiles(), "")
+	sendHello(t, st, "node-a")
+	if ack, err := st.Recv(); err != nil || ack.GetSeq() != 1 {
+		t.Fatalf("Recv() = %v, %v; want ack 1", ack, err)
+	}
+}
+
+func TestNewServerNeedsAuthenticator(t *testing.T) {
+	if _, err := NewServer(ServerConfig{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("NewServer without Authenticate or Insecure = %v, want ErrConfig", err)
+	}
+}

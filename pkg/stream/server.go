@@ -161,6 +161,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error
 		grpc.ReadBufferSize(0), grpc.WriteBufferSize(bufferBytes),
 		grpc.InitialWindowSize(64 << 10), grpc.InitialConnWindowSize(64 << 10),
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		// One stream per connection: an HPACK dynamic table compresses
+		// nothing, and would keep each stream's headers (its token among
+		// them) for the connection's life. Size 0 tells the agent's
+		// encoder to index none.
+		grpc.HeaderTableSize(0),
 	}
 	switch {
 	case certs != nil:

@@ -105,6 +105,8 @@ func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
 		t.Run("claims "+tc.name, func(t *testing.T) { runClaimCase(t, env, tc) })
 	}
 
+	t.Run("volumes WaitForFirstConsumer", func(t *testing.T) { testWaitForFirstConsumer(t, env) })
+
 	// Scheduling gates: a gated pod is never scheduled, and is once the
 	// gate is lifted.
 	t.Run("scheduling gates", func(t *testing.T) {
@@ -197,12 +199,6 @@ func rulesCases() []rulesCase {
 	}
 	onHost := func(x string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) { p.Spec.NodeSelector[corev1.LabelHostname] = p.Spec.NodeSelector["pool"] + "-" + x }
-	}
-	vol := func(claim string) func(*corev1.Pod) {
-		return func(p *corev1.Pod) {
-			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
-		}
 	}
 	prefer := func(x string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
@@ -429,6 +425,7 @@ func rulesRBAC(t *testing.T, env *k8senv.Env) {
 	cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "gpud-scheduler-rules"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumes", "namespaces", "services",
 			"replicationcontrollers"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumes"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "statefulsets"}, Verbs: read},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses", "csinodes", "csidrivers",
 			"csistoragecapacities", "volumeattachments"}, Verbs: read},
@@ -441,5 +438,13 @@ func rulesRBAC(t *testing.T, env *k8senv.Env) {
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "gpud", Name: "gpud-scheduler"}}}
 	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(t.Context(), crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// vol gives the pod one volume from the PersistentVolumeClaim claim.
+func vol(claim string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
 	}
 }

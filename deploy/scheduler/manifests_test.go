@@ -100,7 +100,7 @@ func TestSchedulerRBAC(t *testing.T) {
 		// The telemetry stream's node identity: the agents' tokens.
 		"authentication.k8s.io/tokenreviews": {"create"},
 		// kube-scheduler's plugins in pkg/scheduler/rules (test/scheduler_rules_test.go grants the same).
-		"/persistentvolumeclaims": read, "/persistentvolumes": read, "/namespaces": read, "/services": read,
+		"/persistentvolumeclaims": append(read, "update"), "/persistentvolumes": append(read, "update"), "/namespaces": read, "/services": read,
 		"/replicationcontrollers": read, "apps/replicasets": read, "apps/statefulsets": read,
 		"storage.k8s.io/storageclasses": read, "storage.k8s.io/csinodes": read, "storage.k8s.io/csidrivers": read,
 		"storage.k8s.io/csistoragecapacities": read, "storage.k8s.io/volumeattachments": read,

@@ -16,11 +16,15 @@ import (
 
 	"github.com/gpud/gpud/pkg/scheduler/evict"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/rules"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
 // Event reasons and actions (events.k8s.io), as kube-scheduler names them.
 const (
+	// codeVolumes is the pending code of a pod whose volumes could not be
+	// bound for the node chosen.
+	codeVolumes            = "volume-binding"
 	reasonScheduled        = "Scheduled"
 	reasonFailedScheduling = "FailedScheduling"
 	reasonPreempted        = "Preempted"
@@ -49,7 +53,7 @@ func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
 	g.SetLimit(s.cfg.Workers)
 	for _, unit := range gangUnits(p.Binds) {
 		g.Go(func() error {
-			s.bindUnit(gctx, unit)
+			s.bindUnit(gctx, sn.volumes, unit)
 			return nil
 		})
 	}
@@ -116,7 +120,13 @@ func gangUnits(binds []plan.Bind) [][]plan.Bind {
 // bindUnit writes every claim of the unit's binds, then binds each pod.
 // If a claim write fails, the claims written so far are rolled back and
 // nothing is bound; if a Binding fails, that pod's claims are rolled back.
-func (s *Scheduler) bindUnit(ctx context.Context, unit []plan.Bind) {
+//
+// Before its Binding, each pod's WaitForFirstConsumer volumes are bound
+// for its node (vols; nil: none), as kube-scheduler's VolumeBinding PreBind
+// does; a pod whose volumes are not bound in time is not bound either, has
+// its claims rolled back and waits with the reason (a later cycle finds
+// its volumes bound, or provisioning under way on that node).
+func (s *Scheduler) bindUnit(ctx context.Context, vols volumeBinder, unit []plan.Bind) {
 	written := make([][]writtenClaim, 0, len(unit))
 	for _, b := range unit {
 		w, err := s.writeClaims(ctx, b)
@@ -132,6 +142,9 @@ func (s *Scheduler) bindUnit(ctx context.Context, unit []plan.Bind) {
 			s.log.Warn("claims not written, pod not bound", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang,
 				"failed_pod", unit[len(written)-1].Pod.Key(), "err", err)
 		}
+		return
+	}
+	if !s.bindVolumes(ctx, vols, unit, written) {
 		return
 	}
 	for i, b := range unit {
@@ -161,6 +174,35 @@ func (s *Scheduler) bindUnit(ctx context.Context, unit []plan.Bind) {
 		s.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonScheduled, actionBinding,
 			"Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, b.Node)
 	}
+}
+
+// bindVolumes binds every pod's volumes of the unit for its node; if one
+// fails, every claim of the unit is rolled back and every pod waits with
+// the reason (a gang binds all or nothing).
+func (s *Scheduler) bindVolumes(ctx context.Context, vols volumeBinder, unit []plan.Bind, written [][]writtenClaim) bool {
+	if vols == nil {
+		return true
+	}
+	for _, b := range unit {
+		err := vols.BindVolumes(ctx, b.Pod.Pod, b.Node, rules.VolumeBindTimeout)
+		if err == nil {
+			continue
+		}
+		var pending []plan.Pending
+		for i, m := range unit {
+			s.rollback(ctx, m.Pod.Pod, written[i])
+			msg := err.Error()
+			if m.Pod != b.Pod {
+				msg = fmt.Sprintf("gang member %s: %v", b.Pod.Key(), err)
+			}
+			pending = append(pending, plan.Pending{Pod: m.Pod, Code: codeVolumes, Message: msg})
+			s.m.attempts.WithLabelValues(resultUnschedulable).Inc()
+		}
+		s.log.Info("volumes not bound, pods not bound", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang, "err", err)
+		s.writePending(ctx, pending)
+		return false
+	}
+	return true
 }
 
 // boundAnyway reports whether pod is bound to node after all: a Binding

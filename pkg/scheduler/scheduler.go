@@ -459,10 +459,12 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	for _, b := range sn.Bound {
 		bound = append(bound, b.Pod)
 	}
-	if sn.Rules, err = s.rules.Cycle(ctx, in.nodes, bound); err != nil {
+	rc, err := s.rules.Cycle(ctx, in.nodes, bound)
+	if err != nil {
 		s.log.Error("placement rules not built: no decision this cycle", "err", err)
 		return
 	}
+	sn.Rules, sn.volumes = rc, rc
 	s.m.observeView(sn.View, sn.claims, sn.skips)
 	for _, sk := range sn.skips {
 		s.log.Debug("object left out of the view", "kind", sk.Kind, "name", sk.Name, "reason", sk.Reason)

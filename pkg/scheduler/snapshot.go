@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -69,6 +70,9 @@ type snapshot struct {
 	// unbound are this scheduler's pods without a node (gated, backing
 	// off and deferred ones included).
 	unbound map[types.UID]bool
+	// volumes binds the bound pods' WaitForFirstConsumer volumes before
+	// their Bindings (nil: nothing to bind, as in tests without rules).
+	volumes volumeBinder
 	// badAnnotations are pods whose gpud annotations are malformed, with
 	// what is wrong (Message).
 	badAnnotations []plan.Pending
@@ -346,4 +350,10 @@ func ownedBy(c *resourceapi.ResourceClaim, uid types.UID) bool {
 // compact drops nil entries.
 func compact(claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
 	return slices.DeleteFunc(claims, func(c *resourceapi.ResourceClaim) bool { return c == nil })
+}
+
+// volumeBinder binds a pod's volumes for a node before the pod is bound
+// there (*rules.Cycle).
+type volumeBinder interface {
+	BindVolumes(ctx context.Context, pod *corev1.Pod, node string, timeout time.Duration) error
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
@@ -119,39 +118,7 @@ func (c *Cycle) Unresolvable(pod *corev1.Pod) (string, bool) {
 	if pc.status.Code() == fwk.UnschedulableAndUnresolvable || pc.status.IsError() {
 		return reason(pc.status), true
 	}
-	if why := c.unboundDelayed(pod); why != "" {
-		return why, true
-	}
 	return "", false
-}
-
-// unboundDelayed says which of the pod's claims waits for its first
-// consumer to be bound or provisioned: kube-scheduler's VolumeBinding does
-// that in PreBind, which gpud does not run, so such a pod waits rather
-// than be bound to a node its volume never reaches.
-func (c *Cycle) unboundDelayed(pod *corev1.Pod) string {
-	for _, v := range pod.Spec.Volumes {
-		name := ""
-		switch {
-		case v.PersistentVolumeClaim != nil:
-			name = v.PersistentVolumeClaim.ClaimName
-		case v.Ephemeral != nil:
-			name = pod.Name + "-" + v.Name
-		default:
-			continue
-		}
-		pvc, err := c.r.pvcs.PersistentVolumeClaims(pod.Namespace).Get(name)
-		if err != nil || pvc.Spec.VolumeName != "" || pvc.Spec.StorageClassName == nil {
-			continue // missing claims are VolumeBinding's to report
-		}
-		sc, err := c.r.classes.Get(*pvc.Spec.StorageClassName)
-		if err != nil || sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
-			continue
-		}
-		return fmt.Sprintf("persistentvolumeclaim %q waits for its first consumer (StorageClass %s, WaitForFirstConsumer): "+
-			"gpud scheduler does not bind or provision volumes yet; use kube-scheduler for this pod, or bind the claim first", name, sc.Name)
-	}
-	return ""
 }
 
 // Score ranks nodes (which the rules allow) by the pod's preferences: the

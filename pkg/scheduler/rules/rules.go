@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -84,10 +82,9 @@ type Rules struct {
 	cfg      Config
 	// csi is the CSINode view NodeVolumeLimits counts attachable volumes by.
 	csi *nodevolumelimits.DefaultCSIManager
-	// pvcs and classes find the claims gpud cannot bind yet
-	// (WaitForFirstConsumer: VolumeBinding's PreBind is not run).
-	pvcs    corelisters.PersistentVolumeClaimLister
-	classes storagelisters.StorageClassLister
+	// vb is the VolumeBinding plugin every framework shares (once).
+	mu sync.Mutex
+	vb *volumebinding.VolumeBinding
 }
 
 // New sets the rules up and registers the informers the plugins read on
@@ -109,10 +106,15 @@ func New(ctx context.Context, cfg Config) (*Rules, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Rules{registry: registry(), profile: prof, cfg: cfg,
-		csi:     nodevolumelimits.NewCSIManager(cfg.Informers.Storage().V1().CSINodes().Lister()),
-		pvcs:    cfg.Informers.Core().V1().PersistentVolumeClaims().Lister(),
-		classes: cfg.Informers.Storage().V1().StorageClasses().Lister()}
+	r := &Rules{profile: prof, cfg: cfg,
+		csi: nodevolumelimits.NewCSIManager(cfg.Informers.Storage().V1().CSINodes().Lister())}
+	r.registry = registry(func(pl fwk.Plugin) {
+		if vb, ok := pl.(*volumebinding.VolumeBinding); ok {
+			r.mu.Lock()
+			r.vb = vb
+			r.mu.Unlock()
+		}
+	})
 	// Building a framework once registers the plugins' informers.
 	if _, err := r.framework(ctx, newSnapshot(nil, nil)); err != nil {
 		return nil, err
@@ -123,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Rules, error) {
 var initMetrics sync.Once
 
 // registry is the in-tree plugins this package runs.
-func registry() frameworkruntime.Registry {
+func registry(built func(fwk.Plugin)) frameworkruntime.Registry {
 	fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	return frameworkruntime.Registry{
 		nodeunschedulable.Name:   frameworkruntime.FactoryAdapter(fts, nodeunschedulable.New),
@@ -134,7 +136,7 @@ func registry() frameworkruntime.Registry {
 		noderesources.Name:       frameworkruntime.FactoryAdapter(fts, noderesources.NewFit),
 		volumerestrictions.Name:  frameworkruntime.FactoryAdapter(fts, volumerestrictions.New),
 		nodevolumelimits.CSIName: frameworkruntime.FactoryAdapter(fts, nodevolumelimits.NewCSI),
-		volumebinding.Name:       once(frameworkruntime.FactoryAdapter(fts, volumebinding.New)),
+		volumebinding.Name:       once(frameworkruntime.FactoryAdapter(fts, volumebinding.New), built),
 		volumezone.Name:          frameworkruntime.FactoryAdapter(fts, volumezone.New),
 		podtopologyspread.Name:   frameworkruntime.FactoryAdapter(fts, podtopologyspread.New),
 		interpodaffinity.Name:    frameworkruntime.FactoryAdapter(fts, interpodaffinity.New),
@@ -151,18 +153,21 @@ func registry() frameworkruntime.Registry {
 // to the shared PV and PVC informers, and a plugin per cycle would add them
 // without end. The plugin keeps no reference to the framework that built
 // it, and kube-scheduler calls it from parallel goroutines too.
-func once(factory frameworkruntime.PluginFactory) frameworkruntime.PluginFactory {
+//
+// built is told the plugin once it is built.
+func once(factory frameworkruntime.PluginFactory, built func(fwk.Plugin)) frameworkruntime.PluginFactory {
 	var mu sync.Mutex
-	var built fwk.Plugin
+	var plugin fwk.Plugin
 	return func(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if built != nil {
-			return built, nil
+		if plugin != nil {
+			return plugin, nil
 		}
 		pl, err := factory(ctx, args, h)
 		if err == nil {
-			built = pl
+			plugin = pl
+			built(pl)
 		}
 		return pl, err
 	}

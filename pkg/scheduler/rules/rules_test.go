@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpud/gpud/internal/testwait"
 )
@@ -256,11 +259,109 @@ func TestVolumes(t *testing.T) {
 	if why, unres := c.Unresolvable(pod("vol-a", pvc("claim-pv-a"))); unres {
 		t.Errorf("pod with a bound PVC unresolvable: %s", why)
 	}
-	// An unbound WaitForFirstConsumer claim needs VolumeBinding's PreBind,
-	// which gpud does not run: the pod waits, saying so.
-	why, unres := c.Unresolvable(pod("vol-wffc", pvc("claim-wffc")))
-	if !unres || !strings.Contains(why, "WaitForFirstConsumer") {
-		t.Errorf("pod with an unbound WaitForFirstConsumer claim: unresolvable %v (%q)", unres, why)
+	// An unbound WaitForFirstConsumer claim is not a reason to wait: the
+	// rules find the nodes with a matching PV, and BindVolumes binds it.
+	if why, unres := c.Unresolvable(pod("vol-wffc", pvc("claim-wffc"))); unres {
+		t.Errorf("pod with an unbound WaitForFirstConsumer claim unresolvable: %s", why)
+	}
+}
+
+// TestBindVolumes: a pod's unbound WaitForFirstConsumer claim is bound for
+// the node chosen as kube-scheduler's VolumeBinding binds it (the free
+// local PV of that node gets the claim), and BindVolumes returns once the
+// volume controller finished; without the controller it gives up after
+// the timeout, saying so.
+func TestBindVolumes(t *testing.T) {
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: "kubernetes.io/no-provisioner",
+		VolumeBindingMode: &wffc}
+	free := func(name, nodeName string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName:       "local",
+				PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/mnt/" + name}},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: hostname, Operator: corev1.NodeSelectorOpIn, Values: []string{nodeName}}}}}}},
+			},
+			Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeAvailable}}
+	}
+	claim := func(name string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("local"),
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}}
+	}
+	p, q := pod("db", pvc("data")), pod("db2", pvc("other"))
+	client := fake.NewClientset(sc, free("pv-b", "b"), free("pv-c", "c"), claim("data"), claim("other"), node("a"), node("b"), node("c"), p, q)
+	f := informers.NewSharedInformerFactory(client, 0)
+	r, err := New(t.Context(), Config{Informers: f, Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(t.Context().Done())
+	f.WaitForCacheSync(t.Context().Done())
+	t.Cleanup(f.Shutdown)
+	c := newCycle(t, r, []*corev1.Node{node("a"), node("b"), node("c")})
+	if ok, why := allowed(c, p, "a", "b", "c"); strings.Join(ok, ",") != "b,c" {
+		t.Fatalf("pod with an unbound WaitForFirstConsumer claim allowed on %v, want b,c (the nodes with a free PV); refusals %q", ok, why)
+	}
+
+	// No volume controller: the PV is bound to the claim through the API,
+	// and BindVolumes gives up waiting for the claim's side.
+	err = c.BindVolumes(t.Context(), p, "b", 300*time.Millisecond)
+	if !errors.Is(err, ErrVolumes) || !strings.Contains(err.Error(), "not bound within") {
+		t.Fatalf("BindVolumes without a volume controller: %v, want ErrVolumes saying it was not bound in time", err)
+	}
+	pv, err := client.CoreV1().PersistentVolumes().Get(t.Context(), "pv-b", metav1.GetOptions{})
+	if err != nil || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Name != "data" {
+		t.Fatalf("pv-b claimRef after BindVolumes: %+v, %v; want default/data", pv.Spec.ClaimRef, err)
+	}
+
+	// With the controller's part done (as kube-controller-manager's PV
+	// controller does it), the next pod's binding completes.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go pvController(ctx, client)
+	if err := c.BindVolumes(t.Context(), q, "c", 10*time.Second); err != nil {
+		t.Fatalf("BindVolumes with a volume controller: %v", err)
+	}
+	if got, _ := client.CoreV1().PersistentVolumeClaims("default").Get(t.Context(), "other", metav1.GetOptions{}); got.Spec.VolumeName != "pv-c" {
+		t.Fatalf("claim other bound to %q, want pv-c", got.Spec.VolumeName)
+	}
+	// A pod without claims has nothing to bind.
+	if err := c.BindVolumes(t.Context(), pod("web"), "a", time.Second); err != nil {
+		t.Fatalf("BindVolumes without claims: %v", err)
+	}
+}
+
+// pvController completes bindings the scheduler started, as the PV
+// controller does: a PV whose claimRef names a pending claim gets the
+// claim's volumeName, and both turn Bound.
+func pvController(ctx context.Context, client *fake.Clientset) {
+	for ctx.Err() == nil {
+		pvs, _ := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		for _, pv := range pvs.Items {
+			ref := pv.Spec.ClaimRef
+			if ref == nil || pv.Status.Phase == corev1.VolumeBound {
+				continue
+			}
+			pvc, err := client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			pvc.Spec.VolumeName = pv.Name
+			pvc.Annotations = map[string]string{"pv.kubernetes.io/bind-completed": "yes"}
+			pvc.Status.Phase = corev1.ClaimBound
+			if _, err := client.CoreV1().PersistentVolumeClaims(ref.Namespace).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+				continue
+			}
+			pv.Status.Phase = corev1.VolumeBound
+			_, _ = client.CoreV1().PersistentVolumes().Update(ctx, &pv, metav1.UpdateOptions{})
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -52,7 +52,10 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer closeLib()
-	node := cfg.nvml.resolveNodeName(sim)
+	node, err := cfg.nvml.resolveNodeName(sim)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	src, err := newNodeSources(cfg, lib, node, log)
 	if err != nil {
 		return err

@@ -71,11 +71,7 @@ func (o *draOptions) validate(nodeName, cdiDir string) []error {
 		return []error{flagErr("kubelet-api", "%s: want device-plugin or dra", quoteTrunc(o.kubeletAPI))}
 	}
 	var errs []error
-	if nodeName != "" {
-		if msgs := validation.IsDNS1123Subdomain(nodeName); len(msgs) > 0 {
-			errs = append(errs, flagErr("node-name", "%s: not a Kubernetes node name: %s", quoteTrunc(nodeName), strings.Join(msgs, "; ")))
-		}
-	}
+	// --node-name is checked with the other NVML flags (nvmlFlags.validate).
 	if cdiDir == "" {
 		errs = append(errs, flagErr("cdi-dir", "empty: --kubelet-api dra delivers devices through CDI specs; set a dir (the container runtime's, usually /var/run/cdi)"))
 	}

@@ -495,7 +495,11 @@ func wiredTaskNames(t *testing.T, args []string, log *slog.Logger) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeLib)
-	src, err := newNodeSources(cfg, lib, cfg.nvml.resolveNodeName(sim), log)
+	node, err := cfg.nvml.resolveNodeName(sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := newNodeSources(cfg, lib, node, log)
 	if err != nil {
 		t.Fatal(err)
 	}

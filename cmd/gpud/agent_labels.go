@@ -80,11 +80,7 @@ func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
 			errs = append(errs, flagErr("kubeconfig", "%w", err))
 		}
 	}
-	if o.set && nodeName != "" {
-		if msgs := validation.IsDNS1123Subdomain(nodeName); len(msgs) > 0 {
-			errs = append(errs, flagErr("node-name", "%s: not a Kubernetes node name: %s", quoteTrunc(nodeName), strings.Join(msgs, "; ")))
-		}
-	}
+	// --node-name is checked with the other NVML flags (nvmlFlags.validate).
 	return errs
 }
 

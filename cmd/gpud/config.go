@@ -141,6 +141,7 @@ func (c *agentConfig) validate() []error {
 	if c.podResourcesSocket == "" {
 		errs = append(errs, flagErr("pod-resources-socket", "empty: want the kubelet's socket (%s)", podresources.DefaultSocket))
 	}
+	errs = append(errs, c.nvml.validate()...)
 	errs = append(errs, c.http.validate()...)
 	errs = append(errs, c.admin.validate()...)
 	errs = append(errs, c.dp.validate()...)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,12 +18,19 @@ import (
 )
 
 func readInventory(f nvmlFlags) (gpu.Inventory, error) {
+	if err := errors.Join(f.validate()...); err != nil {
+		return gpu.Inventory{}, err
+	}
 	lib, sim, closeLib, err := openNVML(f)
 	if err != nil {
 		return gpu.Inventory{}, err
 	}
 	defer closeLib()
-	return discovery.New(lib, f.resolveNodeName(sim), nil).Inventory()
+	node, err := f.resolveNodeName(sim)
+	if err != nil {
+		return gpu.Inventory{}, err
+	}
+	return discovery.New(lib, node, nil).Inventory()
 }
 
 func runInventory(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,8 +39,8 @@ func runInventory(_ context.Context, args []string, stdout, stderr io.Writer) er
 	var nf nvmlFlags
 	nf.register(fs)
 	output := fs.String("o", "table", "output format: table, json or yaml")
-	if err := fs.Parse(args); err != nil {
-		return err
+	if err := parseOnlyFlags(fs, args); err != nil {
+		return fmt.Errorf("inventory: %w", err)
 	}
 	if *output != "table" && *output != "json" && *output != "yaml" {
 		return fmt.Errorf("inventory: -o %q: want table, json or yaml", *output)
@@ -94,8 +102,8 @@ func runTopo(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var nf nvmlFlags
 	nf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+	if err := parseOnlyFlags(fs, args); err != nil {
+		return fmt.Errorf("topo: %w", err)
 	}
 	inv, err := readInventory(nf)
 	if err != nil {

@@ -66,6 +66,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "certs":
 		return runCerts(ctx, rest, stdout, stderr)
 	case "version", "--version":
+		if len(rest) > 0 {
+			return fmt.Errorf("version: unexpected argument %s: the command takes none", quoteTrunc(rest[0]))
+		}
 		fmt.Fprintln(stdout, "gpud", version)
 		return nil
 	case "help", "-h", "--help":
@@ -74,4 +77,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// parseOnlyFlags parses args for a command that takes flags only: an
+// argument left over (a typo, or a flag after a word, which the flag
+// package stops parsing at) is an error naming it, not silently ignored.
+func parseOnlyFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %s: the command takes flags only (flags after it were not read)", quoteTrunc(fs.Arg(0)))
+	}
+	return nil
 }

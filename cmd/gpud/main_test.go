@@ -217,3 +217,34 @@ func agentArgs(dir string, extra ...string) []string {
 		"--pod-logs-root", filepath.Join(dir, "pods"),
 	}, extra...)
 }
+
+// Commands that take flags only refuse a leftover argument (a typo, or
+// flags after a word, which the flag package stops at) instead of ignoring
+// it and what follows; --node-name must be a Kubernetes node name.
+func TestLeftoverArgumentsAndNodeNames(t *testing.T) {
+	for _, args := range [][]string{
+		{"version", "--bogus"},
+		{"inventory", "--simulate", "dgx-a100", "extra"},
+		{"topo", "x", "--simulate", "dgx-a100"},
+		{"mig", "show", "x"},
+		{"sim", "replay", "--nodes", "a", "b"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), "unexpected argument") {
+			t.Errorf("gpud %v: %v, want an unexpected-argument error", args, err)
+		}
+	}
+	for _, name := range []string{"a,b", "a\nb", "Node-A", strings.Repeat("a", 254)} {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), []string{"inventory", "--simulate", "dgx-a100", "--node-name", name}, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), "not a Kubernetes node name") {
+			t.Errorf("--node-name %q: %v, want it refused", name, err)
+		}
+	}
+	t.Setenv("NODE_NAME", "bad name")
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), []string{"inventory", "--simulate", "dgx-a100"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "$NODE_NAME") {
+		t.Errorf("$NODE_NAME with a space: %v, want it refused naming $NODE_NAME", err)
+	}
+}

@@ -120,8 +120,8 @@ func parseMigArgs(args []string, stdout, stderr io.Writer) (*migCLI, error) {
 	fs.StringVar(&c.podSocket, "pod-resources-socket", podresources.DefaultSocket, "without an agent: the kubelet's PodResources socket, to keep slices allocated to pods (absent: no kubelet, nothing allocated)")
 	fs.StringVar(&c.journal, "journal", "", "without an agent: file recording the apply in progress (see the agent's --mig-journal)")
 	fs.StringVar(&c.output, "o", "text", "output: text or json")
-	if err := fs.Parse(args[1:]); err != nil {
-		return nil, err
+	if err := parseOnlyFlags(fs, args[1:]); err != nil {
+		return nil, fmt.Errorf("mig %s: %w", c.sub, err)
 	}
 	if c.output != "text" && c.output != "json" {
 		return nil, fmt.Errorf("mig: -o %s: want text or json", quoteTrunc(c.output))

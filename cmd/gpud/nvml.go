@@ -4,8 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -96,18 +98,44 @@ func openNVML(f nvmlFlags) (nvml.Interface, *simnode.Node, func(), error) {
 	return lib, nil, func() { _ = lib.Shutdown() }, nil
 }
 
-// nodeName resolves the name to report: the flag, $NODE_NAME, the hostname,
-// or the simulated profile's name.
-func (f nvmlFlags) resolveNodeName(sim *simnode.Node) string {
+// validate checks --node-name: a Kubernetes node name (a DNS-1123
+// subdomain: lowercase, digits, '-' and '.', at most 253 characters), the
+// name the agent reports on every stream, label and metric.
+func (f nvmlFlags) validate() []error {
+	if f.nodeName == "" {
+		return nil
+	}
+	if err := checkNodeName(f.nodeName); err != nil {
+		return []error{flagErr("node-name", "%w", err)}
+	}
+	return nil
+}
+
+// checkNodeName fails for a name that is not a Kubernetes node name.
+func checkNodeName(name string) error {
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return fmt.Errorf("%s: not a Kubernetes node name: %s", quoteTrunc(name), strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// resolveNodeName resolves the name to report: the flag, $NODE_NAME, the
+// simulated profile's name, or the hostname (lowercased, as the kubelet
+// names its node). It fails for a name from $NODE_NAME that is not a
+// Kubernetes node name.
+func (f nvmlFlags) resolveNodeName(sim *simnode.Node) (string, error) {
 	if f.nodeName != "" {
-		return f.nodeName
+		return f.nodeName, nil
 	}
 	if v := os.Getenv("NODE_NAME"); v != "" {
-		return v
+		if err := checkNodeName(v); err != nil {
+			return "", fmt.Errorf("$NODE_NAME %w", err)
+		}
+		return v, nil
 	}
 	if sim != nil {
-		return sim.Profile().Name
+		return sim.Profile().Name, nil
 	}
 	h, _ := os.Hostname()
-	return h
+	return strings.ToLower(h), nil
 }

@@ -103,7 +103,7 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	published := fs.String("published", "", "published table CSV to print ours next to, on stderr")
 	family := fs.String("family", "", "derive a workload family from the pod list (pkg/tracefamily), or all of them: "+strings.Join(tracefamily.Names(), ", ")+", all")
-	if err := fs.Parse(args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return fmt.Errorf("sim openb: %w", err)
 	}
 	seedList, err := parseSeeds(*seeds)
@@ -195,7 +195,7 @@ func runSimReplay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var f simFlags
 	f.register(fs)
 	seed := fs.Uint64("seed", 42, "seed for tie-breaking and random policies")
-	if err := fs.Parse(args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return fmt.Errorf("sim replay: %w", err)
 	}
 	nodes, pods, policies, err := f.load()

@@ -36,7 +36,7 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	perZone := fs.Int("racks-per-zone", 8, "racks per zone when the node file has no zone column")
 	queuesPath := fs.String("queues", "", "queue tree and reservations, YAML (docs/job-trace.md); default: the trace's queues with prod 40%, research 30%, dev 20%, batch 10% guaranteed")
 	quiet := fs.Bool("q", false, "no progress on stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
 	if *nodesPath == "" || *jobsPath == "" {
@@ -154,7 +154,7 @@ func runSimJobsGen(ctx context.Context, args []string, stdout, stderr io.Writer)
 	load := fs.Float64("load", 0.9, "offered GPU load as a fraction of capacity")
 	gang := fs.Float64("gang-fraction", 0.05, "fraction of jobs that are multi-pod gangs")
 	out := fs.String("o", "-", "output file, - for stdout")
-	if err := fs.Parse(args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return fmt.Errorf("sim jobs-gen: %w", err)
 	}
 	if *podsPath == "" || *nodesPath == "" {

@@ -163,18 +163,19 @@ func freeClaimPods(t *testing.T, env *k8senv.Env, ns string, pods []claimPod) {
 				if err != nil {
 					return false
 				}
+				// A failed update (a conflict) is tried again on the next poll.
 				switch {
 				case len(cl.Status.ReservedFor) > 0:
 					cl.Status.ReservedFor = nil
-					_, err = c.ResourceV1().ResourceClaims(ns).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
+					_, _ = c.ResourceV1().ResourceClaims(ns).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
 					return false
 				case cl.Status.Allocation != nil:
 					cl.Status.Allocation = nil
-					_, err = c.ResourceV1().ResourceClaims(ns).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
+					_, _ = c.ResourceV1().ResourceClaims(ns).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
 					return false
 				case len(cl.Finalizers) > 0:
 					cl.Finalizers = nil
-					_, err = c.ResourceV1().ResourceClaims(ns).Update(t.Context(), cl, metav1.UpdateOptions{})
+					_, _ = c.ResourceV1().ResourceClaims(ns).Update(t.Context(), cl, metav1.UpdateOptions{})
 					return false
 				}
 				return c.ResourceV1().ResourceClaims(ns).Delete(t.Context(), name, metav1.DeleteOptions{}) == nil

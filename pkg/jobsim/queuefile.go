@@ -61,12 +61,46 @@ func (r ResourceSpec) negative() bool {
 	return r.CPUMilli < 0 || r.MemoryMiB < 0 || r.GPUMilli < 0 || r.GPUMemoryMiB < 0 || r.MIGSlices < 0
 }
 
+func (r ResourceSpec) fields() [5]struct {
+	name string
+	v    int64
+} {
+	return [5]struct {
+		name string
+		v    int64
+	}{{"cpuMilli", r.CPUMilli}, {"memoryMiB", r.MemoryMiB}, {"gpuMilli", r.GPUMilli}, {"gpuMemoryMiB", r.GPUMemoryMiB}, {"migSlices", r.MIGSlices}}
+}
+
+func (r ResourceSpec) tooLarge() bool {
+	for _, f := range r.fields() {
+		if f.v > MaxQueueResource {
+			return true
+		}
+	}
+	return false
+}
+
+// over returns the first resource r guarantees beyond limit (a zero limit
+// field is no limit).
+func (r ResourceSpec) over(limit ResourceSpec) (name string, guaranteed, lim int64, over bool) {
+	lf := limit.fields()
+	for i, f := range r.fields() {
+		if l := lf[i].v; l > 0 && f.v > l {
+			return f.name, f.v, l, true
+		}
+	}
+	return "", 0, 0, false
+}
+
 // Bounds on a queue file.
 const (
 	// MaxQueueWeight bounds a queue's weight.
 	MaxQueueWeight = 1_000_000
 	// MaxQueues bounds the queues, and the reservations, of a file.
 	MaxQueues = 10_000
+	// MaxQueueResource bounds each guarantee and limit, so that the
+	// sums over MaxQueues queues fit in an int64.
+	MaxQueueResource = int64(1) << 48
 	// maxReported bounds the errors one parse reports.
 	maxReported = 10
 )
@@ -242,6 +276,24 @@ func checkQueues(qs []QueueSpec, at func(path string, err error) error) []error 
 			errs = append(errs, at(path+".weight", fmt.Errorf("queue %q: weight %v outside 0..%d", q.Name, q.Weight, MaxQueueWeight)))
 		case q.Guaranteed.negative() || q.Limit.negative():
 			errs = append(errs, at(path, fmt.Errorf("queue %q: negative resource", q.Name)))
+		case q.Guaranteed.tooLarge() || q.Limit.tooLarge():
+			errs = append(errs, at(path, fmt.Errorf("queue %q: a resource above %d (the queues' sums must fit in 64 bits)", q.Name, MaxQueueResource)))
+		default:
+			if r, g, l, over := q.Guaranteed.over(q.Limit); over {
+				errs = append(errs, at(path+".guaranteed."+r, fmt.Errorf("queue %q: guaranteed %s %d exceeds its limit %d", q.Name, r, g, l)))
+			}
+			for model, g := range q.ModelGuaranteed {
+				if l, ok := q.ModelLimit[model]; ok && l > 0 && g > l {
+					errs = append(errs, at(path+".modelGuaranteed", fmt.Errorf("queue %q: guaranteed %d milli-GPU of %s exceeds its limit %d", q.Name, g, model, l)))
+				}
+			}
+			for _, m := range []map[string]int64{q.ModelGuaranteed, q.ModelLimit} {
+				for model, v := range m {
+					if v < 0 || v > MaxQueueResource {
+						errs = append(errs, at(path, fmt.Errorf("queue %q: milli-GPU of %s %d outside 0..%d", q.Name, model, v, MaxQueueResource)))
+					}
+				}
+			}
 		}
 		index[q.Name] = i + 1
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpud/gpud/internal/fileio"
 	"github.com/gpud/gpud/internal/strictyaml"
@@ -127,6 +128,9 @@ func (p Profile) validate(data []byte) error {
 	}
 	if p.Name == "" {
 		bad("name", "is required")
+	} else if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
+		// The name is the node's name unless --node-name says otherwise.
+		bad("name", "%q is not a Kubernetes node name: %s", p.Name, strings.Join(msgs, "; "))
 	}
 	m, ok := models[p.Model]
 	if !ok {

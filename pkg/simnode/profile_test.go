@@ -26,6 +26,8 @@ var badProfiles = []struct {
 	{name: "too many NUMA nodes", yaml: "name: n\nmodel: L40S\ncount: 16\nnumaNodes: 16\n", want: []string{`"numaNodes"`, "want 1 to 8"}},
 	{name: "negative CUDA version", yaml: "name: n\nmodel: L40S\ncount: 2\ncudaDriverVersion: -1\n", want: []string{`"cudaDriverVersion"`}},
 	{name: "unknown model", yaml: "name: n\nmodel: H900\ncount: 2\n", want: []string{`"model"`, "line 2", "H900"}},
+	{name: "name with a newline", yaml: "name: \"a\\nb\"\nmodel: L40S\ncount: 2\n", want: []string{`"name"`, "not a Kubernetes node name"}},
+	{name: "uppercase name", yaml: "name: GPU_Node\nmodel: L40S\ncount: 2\n", want: []string{`"name"`, "not a Kubernetes node name"}},
 	{name: "count range", yaml: "name: n\nmodel: L40S\ncount: 40\n", want: []string{`"count"`, "line 3"}},
 	{name: "unknown field", yaml: "name: n\nmodel: L40S\ncount: 2\ngpuz: 3\n", want: []string{"gpuz"}},
 	{name: "nvswitch without nvlink", yaml: "name: n\nmodel: L40S\ncount: 2\ninterconnect: nvswitch\n", want: []string{`"interconnect"`, "line 4"}},

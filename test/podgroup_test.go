@@ -238,7 +238,14 @@ func testPodGroups(t *testing.T, env *k8senv.Env) {
 				want["default/nginx"] = plan.Group{Namespace: "default", Name: "nginx", MinMember: wantNginx,
 					ScheduleTimeout: 10 * time.Second, Created: created["nginx"]}
 			}
-			if len(groups) != len(want) {
+			// The invalid ones stay, saying why, so that their pods do.
+			for k, why := range map[string]string{"default/no-min": "spec.minMember 0 is outside 1..10000",
+				"default/week-long": "spec.scheduleTimeoutSeconds 604800 is outside 0..86400"} {
+				if g := groups[k]; g == nil || !strings.Contains(g.Invalid, why) {
+					return errors.New("group " + k + " not kept as invalid")
+				}
+			}
+			if len(groups) != len(want)+2 {
 				return errors.New("groups " + strings.Join(slices.Sorted(maps.Keys(groups)), ","))
 			}
 			for k, w := range want {
@@ -255,7 +262,7 @@ func testPodGroups(t *testing.T, env *k8senv.Env) {
 			return nil
 		})
 	}
-	check("Groups() to hold default/nginx (3, 10s), default/workers-0 (2) and skip no-min and week-long", 3)
+	check("Groups() to hold default/nginx (3, 10s), default/workers-0 (2) and no-min and week-long as invalid", 3)
 
 	// A change to minMember reaches the informer; a deleted group leaves.
 	pg, err := dyn.Resource(podgroup.GVR).Namespace("default").Get(ctx, "nginx", metav1.GetOptions{})

@@ -8,7 +8,9 @@ import (
 // kubeletInstance identifies one start of the kubelet by its kubelet.sock:
 // each start removes every socket in the plugin dir and listens on a new
 // kubelet.sock, so a new file (device, inode, change time) is a new
-// kubelet. The zero value is "none seen".
+// kubelet. The change time is the kernel's coarse clock (one tick, a few
+// milliseconds): a kubelet start takes far longer, so two starts never share
+// all three. The zero value is "none seen".
 //
 // gpud registers each resource once per instance. The kubelet refuses a
 // second registration of a resource while the first is connected ("device

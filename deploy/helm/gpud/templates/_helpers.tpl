@@ -23,18 +23,18 @@ gpud.fullname: the release name when it already contains the chart name
 
 {{/* gpud.selectorLabels: what the agent's DaemonSet and Service select on. */}}
 {{- define "gpud.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "gpud.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "gpud.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: agent
 {{- end -}}
 
 {{/* gpud.labels: on every object. */}}
 {{- define "gpud.labels" -}}
-app.kubernetes.io/name: {{ include "gpud.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "gpud.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | quote }}
 {{- end -}}
 
 {{/* gpud.image: repository:tag, the tag defaulting to the appVersion. */}}
@@ -67,7 +67,7 @@ node labels asked for explicitly.
 
 {{/* gpud.schedulerSelectorLabels: what the scheduler's Deployment and Service select on. */}}
 {{- define "gpud.schedulerSelectorLabels" -}}
-app.kubernetes.io/name: {{ include "gpud.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "gpud.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: scheduler
 {{- end -}}

@@ -30,25 +30,8 @@ func TestNodeShippedDaemonSet(t *testing.T) {
 	k := k8senv.Start(t)
 	n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
 	ctx := t.Context()
-
-	// make image's image, with the binary this run built.
-	tarball := filepath.Join(n.Dir, "gpud-image.tar")
-	cmd := exec.Command("go", "run", "../hack/image", "--binary", buildGpud(t), "--image", shippedImage, "--tar", tarball)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hack/image: %v\n%s", err, out)
-	}
-	if out, err := n.Command(n.Bins.Ctr, "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "images", "import", tarball).CombinedOutput(); err != nil {
-		t.Fatalf("ctr images import: %v\n%s", err, out)
-	}
-
-	node, err := k.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Labels["nvidia.com/gpu.present"] = "true"
-	if _, err := k.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	importImage(t, n, shippedImage)
+	labelGPUNode(t, n)
 
 	for _, f := range []string{"namespace.yaml", "serviceaccount.yaml", "configmap.yaml", "daemonset.yaml"} {
 		for _, obj := range draManifests(t, filepath.Join("..", "deploy", "daemonset", f)) {
@@ -59,7 +42,7 @@ func TestNodeShippedDaemonSet(t *testing.T) {
 			case *corev1.ServiceAccount:
 				_, err = k.Client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 			case *corev1.ConfigMap:
-				o.Data["config.yaml"] += "simulate: dgx-h100\nsim-dev-root: /run/gpud/dev\n"
+				o.Data["config.yaml"] += simulatedConfig
 				_, err = k.Client.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 			case *appsv1.DaemonSet:
 				o.Spec.Template.Spec.RuntimeClassName = nil
@@ -73,43 +56,83 @@ func TestNodeShippedDaemonSet(t *testing.T) {
 		}
 	}
 
-	// The agent pod: Running and Ready.
+	waitAgentPodReady(t, n, "gpud", 3*time.Minute)
+	// deploy/daemonset/configmap.yaml shares GPU 7 in 4 replicas.
+	waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 7, sharedResource: 4}, 2*time.Minute)
+	r := runProbePod(t, n, "one-gpu", gpus(1))
+	if got := openableGPUs(r); len(got) != 1 {
+		t.Errorf("a pod with %s: 1 can open %v (all: %v), want exactly one GPU", gpuResource, got, r.Opens)
+	}
+}
+
+// simulatedConfig is what the agent's config file gets on a node without
+// a GPU: a simulated DGX H100 whose device files are under /run/gpud/dev
+// (a directory every shipped agent mounts from the host).
+const simulatedConfig = "simulate: dgx-h100\nsim-dev-root: /run/gpud/dev\n"
+
+// importImage builds make image's image (hack/image, with the gpud binary
+// this run built) tagged image, and imports it into n's containerd, as a
+// user without a registry loads the tarball `make image` writes.
+func importImage(t *testing.T, n *nodeenv.Node, image string) {
+	t.Helper()
+	tarball := filepath.Join(n.Dir, "gpud-image.tar")
+	cmd := exec.Command("go", "run", "../hack/image", "--binary", buildGpud(t), "--image", image, "--tar", tarball)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/image: %v\n%s", err, out)
+	}
+	if out, err := n.Command(n.Bins.Ctr, "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "images", "import", tarball).CombinedOutput(); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, out)
+	}
+}
+
+// labelGPUNode labels n nvidia.com/gpu.present=true, as the README says
+// for a node without NFD or GFD: the shipped agents select it.
+func labelGPUNode(t *testing.T, n *nodeenv.Node) {
+	t.Helper()
+	node, err := n.K8s.Client.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Labels["nvidia.com/gpu.present"] = "true"
+	if _, err := n.K8s.Client.CoreV1().Nodes().Update(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAgentPodReady waits until namespace holds exactly one pod (a shipped
+// agent DaemonSet's, on the test's only node) and it is Ready, and returns
+// its name; when the test fails, its container's log goes to the test
+// log.
+func waitAgentPodReady(t *testing.T, n *nodeenv.Node, namespace string, timeout time.Duration) string {
+	t.Helper()
 	var agentPod string
-	defer func() {
+	t.Cleanup(func() {
 		if t.Failed() && agentPod != "" {
-			log, err := n.ContainerLog("gpud", agentPod, "gpud")
+			log, err := n.ContainerLog(namespace, agentPod, "gpud")
 			t.Logf("the agent pod's log (%v):\n%s", err, log)
 		}
-	}()
-	deadline := time.Now().Add(3 * time.Minute)
+	})
+	deadline := time.Now().Add(timeout)
 	for {
-		pods, err := k.Client.CoreV1().Pods("gpud").List(ctx, metav1.ListOptions{})
+		pods, err := n.K8s.Client.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(pods.Items) == 1 {
 			p := &pods.Items[0]
 			agentPod = p.Name
-			ready := false
 			for _, c := range p.Status.Conditions {
-				ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return agentPod
+				}
 			}
-			if ready {
-				break
-			}
-			if _, err := n.WaitPodPhase("gpud", p.Name, corev1.PodRunning, time.Until(deadline)); err != nil {
-				t.Fatalf("the shipped DaemonSet's pod: %v", err)
+			if _, err := n.WaitPodPhase(namespace, p.Name, corev1.PodRunning, time.Until(deadline)); err != nil {
+				t.Fatalf("the agent pod: %v", err)
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the shipped DaemonSet's pod not Ready after 3m: %d pods", len(pods.Items))
+			t.Fatalf("the agent pod in %s not Ready after %s: %d pods", namespace, timeout, len(pods.Items))
 		}
 		time.Sleep(time.Second)
-	}
-	// deploy/daemonset/configmap.yaml shares GPU 7 in 4 replicas.
-	waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 7, sharedResource: 4}, 2*time.Minute)
-	r := runProbePod(t, n, "one-gpu", gpus(1))
-	if got := openableGPUs(r); len(got) != 1 {
-		t.Errorf("a pod with %s: 1 can open %v (all: %v), want exactly one GPU", gpuResource, got, r.Opens)
 	}
 }

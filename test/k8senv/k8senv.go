@@ -100,6 +100,7 @@ type options struct {
 	schedulerFlags []string
 	noScheduler    bool
 	timeout        time.Duration
+	podAPIAddr     net.IP
 }
 
 // Option changes how Start runs the control plane.
@@ -132,6 +133,28 @@ func WithSchedulerFlags(flags ...string) Option {
 // WithoutScheduler runs no kube-scheduler, for tests of another scheduler.
 func WithoutScheduler() Option {
 	return func(o *options) { o.noScheduler = true }
+}
+
+// WithPodAPIAccess lets pods on a real node (test/nodeenv) use the API
+// server as pods in a cluster do, through the ServiceAccount token the
+// kubelet mounts: the ServiceAccount admission plugin is on (every pod
+// gets the projected kube-api-access volume, and its ServiceAccount must
+// exist, so run kube-controller-manager, whose serviceaccount and
+// root-ca-cert-publisher controllers create the "default" ServiceAccounts
+// and the kube-root-ca.crt ConfigMaps), and the server listens on every
+// address with addr, an address of this machine that pods reach (the
+// node's pod-network gateway), in its serving certificate.
+//
+// There is no kube-proxy, so the "kubernetes" Service's ClusterIP leads
+// nowhere: point a pod at the server as clusters without kube-proxy do,
+// with KUBERNETES_SERVICE_HOST=addr and KUBERNETES_SERVICE_PORT=
+// [Env.APIServerPort] set on its container (an explicit variable wins over
+// the service variables the kubelet injects).
+//
+// Off by default: the other tests create pods in namespaces without a
+// controller manager, which ServiceAccount admission would refuse.
+func WithPodAPIAccess(addr net.IP) Option {
+	return func(o *options) { o.podAPIAddr = addr }
 }
 
 // WithStartTimeout bounds how long each component may take to become ready
@@ -210,6 +233,13 @@ func (e *Env) stop(t testing.TB) {
 	for _, p := range slices.Backward(e.procs) {
 		p.Stop(10 * time.Second)
 	}
+}
+
+// APIServerPort is the port kube-apiserver serves on (on 127.0.0.1, and
+// on every address with WithPodAPIAccess).
+func (e *Env) APIServerPort() string {
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(e.APIServerURL, "https://"))
+	return port
 }
 
 // LogPath is the log file of component ("etcd", "kube-apiserver",
@@ -317,8 +347,11 @@ func (e *Env) startAPIServer(o *options) error {
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		return err
 	}
-	serveCert, serveKey, err := e.pki.issue("kube-apiserver", nil,
-		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 0, 0, 1)},
+	serveIPs := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 0, 0, 1)}
+	if o.podAPIAddr != nil {
+		serveIPs = append(serveIPs, o.podAPIAddr)
+	}
+	serveCert, serveKey, err := e.pki.issue("kube-apiserver", nil, serveIPs,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
 	if err != nil {
 		return fmt.Errorf("k8senv: serving certificate: %w", err)
@@ -388,6 +421,11 @@ func (e *Env) startAPIServer(o *options) error {
 			"--endpoint-reconciler-type=none",
 			"--profiling=false",
 			"--v=1",
+		}
+		if o.podAPIAddr != nil {
+			// Pods reach the server through the node's gateway, not
+			// loopback; their tokens need ServiceAccount admission.
+			args = mergeFlags(args, []string{"--bind-address=0.0.0.0", "--disable-admission-plugins=TaintNodesByCondition"})
 		}
 		p, err := startProc(e.Dir, "kube-apiserver", e.Binaries.APIServer, mergeFlags(args, o.apiServerFlags))
 		if err != nil {

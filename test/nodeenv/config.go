@@ -56,6 +56,16 @@ state = "/run/containerd"
 `, PauseImage, runc, shimCgroup, cniDir, confDir)
 }
 
+// PodSubnet is the node's pod network (the CNI bridge's, TEST-NET-2), and
+// PodGateway the bridge's own address in it: the host as a pod that is not
+// on the host network reaches it (pods have no default route), so a server
+// on the host that listens on every address (k8senv.WithPodAPIAccess) is
+// reachable from pods there.
+const (
+	PodSubnet  = "198.51.100.0/24"
+	PodGateway = "198.51.100.1"
+)
+
 // cniConfig is a bridge network on a bridge of the node's own with a
 // TEST-NET-2 range, for pods without host network (the shipped
 // DaemonSets): the bridge holds the gateway address, so the kubelet's
@@ -67,11 +77,11 @@ func cniConfig(bridge string) string {
   "name": "nodeenv",
   "plugins": [
     {"type": "bridge", "bridge": %q, "isGateway": true, "isDefaultGateway": false, "ipMasq": false,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "198.51.100.0/24"}]], "dataDir": "/var/lib/cni/networks"}},
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": "/var/lib/cni/networks"}},
     {"type": "loopback"}
   ]
 }
-`, bridge)
+`, bridge, PodSubnet)
 }
 
 // kubeletConfig is the kubelet's KubeletConfiguration: it serves on

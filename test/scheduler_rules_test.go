@@ -107,6 +107,10 @@ func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
 
 	t.Run("volumes WaitForFirstConsumer", func(t *testing.T) { testWaitForFirstConsumer(t, env) })
 
+	// Extended resources backed by DRA: nvidia.com/gpu through the
+	// gpu.gpud.io DeviceClass's extendedResourceName.
+	t.Run("extended resource through a DeviceClass", func(t *testing.T) { testExtendedResource(t, env) })
+
 	// Scheduling gates: a gated pod is never scheduled, and is once the
 	// gate is lifted.
 	t.Run("scheduling gates", func(t *testing.T) {

@@ -234,10 +234,20 @@ func (m draMIG) Create(ctx context.Context, parentUUID, profile string, placemen
 	if err != nil {
 		return dra.CreatedMIG{}, err
 	}
-	return dra.CreatedMIG{UUID: s.UUID, GIID: s.GIID, CIID: s.CIID}, nil
+	return dra.CreatedMIG{UUID: s.UUID, GIID: s.GIID, CIID: s.CIID, ModeEnabled: s.ModeEnabled}, nil
 }
 
-func (m draMIG) Destroy(ctx context.Context, migUUID string) error { return m.s.Destroy(ctx, migUUID) }
+func (m draMIG) Lookup(_ context.Context, parentUUID, profile string, placementStart int) (dra.MIGLookup, error) {
+	s, found, on, err := m.s.Find(parentUUID, profile, placementStart)
+	if err != nil || !found {
+		return dra.MIGLookup{ModeOn: on}, err
+	}
+	return dra.MIGLookup{Device: dra.CreatedMIG{UUID: s.UUID, GIID: s.GIID, CIID: s.CIID}, ModeOn: on}, nil
+}
+
+func (m draMIG) Destroy(ctx context.Context, parentUUID, migUUID string, restoreMode bool) (bool, error) {
+	return m.s.Destroy(ctx, parentUUID, migUUID, restoreMode)
+}
 
 // draSharing is the sharing config at run time (a *timeslice.Runtime).
 type draSharing interface {

@@ -240,8 +240,8 @@ func TestDRAMIGManager(t *testing.T) {
 	if got := migUUIDs(store, 5); !slices.Equal(got, []string{c.UUID}) {
 		t.Fatalf("inventory gpu 5 MIG devices after create = %v, want [%s]", got, c.UUID)
 	}
-	if err := m.Destroy(t.Context(), c.UUID); err != nil {
-		t.Fatalf("Destroy: %v", err)
+	if off, err := m.Destroy(t.Context(), parent, c.UUID, c.ModeEnabled); err != nil || !off {
+		t.Fatalf("Destroy = %v, %v; want MIG mode off again", off, err)
 	}
 	inv, _ = store.Inventory()
 	if g := inv.GPUs[5]; g.MIGEnabled || len(g.MIGDevices) > 0 {

@@ -181,7 +181,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		kubeletplugin.PluginDataDirectoryPath(d.opts.PluginDir),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistryDir),
 		kubeletplugin.CDIDirectory(d.opts.CDIDir),
-		kubeletplugin.Serialize(true),
+		// The preparer serializes the calls of one claim itself, so
+		// unrelated claims (a slow MIG create among them) run in parallel.
+		kubeletplugin.Serialize(false),
 	)
 	if err != nil {
 		return fmt.Errorf("dra: start kubelet plugin: %w", err)

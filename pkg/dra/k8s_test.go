@@ -38,10 +38,10 @@ func (m rediscoveringMIG) Create(ctx context.Context, parent, profile string, st
 	return c, err
 }
 
-func (m rediscoveringMIG) Destroy(ctx context.Context, uuid string) error {
-	err := m.simMIG.Destroy(ctx, uuid)
+func (m rediscoveringMIG) Destroy(ctx context.Context, parent, uuid string, restore bool) (bool, error) {
+	off, err := m.simMIG.Destroy(ctx, parent, uuid, restore)
 	_, _ = m.store.Rediscover()
-	return err
+	return off, err
 }
 
 // readManifests decodes the shipped example ResourceClaimTemplates and

@@ -366,7 +366,7 @@ func TestPrepareResumesInterruptedPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref.MIGUUID, ref.GIID = created.UUID, created.GIID
-	cp := checkpoint{Version: checkpointVersion, Claims: map[types.UID]PreparedClaim{"m3": {Namespace: "ns", Name: "m3", State: statePreparing,
+	cp := checkpoint{Claims: map[types.UID]PreparedClaim{"m3": {Namespace: "ns", Name: "m3", State: statePreparing,
 		Devices: []PreparedDevice{{Requests: []string{"gpu"}, Device: ref, Created: true}}}}}
 	if err := writeCheckpoint(e.stateDir, cp); err != nil {
 		t.Fatal(err)
@@ -444,7 +444,7 @@ func TestUnprepareAfterCrashDuringCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := checkpoint{Version: checkpointVersion, Claims: map[types.UID]PreparedClaim{"m4": {Namespace: "ns", Name: "m4", State: statePreparing,
+	cp := checkpoint{Claims: map[types.UID]PreparedClaim{"m4": {Namespace: "ns", Name: "m4", State: statePreparing,
 		Devices: []PreparedDevice{{Requests: []string{"gpu"}, Device: ref, Created: true, Creating: true}}}}}
 	if err := writeCheckpoint(e.stateDir, cp); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 )
 
 // ErrSliceNotFound is wrapped when the GPU a slice is asked for is not on
@@ -21,6 +20,11 @@ type Slice struct {
 	// GIID and CIID are the GPU and compute instance IDs.
 	GIID int `json:"giID"`
 	CIID int `json:"ciID"`
+	// ModeEnabled is true when [Slices.Create] turned the GPU's MIG mode
+	// on for this slice. The caller records it durably (the DRA
+	// checkpoint) and passes restoreMode to [Slices.Destroy], so the GPU
+	// is whole again after its last such slice goes, across restarts.
+	ModeEnabled bool `json:"modeEnabled,omitempty"`
 }
 
 // Slices creates and destroys single MIG devices on demand (for claims the
@@ -28,20 +32,39 @@ type Slice struct {
 // layout applies, the applier with its journal and rollback, and the
 // service's Changed hook so the caller rediscovers. Each change is a plan
 // from the GPU's current layout to that layout plus or minus one slice,
-// so every other slice is kept as it is.
+// so every other slice is kept as it is. Slices keeps no state of its
+// own: which GPUs' MIG mode it turned on is the caller's to persist
+// ([Slice.ModeEnabled]), so a restart forgets nothing.
 type Slices struct {
 	svc *Service
-
-	mu sync.Mutex
-	// enabled lists GPUs (by UUID) whose MIG mode Create turned on: when
-	// their last slice is destroyed, MIG mode goes off again so the whole
-	// GPU is back.
-	enabled map[string]bool
 }
 
 // NewSlices returns the slice manager on svc.
 func NewSlices(svc *Service) *Slices {
-	return &Slices{svc: svc, enabled: map[string]bool{}}
+	return &Slices{svc: svc}
+}
+
+// Find returns the complete slice of profile at placement start on the
+// GPU with UUID parent as the hardware has it now, and false when there is
+// none; modeOn is the GPU's current MIG mode. It reads NVML, so it is
+// right even when the caller's picture of the node lags a change.
+func (m *Slices) Find(parent, profile string, start int) (s Slice, found, modeOn bool, err error) {
+	m.svc.mu.Lock()
+	defer m.svc.mu.Unlock()
+	st, err := ReadState(m.svc.cfg.Lib)
+	if err != nil {
+		return Slice{}, false, false, err
+	}
+	g := gpuByUUID(st, parent)
+	if g == nil {
+		return Slice{}, false, false, fmt.Errorf("%w: gpu %s", ErrSliceNotFound, parent)
+	}
+	for _, in := range g.Instances {
+		if in.Profile == profile && in.Placement.Start == start && in.Complete() {
+			return Slice{UUID: in.CIs[0].UUID, GPU: g.Index, GIID: in.GIID, CIID: in.CIs[0].ID}, true, g.MIGEnabled, nil
+		}
+	}
+	return Slice{}, false, g.MIGEnabled, nil
 }
 
 // Create makes a GPU instance of profile at placement start on the GPU
@@ -67,15 +90,10 @@ func (m *Slices) Create(ctx context.Context, parent, profile string, start int) 
 	if err != nil {
 		return Slice{}, fmt.Errorf("mig: create %s at %d on gpu %d: %w", profile, start, g.Index, err)
 	}
-	if !g.MIGEnabled {
-		m.mu.Lock()
-		m.enabled[parent] = true
-		m.mu.Unlock()
-	}
 	if after := res.State.GPU(g.Index); after != nil {
 		for _, in := range after.Instances {
 			if in.Profile == profile && in.Placement.Start == start && in.Complete() {
-				return Slice{UUID: in.CIs[0].UUID, GPU: g.Index, GIID: in.GIID, CIID: in.CIs[0].ID}, nil
+				return Slice{UUID: in.CIs[0].UUID, GPU: g.Index, GIID: in.GIID, CIID: in.CIs[0].ID, ModeEnabled: !g.MIGEnabled}, nil
 			}
 		}
 	}
@@ -83,59 +101,58 @@ func (m *Slices) Create(ctx context.Context, parent, profile string, start int) 
 }
 
 // Destroy removes the MIG device with UUID uuid (its GPU instance and
-// compute instances), keeping every other slice. A device that does not
-// exist is not an error. A device a process runs on is refused (ErrBusy).
-// When it was the last slice on a GPU whose MIG mode Create turned on,
-// MIG mode goes off again.
-func (m *Slices) Destroy(ctx context.Context, uuid string) error {
+// compute instances) from the GPU with UUID parent, keeping every other
+// slice. A device that does not exist is not an error. A device a process
+// runs on is refused (ErrBusy). With restoreMode (the caller turned the
+// GPU's MIG mode on, see [Slice.ModeEnabled]), MIG mode goes off again
+// when no slice is left, also when the device was gone already (a crash
+// after its destroy): the whole GPU is back. modeOff reports the GPU's
+// MIG mode is off when Destroy returns.
+func (m *Slices) Destroy(ctx context.Context, parent, uuid string, restoreMode bool) (modeOff bool, err error) {
 	m.svc.mu.Lock()
 	defer m.svc.mu.Unlock()
 	st, err := ReadState(m.svc.cfg.Lib)
 	if err != nil {
-		return err
+		return false, err
 	}
-	var g *GPUState
-	var target Instance
-	for i := range st.GPUs {
-		for _, in := range st.GPUs[i].Instances {
-			for _, ci := range in.CIs {
-				if ci.UUID == uuid {
-					g, target = &st.GPUs[i], in
-				}
+	g := gpuByUUID(st, parent)
+	if g == nil {
+		return false, fmt.Errorf("%w: gpu %s", ErrSliceNotFound, parent)
+	}
+	var target *Instance
+	for i, in := range g.Instances {
+		for _, ci := range in.CIs {
+			if ci.UUID == uuid {
+				target = &g.Instances[i]
 			}
 		}
 	}
-	if g == nil {
-		return nil // gone already
-	}
-	ps, err := m.svc.cfg.Processes.GPUProcesses(ctx)
-	if err != nil {
-		return fmt.Errorf("%w: destroy %s: list gpu processes: %w", ErrBusyUnknown, uuid, err)
-	}
-	if holders := BusyFrom(ps, nil).holders(target.UUIDs()...); len(holders) > 0 {
-		return fmt.Errorf("%w: destroy %s on gpu %d: held by %v", ErrBusy, uuid, g.Index, holders)
-	}
 	w := GPUWants{MIGEnabled: true}
 	for _, in := range g.Instances {
-		if in.GIID != target.GIID {
+		if target == nil || in.GIID != target.GIID {
 			w.Slices = append(w.Slices, Want{Profile: in.Profile, Start: in.Placement.Start})
 		}
 	}
-	m.mu.Lock()
-	off := m.enabled[g.UUID] && len(w.Slices) == 0
-	m.mu.Unlock()
+	off := restoreMode && len(w.Slices) == 0 && g.MIGEnabled
+	if target == nil && !off {
+		return !g.MIGEnabled, nil // gone already
+	}
+	if target != nil {
+		ps, err := m.svc.cfg.Processes.GPUProcesses(ctx)
+		if err != nil {
+			return false, fmt.Errorf("%w: destroy %s: list gpu processes: %w", ErrBusyUnknown, uuid, err)
+		}
+		if holders := BusyFrom(ps, nil).holders(target.UUIDs()...); len(holders) > 0 {
+			return false, fmt.Errorf("%w: destroy %s on gpu %d: held by %v", ErrBusy, uuid, g.Index, holders)
+		}
+	}
 	if off {
 		w.MIGEnabled = false
 	}
 	if _, err := m.apply(ctx, st, g.Index, w); err != nil {
-		return fmt.Errorf("mig: destroy %s on gpu %d: %w", uuid, g.Index, err)
+		return false, fmt.Errorf("mig: destroy %s on gpu %d: %w", uuid, g.Index, err)
 	}
-	if off {
-		m.mu.Lock()
-		delete(m.enabled, g.UUID)
-		m.mu.Unlock()
-	}
-	return nil
+	return off || !g.MIGEnabled, nil
 }
 
 // apply moves one GPU from st to w through the service's applier and

@@ -47,7 +47,7 @@ func TestSlicesCreateDestroy(t *testing.T) {
 	if !g.MIGEnabled || !slices.Equal(layoutString(g), []string{"2g.20gb@0", "1g.10gb@6"}) {
 		t.Fatalf("gpu 2 after two creates: mig %v %v", g.MIGEnabled, layoutString(g))
 	}
-	if a.GPU != 2 || a.UUID == "" || a.UUID == b.UUID {
+	if a.GPU != 2 || a.UUID == "" || a.UUID == b.UUID || !a.ModeEnabled || b.ModeEnabled {
 		t.Fatalf("created %+v and %+v", a, b)
 	}
 	for _, other := range mustState(t, n).GPUs {
@@ -56,18 +56,21 @@ func TestSlicesCreateDestroy(t *testing.T) {
 		}
 	}
 
-	if err := m.Destroy(t.Context(), a.UUID); err != nil {
-		t.Fatalf("Destroy: %v", err)
+	if off, err := m.Destroy(t.Context(), parent, a.UUID, true); err != nil || off {
+		t.Fatalf("Destroy = %v, %v; want MIG mode kept for the other slice", off, err)
 	}
 	g = mustState(t, n).GPUs[2]
 	if !g.MIGEnabled || !slices.Equal(layoutString(g), []string{"2g.20gb@0"}) {
 		t.Fatalf("gpu 2 after destroying one: mig %v %v, want 2g.20gb@0 kept", g.MIGEnabled, layoutString(g))
 	}
-	if err := m.Destroy(t.Context(), a.UUID); err != nil {
+	if _, err := m.Destroy(t.Context(), parent, a.UUID, false); err != nil {
 		t.Fatalf("Destroy of a gone slice = %v, want nil", err)
 	}
-	if err := m.Destroy(t.Context(), b.UUID); err != nil {
-		t.Fatalf("Destroy last: %v", err)
+	// A new Slices (an agent restart) knows nothing: restoreMode, which
+	// the caller persisted, turns MIG mode off with the last slice.
+	m = NewSlices(m.svc)
+	if off, err := m.Destroy(t.Context(), parent, b.UUID, true); err != nil || !off {
+		t.Fatalf("Destroy last = %v, %v; want MIG mode off", off, err)
 	}
 	if g = mustState(t, n).GPUs[2]; g.MIGEnabled || len(g.Instances) > 0 {
 		t.Fatalf("gpu 2 after destroying the last slice: mig %v %v, want MIG off again", g.MIGEnabled, layoutString(g))
@@ -112,10 +115,40 @@ func TestSlicesErrors(t *testing.T) {
 	if err := n.AddMIGProcess(s.UUID, 4242, 1<<30); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Destroy(t.Context(), s.UUID); !errors.Is(err, ErrBusy) {
+	if _, err := m.Destroy(t.Context(), parent, s.UUID, true); !errors.Is(err, ErrBusy) {
 		t.Errorf("Destroy with a process on it = %v, want ErrBusy", err)
 	}
 	if g := mustState(t, n).GPUs[0]; !slices.Equal(layoutString(g), []string{"3g.40gb@4"}) {
 		t.Errorf("gpu 0 after a refused destroy: %v", layoutString(g))
+	}
+	if _, err := m.Destroy(t.Context(), "GPU-nope", s.UUID, true); !errors.Is(err, ErrSliceNotFound) {
+		t.Errorf("Destroy on an unknown GPU = %v, want ErrSliceNotFound", err)
+	}
+}
+
+// TestSlicesRestoreModeWithNoSlices: a GPU left in MIG mode with no slice
+// (the device was destroyed, MIG mode not turned off before a crash, or by
+// an older gpud) is turned back when the caller asks to restore it.
+func TestSlicesRestoreModeWithNoSlices(t *testing.T) {
+	n, m, _, _ := slicesRig(t)
+	parent := mustState(t, n).GPUs[3].UUID
+	s, err := m.Create(t.Context(), parent, "1g.10gb", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Destroy(t.Context(), parent, s.UUID, false); err != nil {
+		t.Fatal(err)
+	}
+	if g := mustState(t, n).GPUs[3]; !g.MIGEnabled {
+		t.Fatal("MIG mode off without restoreMode")
+	}
+	if off, err := m.Destroy(t.Context(), parent, s.UUID, true); err != nil || !off {
+		t.Fatalf("Destroy of a gone slice with restoreMode = %v, %v; want MIG mode off", off, err)
+	}
+	if g := mustState(t, n).GPUs[3]; g.MIGEnabled {
+		t.Fatal("MIG mode still on")
+	}
+	if _, found, on, err := m.Find(parent, "1g.10gb", 0); err != nil || found || on {
+		t.Fatalf("Find = %v, %v, %v", found, on, err)
 	}
 }

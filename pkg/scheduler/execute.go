@@ -9,12 +9,15 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
 	"github.com/gpud/gpud/pkg/scheduler/evict"
+	"github.com/gpud/gpud/pkg/scheduler/extres"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/rules"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -42,8 +45,10 @@ const (
 type writtenClaim struct {
 	before, after *resourceapi.ResourceClaim
 	// finalizer: this bind added resourceapi.Finalizer; status: it wrote
-	// the claim's status (allocation and/or reservedFor).
-	finalizer, status bool
+	// the claim's status (allocation and/or reservedFor); created: it
+	// created the claim (extended resources backed by DRA), and a rollback
+	// deletes it.
+	finalizer, status, created bool
 }
 
 // execute carries out a plan: binds (gangs all-or-nothing), evictions,
@@ -229,11 +234,28 @@ func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClai
 		}
 		return fmt.Errorf("%s claim %s/%s for pod %s (decided again next cycle): %w", what, c.Namespace, c.Name, b.Pod.Key(), err)
 	}
+	extended := ""
 	for _, a := range b.Allocations {
 		if a.Claim == nil {
 			continue
 		}
 		w := writtenClaim{before: a.Claim, after: a.Claim}
+		if extres.IsPlaceholder(a.Claim) {
+			// Created with the finalizer, as kube-scheduler's PreBind
+			// creates it and then adds the finalizer with the allocation.
+			c := extres.ForWrite(a.Claim)
+			c.Finalizers = append(c.Finalizers, resourceapi.Finalizer)
+			got, err := s.cfg.Client.ResourceV1().ResourceClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{})
+			if err != nil {
+				return out, fmt.Errorf("create the claim of extended resources for pod %s (decided again next cycle): %w", b.Pod.Key(), err)
+			}
+			w = writtenClaim{before: got, after: got, finalizer: true, created: true}
+			out = append(out, w)
+			a.Claim = got
+		}
+		if extres.IsExtendedClaim(a.Claim, pod.UID) {
+			extended = a.Claim.Name
+		}
 		if a.Claim.Status.Allocation == nil && !slices.Contains(a.Claim.Finalizers, resourceapi.Finalizer) {
 			c := a.Claim.DeepCopy()
 			c.Finalizers = append(c.Finalizers, resourceapi.Finalizer)
@@ -264,7 +286,29 @@ func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClai
 			out = append(out, w)
 		}
 	}
+	if extended != "" {
+		if err := s.writeExtendedStatus(ctx, b.Pod, extended); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
+}
+
+// writeExtendedStatus tells the kubelet which request of claim serves
+// each container's extended resources (status.extendedResourceClaimStatus),
+// unless the pod's status says so already.
+func (s *Scheduler) writeExtendedStatus(ctx context.Context, p *plan.Pod, claim string) error {
+	pod := p.Pod
+	want := &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: claim, RequestMappings: p.ExtendedResources}
+	if equality.Semantic.DeepEqual(pod.Status.ExtendedResourceClaimStatus, want) {
+		return nil
+	}
+	st := pod.Status.DeepCopy()
+	st.ExtendedResourceClaimStatus = want
+	if err := schedutil.PatchPodStatus(ctx, s.cfg.Client, pod.Name, pod.Namespace, &pod.Status, st); err != nil {
+		return fmt.Errorf("write the extended resource claim %s to the status of pod %s (decided again next cycle): %w", claim, p.Key(), err)
+	}
+	return nil
 }
 
 // claimStatus is the claim to write for allocation a of pod, or nil if
@@ -330,6 +374,15 @@ func (s *Scheduler) rollback(ctx context.Context, pod *corev1.Pod, ws []writtenC
 			}, nil)
 			if err != nil && !apierrors.IsNotFound(err) {
 				s.log.Warn("claim finalizer not removed after a rollback", "claim", key, "err", err)
+			}
+		}
+		if w.created && deallocated {
+			// The next attempt writes a new claim; this one would be
+			// left to the garbage collector only once the pod is gone.
+			err := s.cfg.Client.ResourceV1().ResourceClaims(w.after.Namespace).Delete(ctx, w.after.Name,
+				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &w.after.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				s.log.Warn("claim of extended resources not deleted after a rollback", "claim", key, "err", err)
 			}
 		}
 	}

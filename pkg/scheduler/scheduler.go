@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
@@ -104,7 +106,15 @@ func New(cfg Config) (*Scheduler, error) {
 
 	strip := informers.WithTransform(stripManagedFields)
 	s.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
-	r, err := rules.New(context.Background(), rules.Config{Informers: s.factory, Client: cfg.Client})
+	classInf := s.factory.Resource().V1().DeviceClasses()
+	// Which DeviceClass serves an extended resource (nvidia.com/gpu
+	// through gpu.gpud.io): kube-scheduler's own cache of the mapping.
+	classes := extendedresourcecache.NewExtendedResourceCache(logr.FromSlogHandler(s.log.Handler()))
+	if _, err := classInf.Informer().AddEventHandler(classes); err != nil {
+		return nil, fmt.Errorf("scheduler: device class handler: %w", err)
+	}
+	s.snap.classes = classes
+	r, err := rules.New(context.Background(), rules.Config{Informers: s.factory, Client: cfg.Client, DeviceClasses: classes})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
@@ -112,7 +122,6 @@ func New(cfg Config) (*Scheduler, error) {
 	podInf := s.factory.Core().V1().Pods()
 	nodeInf := s.factory.Core().V1().Nodes()
 	claimInf := s.factory.Resource().V1().ResourceClaims()
-	classInf := s.factory.Resource().V1().DeviceClasses()
 	pdbInf := s.factory.Policy().V1().PodDisruptionBudgets()
 	// Every driver's slices: claims gpud does not model may take other
 	// drivers' devices (pkg/scheduler/anydevice).

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/anydevice"
+	"github.com/gpud/gpud/pkg/scheduler/extres"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -52,6 +53,9 @@ type snapshotter struct {
 	// backoff, if set, keeps pods that earlier cycles left pending out
 	// while they back off, and marks the ones tried before (plan.Pod.Retry).
 	backoff *backoff
+	// classes finds the DeviceClass serving an extended resource (nil:
+	// extended resources are never served by DRA).
+	classes extres.Resolver
 }
 
 // snapshot is one cycle's snapshot plus what the runtime needs besides.
@@ -95,8 +99,16 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 		Queues: s.queues, Reservations: s.reservations, Policy: s.policy}, skips: skips, claims: in.claims,
 		unbound: map[types.UID]bool{}}
 	byName := make(map[string]*resourceapi.ResourceClaim, len(in.claims))
+	extended := map[types.UID]*resourceapi.ResourceClaim{} // by the owning pod
 	for _, c := range in.claims {
 		byName[c.Namespace+"/"+c.Name] = c
+		if c.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true" {
+			for _, r := range c.OwnerReferences {
+				if extres.IsExtendedClaim(c, r.UID) {
+					extended[r.UID] = c
+				}
+			}
+		}
 	}
 	var pending []*plan.Pod
 	for _, pod := range in.pods {
@@ -116,6 +128,9 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 		}
 		if node != "" {
 			claims, _ := resolveClaims(pod, byName)
+			if c := extended[pod.UID]; c != nil {
+				claims = append(claims, c)
+			}
 			out.Bound = append(out.Bound, newPod(pod, compact(claims)))
 			continue
 		}
@@ -136,6 +151,10 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 		if why != "" {
 			out.missing = append(out.missing, plan.Pending{Pod: p, Code: CodeClaimMissing, Message: why})
 			continue
+		}
+		if ec := extres.For(pod, s.classes, extended[pod.UID]); ec != nil {
+			p.Claims = append(p.Claims, ec.Claim)
+			p.ExtendedResources = ec.Mappings
 		}
 		pending = append(pending, p)
 	}

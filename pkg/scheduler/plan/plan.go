@@ -116,8 +116,15 @@ type DeviceTelemetry struct {
 type Pod struct {
 	Pod *corev1.Pod
 	// Claims are the pod's ResourceClaims in pod.spec.resourceClaims
-	// order (allocated ones included).
+	// order (allocated ones included), then the claim of its extended
+	// resources backed by DRA, if it asks for any (pkg/scheduler/extres:
+	// a placeholder until the runtime creates it at bind).
 	Claims []*resourceapi.ResourceClaim
+	// ExtendedResources map the pod's containers' DRA-backed extended
+	// resources to the requests of that last claim; the runtime writes
+	// them to status.extendedResourceClaimStatus before the Binding. Nil:
+	// the pod asks for none.
+	ExtendedResources []corev1.ContainerExtendedResourceRequest
 	// Group is the PodGroup key "namespace/name", "" for none.
 	Group string
 	// Queue is the QueueLabel value, "" for none.

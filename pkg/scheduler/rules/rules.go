@@ -71,7 +71,22 @@ type Config struct {
 	Client kubernetes.Interface
 	// Logger receives the plugins' own log lines; zero discards them.
 	Logger logr.Logger
+	// DeviceClasses finds the DeviceClass serving an extended resource
+	// (DRAExtendedResource): NodeResourcesFit then leaves such a resource
+	// to the pod's claim on nodes that do not advertise it. Nil: every
+	// extended resource must be in a node's allocatable.
+	DeviceClasses fwk.DeviceClassResolver
 }
+
+// classesOnly is the SharedDRAManager NodeResourcesFit reads in Filter:
+// only DeviceClassResolver (the claims are gpud's and anydevice's to
+// allocate; no plugin gpud runs reads the rest, which is nil).
+type classesOnly struct {
+	fwk.SharedDRAManager
+	classes fwk.DeviceClassResolver
+}
+
+func (c classesOnly) DeviceClassResolver() fwk.DeviceClassResolver { return c.classes }
 
 // Rules builds one upstream framework per cycle over the registry and
 // profile it holds. It is safe for concurrent use: each [Cycle] has its
@@ -228,13 +243,17 @@ func (r *Rules) framework(ctx context.Context, snap frameworkSnapshot) (framewor
 	// recorder drops what it cannot send (gpud exports its own metrics).
 	ctx, stop := context.WithCancel(klog.NewContext(ctx, r.cfg.Logger))
 	defer stop()
-	fw, err := frameworkruntime.NewFramework(ctx, r.registry, r.profile,
+	opts := []frameworkruntime.Option{
 		frameworkruntime.WithInformerFactory(r.cfg.Informers),
 		frameworkruntime.WithClientSet(r.cfg.Client),
 		frameworkruntime.WithSnapshotSharedLister(snap),
 		frameworkruntime.WithSharedCSIManager(r.csi),
 		frameworkruntime.WithLogger(r.cfg.Logger),
-		frameworkruntime.WithParallelism(1))
+		frameworkruntime.WithParallelism(1)}
+	if r.cfg.DeviceClasses != nil {
+		opts = append(opts, frameworkruntime.WithSharedDRAManager(classesOnly{classes: r.cfg.DeviceClasses}))
+	}
+	fw, err := frameworkruntime.NewFramework(ctx, r.registry, r.profile, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rules: scheduler framework: %w", err)
 	}

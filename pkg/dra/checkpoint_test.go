@@ -1,0 +1,214 @@
+package dra
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpud/gpud/internal/fileio"
+)
+
+// v1Checkpoint is a checkpoint as gpud before issue 24 wrote it (version
+// 1: no checksum, no MIG mode owners): one whole GPU and one dynamic MIG
+// device it created.
+const v1Checkpoint = `{"version":1,"claims":{"uid-a":{"namespace":"ns","name":"a","state":"Prepared","devices":[` +
+	`{"requests":["gpu"],"device":{"name":"gpu-3","type":"gpu","gpuUUID":"GPU-3","gpuIndex":3,"gpuMinor":3,"memoryBytes":85899345920,"placement":{"start":0,"size":0}},` +
+	`"memoryBytes":85899345920,"cdiDeviceIDs":["k8s.gpu.gpud.io/claim=uid-a-gpu-3"]}]},` +
+	`"uid-b":{"namespace":"ns","name":"b","state":"Preparing","devices":[` +
+	`{"requests":["mig"],"device":{"name":"gpu-1-mig-1g10gb-6","type":"mig","gpuUUID":"GPU-1","gpuIndex":1,"gpuMinor":1,"memoryBytes":10737418240,"profile":"1g.10gb","placement":{"start":6,"size":1}},` +
+	`"created":true,"creating":true,"cdiDeviceIDs":null}]}}}`
+
+func testCheckpoint() checkpoint {
+	cp := newCheckpoint()
+	cp.Claims["uid-a"] = PreparedClaim{Namespace: "ns", Name: "a", State: statePrepared, Devices: []PreparedDevice{{
+		Requests: []string{"gpu"}, Device: DeviceRef{Name: "gpu-1-mig-1g10gb-6", Type: TypeMIG, GPUUUID: "GPU-1", GPUIndex: 1, GPUMinor: 1,
+			MemoryBytes: 10 << 30, Profile: "1g.10gb", Placement: Placement{Start: 6, Size: 1}, MIGUUID: "MIG-1", GIID: 13},
+		Created: true, EnablesMIGMode: true, CDIDeviceIDs: []string{"k8s.gpu.gpud.io/claim=uid-a-gpu-1-mig-1g10gb-6"}}}}
+	cp.MIGModeOwners["GPU-1"] = "uid-a"
+	return cp
+}
+
+// TestCheckpointRoundTrip: what this gpud writes it reads back unchanged,
+// and the file carries the version and a checksum.
+func TestCheckpointRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	want := testCheckpoint()
+	if err := writeCheckpoint(dir, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read back %+v, want %+v", got, want)
+	}
+	data, _ := os.ReadFile(checkpointPath(dir))
+	if !strings.Contains(string(data), `"version":2`) || !strings.Contains(string(data), `"checksum":`) {
+		t.Fatalf("checkpoint %s has no version 2 or checksum", data)
+	}
+}
+
+// TestCheckpointMigratesV1: a version 1 checkpoint (what the previous gpud
+// left) is read, its claims kept, and written back as the latest version;
+// a preparer on it unprepares its claims as before.
+func TestCheckpointMigratesV1(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(checkpointPath(dir), []byte(v1Checkpoint), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := readCheckpoint(dir)
+	if err != nil {
+		t.Fatalf("read v1: %v", err)
+	}
+	if len(cp.Claims) != 2 || cp.Claims["uid-a"].Devices[0].Device.Name != "gpu-3" || !cp.Claims["uid-b"].Devices[0].Creating {
+		t.Fatalf("v1 converted to %+v", cp)
+	}
+	if err := writeCheckpoint(dir, cp); err != nil {
+		t.Fatal(err)
+	}
+	again, err := readCheckpoint(dir)
+	if err != nil || !reflect.DeepEqual(again, cp) {
+		t.Fatalf("v1 → v2 → read = %+v, %v; want %+v", again, err, cp)
+	}
+	f := &fakeMIG{}
+	p, err := NewPreparer(PreparerConfig{NodeName: "n", StateDir: dir, CDIDir: t.TempDir(), MIG: f, Devices: func() map[string]DeviceRef { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepareOne(t, p, "uid-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepareOne(t, p, "uid-b"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.Prepared()); n != 0 {
+		t.Fatalf("%d claims left after unpreparing the migrated ones", n)
+	}
+}
+
+// TestCheckpointRefused: a checkpoint that cannot be trusted stops the
+// preparer with an error naming the file and what to do, and the file is
+// left as it was (nothing recorded in it is lost).
+func TestCheckpointRefused(t *testing.T) {
+	good, err := encodeCheckpoint(testCheckpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, data, want string }{
+		{name: "garbage", data: "{not json", want: "not JSON"},
+		{name: "no version", data: `{"claims":{}}`, want: "no version"},
+		{name: "newer version", data: `{"version":99,"claims":{}}`, want: "version 99 unknown"},
+		{name: "null entry v1", data: `{"version":1,"claims":{"u":null}}`, want: `claim "u": null entry`},
+		{name: "unknown state v1", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Exploded","devices":[]}}}`, want: `state "Exploded" unknown`},
+		{name: "unknown field v1", data: `{"version":1,"claims":{},"extra":1}`, want: "unknown field"},
+		{name: "device without name", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"type":"gpu"}}]}}}`, want: "has no name"},
+		{name: "prepared MIG without UUID", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"name":"m","type":"mig","gpuUUID":"G"},"created":true}]}}}`, want: "was not created"},
+		{name: "bad checksum", data: strings.Replace(string(good), `"MIG-1"`, `"MIG-2"`, 1), want: "checksum"},
+		{name: "trailing data", data: string(good) + "{}", want: "not JSON"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(checkpointPath(dir), []byte(tc.data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := NewPreparer(PreparerConfig{NodeName: "n", StateDir: dir, CDIDir: dir, Devices: func() map[string]DeviceRef { return nil }})
+			if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), checkpointPath(dir)) ||
+				!strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "move it aside") {
+				t.Fatalf("NewPreparer = %v, want ErrCorruptCheckpoint naming %s, %q and what to do", err, checkpointPath(dir), tc.want)
+			}
+			if data, _ := os.ReadFile(checkpointPath(dir)); string(data) != tc.data {
+				t.Fatal("the refused checkpoint was changed")
+			}
+		})
+	}
+}
+
+// TestCheckpointStaleTempRemoved: the temp file of a write a crash cut
+// short is removed when the checkpoint is read; the checkpoint is intact.
+func TestCheckpointStaleTempRemoved(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeCheckpoint(dir, testCheckpoint()); err != nil {
+		t.Fatal(err)
+	}
+	tmp := fileio.TempName(checkpointPath(dir))
+	if err := os.WriteFile(tmp, []byte(`{"version":2,"chec`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := readCheckpoint(dir)
+	if err != nil || len(cp.Claims) != 1 {
+		t.Fatalf("read = %+v, %v", cp, err)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale temp file kept: %v", err)
+	}
+}
+
+// FuzzCheckpoint: any bytes either decode to a checkpoint that survives a
+// write and read unchanged and whose every entry is usable, or are refused;
+// never a panic.
+func FuzzCheckpoint(f *testing.F) {
+	good, err := encodeCheckpoint(testCheckpoint())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(v1Checkpoint))
+	f.Add([]byte(`{"version":1,"claims":{"u":null}}`))
+	f.Add([]byte(`{"version":2,"checksum":0,"claims":{}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cp, err := decodeCheckpoint(data)
+		if err != nil {
+			return
+		}
+		for uid, c := range cp.Claims {
+			if uid == "" || (c.State != statePrepared && c.State != statePreparing) {
+				t.Fatalf("accepted claim %q in state %q", uid, c.State)
+			}
+		}
+		enc, err := encodeCheckpoint(cp)
+		if err != nil {
+			t.Fatalf("encode accepted checkpoint: %v", err)
+		}
+		again, err := decodeCheckpoint(enc)
+		if err != nil {
+			t.Fatalf("re-read of a written checkpoint: %v", err)
+		}
+		if !reflect.DeepEqual(normalize(again), normalize(cp)) {
+			t.Fatalf("round trip changed it:\n%+v\n%+v", cp, again)
+		}
+	})
+}
+
+// normalize makes nil and empty slices compare equal (JSON does not keep
+// the difference).
+func normalize(cp checkpoint) checkpoint {
+	out := newCheckpoint()
+	maps := func(uid types.UID, c PreparedClaim) {
+		if len(c.Devices) == 0 {
+			c.Devices = nil
+		}
+		for i := range c.Devices {
+			d := &c.Devices[i]
+			if len(d.Requests) == 0 {
+				d.Requests = nil
+			}
+			if len(d.CDIDeviceIDs) == 0 {
+				d.CDIDeviceIDs = nil
+			}
+		}
+		out.Claims[uid] = c
+	}
+	for uid, c := range cp.Claims {
+		maps(uid, c)
+	}
+	for g, u := range cp.MIGModeOwners {
+		out.MIGModeOwners[g] = u
+	}
+	return out
+}

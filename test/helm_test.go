@@ -1095,3 +1095,45 @@ func TestHelmHostileValues(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmExtraEnv: agent.extraEnv and scheduler.extraEnv reach their
+// containers after the chart's own variables, as given (a clusters without
+// kube-proxy points its pods at the API server with
+// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT); an entry without a
+// name, or with one no container runtime takes, is refused.
+func TestHelmExtraEnv(t *testing.T) {
+	env := []any{
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": "10.1.2.3"},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
+	}
+	want := []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: "10.1.2.3"}, {Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}}
+	objs := helmMustRender(t, map[string]any{"mode": "dra", "agent": map[string]any{"extraEnv": env},
+		"scheduler": map[string]any{"enabled": true, "extraEnv": env}}, false)
+	_, c, _ := helmAgent(t, objs)
+	if got := c.Env[len(c.Env)-2:]; !reflect.DeepEqual(got, want) {
+		t.Errorf("agent env ends %+v, want %+v", got, want)
+	}
+	dep, ok := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment)
+	if !ok {
+		t.Fatalf("no Deployment gpud-scheduler in %v", slices.Sorted(maps.Keys(objs)))
+	}
+	sc := dep.Spec.Template.Spec.Containers[0]
+	if got := sc.Env[len(sc.Env)-2:]; !reflect.DeepEqual(got, want) {
+		t.Errorf("scheduler env ends %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{name: "no name", values: map[string]any{"agent": map[string]any{"extraEnv": []any{map[string]any{"value": "x"}}}}, want: "/agent/extraEnv/0"},
+		{name: "bad name", values: map[string]any{"scheduler": map[string]any{"extraEnv": []any{map[string]any{"name": "A=B", "value": "x"}}}}, want: "/scheduler/extraEnv/0/name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := helmTemplate(t, tc.values, false)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("render with %v: err = %v, want one naming %s", tc.values, err, tc.want)
+			}
+		})
+	}
+}

@@ -89,7 +89,13 @@ func checkAgree(t *testing.T, e *prepEnv, uid types.UID, gpuUUID string, allocat
 			t.Fatalf("claim %s: CDI device %v, want nodes %v", uid, cd, want)
 		}
 	}
-	if n := len(live); n != len(entry.Devices) {
+	migs := 0
+	for _, d := range entry.Devices {
+		if d.Device.Type == TypeMIG && d.Device.GPUUUID == gpuUUID {
+			migs++
+		}
+	}
+	if n := len(live); n != migs {
 		t.Fatalf("claim %s has %d devices, gpu %s has MIG devices %v", uid, len(entry.Devices), gpuUUID, live)
 	}
 }

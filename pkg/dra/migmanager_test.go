@@ -93,7 +93,8 @@ func (f *fakeMIG) liveCount() int {
 // slice manager on a MIG service (planner, applier with its journal and
 // rollback) over a simulated node.
 type simMIG struct {
-	s *mig.Slices
+	s   *mig.Slices
+	svc *mig.Service
 }
 
 var _ MIGManager = (*simMIG)(nil)
@@ -104,7 +105,7 @@ func newSimMIG(lib nvml.Interface, journal string) *simMIG {
 	if err != nil {
 		panic(err) // only on a nil Lib
 	}
-	return &simMIG{s: mig.NewSlices(svc)}
+	return &simMIG{s: mig.NewSlices(svc), svc: svc}
 }
 
 func (m *simMIG) Create(ctx context.Context, parent, profile string, start int) (CreatedMIG, error) {

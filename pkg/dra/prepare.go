@@ -58,7 +58,7 @@ type MIGManager interface {
 
 // The steps of prepare and unprepare after which a crash leaves distinct
 // state on disk and on the GPUs; the fault-injection tests kill the agent
-// at each (see Preparer.crash).
+// at each (see Preparer.atStep).
 const (
 	stepPlanned     = "prepare: entry saved as Preparing"
 	stepCreate      = "prepare: MIG device marked Creating"
@@ -120,10 +120,11 @@ type Preparer struct {
 	cp     checkpoint
 	claims map[types.UID]*claimLock
 
-	// crash, when set (tests only), is called at each step of prepare and
-	// unprepare; it kills the agent there by panicking, which leaves the
-	// state dir, CDI dir and node as a SIGKILL would.
-	crash func(step string)
+	// atStep, when set (tests only), is called at each step of prepare
+	// and unprepare: the fault-injection test copies the state dir, the
+	// CDI dir and the node's state there, which is what a SIGKILL at that
+	// step leaves, and restarts an agent on the copy.
+	atStep func(step string)
 }
 
 // claimLock serializes the calls for one claim; refs counts the calls
@@ -170,8 +171,8 @@ func (p *Preparer) lockClaim(uid types.UID) func() {
 }
 
 func (p *Preparer) step(name string) {
-	if p.crash != nil {
-		p.crash(name)
+	if p.atStep != nil {
+		p.atStep(name)
 	}
 }
 

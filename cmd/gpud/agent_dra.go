@@ -47,13 +47,29 @@ type draOptions struct {
 	pluginsDir  string
 	registryDir string
 	sysfsRoot   string
+	// apiQPS and apiBurst are the API client's rate limit (client-go's
+	// token bucket). The kubelet plugin helper reads each claim of a
+	// prepare from the API, so at client-go's default of 5/s a pod with
+	// 32 claims waited seconds; NVIDIA's DRA driver has the same flags.
+	apiQPS   float64
+	apiBurst int
 }
+
+// The DRA client's default rate: a node prepares at most
+// dra.MaxClaimsPerCall claims per call, so one burst covers a large pod
+// and the steady rate stays modest for the API server.
+const (
+	defaultKubeAPIQPS   = 50
+	defaultKubeAPIBurst = 100
+)
 
 func (o *draOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.kubeletAPI, "kubelet-api", kubeletAPIDevicePlugin, "how GPUs reach pods: device-plugin (the kubelet's device plugin API) or dra (the DRA driver "+dra.DriverName+": ResourceSlices and claims); a node uses one")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "with --kubelet-api dra: kubeconfig of the identity that publishes ResourceSlices and reads ResourceClaims; empty uses the in-cluster config (the pod's service account)")
 	fs.StringVar(&o.pluginsDir, "kubelet-plugins-dir", kubeletPluginsDir, "with --kubelet-api dra: the kubelet's plugins dir; the driver's socket and claim checkpoint go to <dir>/"+dra.DriverName+" (created)")
 	fs.StringVar(&o.registryDir, "kubelet-registry-dir", kubeletRegistryDir, "with --kubelet-api dra: the kubelet's plugin registration dir (must exist: the kubelet creates it)")
+	fs.Float64Var(&o.apiQPS, "kube-api-qps", defaultKubeAPIQPS, "with --kubelet-api dra: queries per second the driver's API client may make (reading the claims it prepares, publishing ResourceSlices); client-go's default is 5")
+	fs.IntVar(&o.apiBurst, "kube-api-burst", defaultKubeAPIBurst, "with --kubelet-api dra: how many API queries may go at once above --kube-api-qps; client-go's default is 10")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", defaultSysfsRoot, "with --kubelet-api dra: the host's sysfs, where each GPU's PCIe root complex is read for the resource.kubernetes.io/pcieRoot attribute (a simulated node has its own topology)")
 }
 
@@ -94,6 +110,12 @@ func (o *draOptions) validate(nodeName, cdiDir string) []error {
 	case !fi.IsDir():
 		errs = append(errs, flagErr("sysfs-root", "%s is not a directory", o.sysfsRoot))
 	}
+	if o.apiQPS <= 0 || o.apiQPS > 10000 {
+		errs = append(errs, flagErr("kube-api-qps", "%v: want more than 0 and at most 10000 (default %d)", o.apiQPS, defaultKubeAPIQPS))
+	}
+	if o.apiBurst < 1 || o.apiBurst > 100000 {
+		errs = append(errs, flagErr("kube-api-burst", "%d: want 1 to 100000 (default %d)", o.apiBurst, defaultKubeAPIBurst))
+	}
 	if o.kubeconfig != "" {
 		if _, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
 			errs = append(errs, flagErr("kubeconfig", "%w", err))
@@ -105,6 +127,22 @@ func (o *draOptions) validate(nodeName, cdiDir string) []error {
 // restConfig is the API client configuration: the kubeconfig, or the
 // in-cluster config when none is given.
 func (o *draOptions) restConfig() (*rest.Config, error) { return kubeRESTConfig(o.kubeconfig) }
+
+// driverClient is the DRA driver's API client: restConfig with the
+// driver's user agent and rate (--kube-api-qps, --kube-api-burst).
+func (o *draOptions) driverClient() (kubernetes.Interface, error) {
+	cfg, err := o.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "gpud/" + version + " (dra)"
+	cfg.QPS, cfg.Burst = float32(o.apiQPS), o.apiBurst
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dra: api client: %w", err)
+	}
+	return client, nil
+}
 
 // kubeRESTConfig is the client configuration of a --kubeconfig flag's
 // file, or the in-cluster one when it is empty.
@@ -161,13 +199,9 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 	}
 	client := deps.client
 	if client == nil {
-		cfg, err := o.restConfig()
-		if err != nil {
+		var err error
+		if client, err = o.driverClient(); err != nil {
 			return nil, err
-		}
-		cfg.UserAgent = "gpud/" + version + " (dra)"
-		if client, err = kubernetes.NewForConfig(cfg); err != nil {
-			return nil, fmt.Errorf("dra: api client: %w", err)
 		}
 	}
 	pluginsDir, err := filepath.Abs(o.pluginsDir)

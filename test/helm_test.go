@@ -66,6 +66,12 @@ var helmKubeVersion = common.KubeVersion{Version: "v1.37.2", Major: "1", Minor: 
 // cluster serves the Prometheus Operator's monitoring.coreos.com/v1.
 func helmTemplate(t *testing.T, values map[string]any, monitoring bool) (map[string]string, error) {
 	t.Helper()
+	return helmTemplateIn(t, "gpud", values, monitoring)
+}
+
+// helmTemplateIn is helmTemplate for a release in namespace.
+func helmTemplateIn(t *testing.T, namespace string, values map[string]any, monitoring bool) (map[string]string, error) {
+	t.Helper()
 	ch, err := loader.Load(helmChartDir)
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
@@ -77,7 +83,7 @@ func helmTemplate(t *testing.T, values map[string]any, monitoring bool) (map[str
 			"monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule")
 	}
 	vals, err := chartutil.ToRenderValuesWithSchemaValidation(ch, values,
-		common.ReleaseOptions{Name: "gpud", Namespace: "gpud", Revision: 1, IsInstall: true}, caps, false)
+		common.ReleaseOptions{Name: "gpud", Namespace: namespace, Revision: 1, IsInstall: true}, caps, false)
 	if err != nil {
 		return nil, err
 	}

@@ -75,7 +75,7 @@ func TestNodeShippedDRADaemonSet(t *testing.T) {
 	}
 	applyObjects(t, k, docs...)
 
-	waitAgentPodReady(t, n, "gpud", 3*time.Minute)
+	waitAgentPodReady(t, n, "gpud", "app.kubernetes.io/name=gpud-dra", 3*time.Minute)
 	testwait.For(t, draTimeout, "the agent pod's ResourceSlices with 8 GPUs", func() bool {
 		gpus := 0
 		for _, d := range draDevices(t, k, n.Name) {
@@ -95,22 +95,107 @@ func TestNodeShippedDRADaemonSet(t *testing.T) {
 	}
 }
 
-// TestNodeHelmChart installs the Helm chart in its default device-plugin
-// mode on a real node as the README's install section says: make image's
-// image under the name the user gave it (image.repository, image.tag),
-// agent.runtimeClassName="" for a node without the NVIDIA runtime, and the
-// simulated DGX H100 through agent.extraArgs. What `helm install` sends
-// is what is applied: the chart's crds/, then everything it renders
+// TestNodeHelmChart installs the Helm chart on a real node as the
+// README's install section says, in both modes: make image's image under
+// the name the user gave it (image.repository, image.tag),
+// agent.runtimeClassName="" for a node without the NVIDIA runtime, and
+// the simulated DGX H100 through agent.extraArgs. What `helm install`
+// sends is what is applied: the chart's crds/, then everything it renders
 // (Helm's SDK renders it, as helm_test.go does), by server-side apply, as
-// Helm 4 applies. The agent pod must become Ready, the node advertise 8
-// nvidia.com/gpu, and a pod asking for one run with exactly one GPU.
+// Helm 4 applies.
+//
+//   - device-plugin (the chart's default): the agent pod becomes Ready,
+//     the node advertises 8 nvidia.com/gpu, and a pod asking for one runs
+//     with exactly one GPU.
+//   - the README's command (mode=dra, scheduler.enabled=true, namespace
+//     gpud-system), with agent.extraEnv and scheduler.extraEnv pointing
+//     the pods at the API server (no kube-proxy): the agent publishes 8
+//     GPUs under the chart's RBAC and admission policies, a gpud scheduler
+//     replica leads, and the examples' whole-GPU and 20Gi-fraction pods,
+//     given to gpud-scheduler, run with one GPU each.
 func TestNodeHelmChart(t *testing.T) {
 	nodeenv.Require(t)
-	k := k8senv.Start(t, k8senv.WithPodAPIAccess(net.ParseIP(nodeenv.PodGateway)))
-	n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
+	t.Run("device-plugin", func(t *testing.T) {
+		k := k8senv.Start(t, k8senv.WithPodAPIAccess(net.ParseIP(nodeenv.PodGateway)))
+		n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
+		installChart(t, n, "gpud", map[string]any{
+			"agent": map[string]any{
+				"runtimeClassName": "",
+				"extraArgs":        []any{"--simulate=dgx-h100", "--sim-dev-root=/run/gpud/dev"},
+			},
+		})
+		waitAgentPodReady(t, n, "gpud", "app.kubernetes.io/component=agent", 3*time.Minute)
+		waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8}, 2*time.Minute)
+		r := runProbePod(t, n, "one-gpu", gpus(1))
+		if got := openableGPUs(r); len(got) != 1 {
+			t.Errorf("a pod with %s: 1 can open %v (all: %v), want exactly one GPU", gpuResource, got, r.Opens)
+		}
+	})
+	t.Run("dra with the scheduler", func(t *testing.T) {
+		k := k8senv.Start(t, k8senv.WithPodAPIAccess(net.ParseIP(nodeenv.PodGateway)))
+		n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
+		apiServer := []any{
+			map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": nodeenv.PodGateway},
+			map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": k.APIServerPort()},
+		}
+		const ns = "gpud-system"
+		installChart(t, n, ns, map[string]any{
+			"mode": "dra",
+			"agent": map[string]any{
+				"runtimeClassName": "",
+				"extraArgs":        []any{"--simulate=dgx-h100", "--sim-dev-root=/run/gpud/dev"},
+				"extraEnv":         apiServer,
+			},
+			"scheduler": map[string]any{"enabled": true, "extraEnv": apiServer},
+		})
+		waitAgentPodReady(t, n, ns, "app.kubernetes.io/component=agent", 3*time.Minute)
+		testwait.For(t, draTimeout, "the agent pod's ResourceSlices with 8 GPUs", func() bool {
+			gpus := 0
+			for _, d := range draDevices(t, k, n.Name) {
+				if draAttr(d, "type") == "gpu" {
+					gpus++
+				}
+			}
+			return gpus == 8
+		})
+		// Only the leader is Ready.
+		testwait.ForErr(t, 3*time.Minute, "a Ready gpud scheduler replica", func() error {
+			pods, err := k.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=scheduler"})
+			if err != nil {
+				return err
+			}
+			var states []string
+			for _, p := range pods.Items {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+						return nil
+					}
+				}
+				states = append(states, p.Name+": "+string(p.Status.Phase))
+			}
+			return fmt.Errorf("scheduler pods %v", states)
+		})
+		toGpudScheduler := func(p *corev1.Pod) { p.Spec.SchedulerName = "gpud-scheduler" }
+		for _, tc := range []struct{ example, name string }{{"whole-gpu", "whole"}, {"fraction-20gi", "fraction"}} {
+			t.Run(tc.example, func(t *testing.T) {
+				r := runDRAExample(t, n, tc.example, tc.name, toGpudScheduler)
+				if got := openableGPUs(r); len(got) != 1 {
+					t.Errorf("pod %s (%s) can open %v (all: %v), want exactly one GPU", tc.name, tc.example, got, r.Opens)
+				}
+			})
+		}
+	})
+}
+
+// installChart does what `helm install gpud deploy/helm/gpud -n namespace
+// --create-namespace --set image.repository=ghcr.io/you/gpud --set
+// image.tag=0.1.0` with values does, make image's image tagged so and
+// imported into n, n labelled as a GPU node: the chart's crds/, the
+// namespace, then what the chart renders, applied server-side.
+func installChart(t *testing.T, n *nodeenv.Node, namespace string, values map[string]any) {
+	t.Helper()
 	importImage(t, n, "ghcr.io/you/gpud:0.1.0")
 	labelGPUNode(t, n)
-
 	ch, err := loader.Load(helmChartDir)
 	if err != nil {
 		t.Fatal(err)
@@ -119,28 +204,16 @@ func TestNodeHelmChart(t *testing.T) {
 	for _, crd := range ch.CRDObjects() {
 		docs = append(docs, stripDocs(crd.File.Data)...)
 	}
-	docs = append(docs, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: gpud}\n"))
-	files, err := helmTemplate(t, map[string]any{
-		"image": map[string]any{"repository": "ghcr.io/you/gpud", "tag": "0.1.0"},
-		"agent": map[string]any{
-			"runtimeClassName": "",
-			"extraArgs":        []any{"--simulate=dgx-h100", "--sim-dev-root=/run/gpud/dev"},
-		},
-	}, false)
+	docs = append(docs, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: "+namespace+"}\n"))
+	values["image"] = map[string]any{"repository": "ghcr.io/you/gpud", "tag": "0.1.0"}
+	files, err := helmTemplateIn(t, namespace, values, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		docs = append(docs, stripDocs([]byte(files[name]))...)
 	}
-	applyObjects(t, k, docs...)
-
-	waitAgentPodReady(t, n, "gpud", 3*time.Minute)
-	waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 8}, 2*time.Minute)
-	r := runProbePod(t, n, "one-gpu", gpus(1))
-	if got := openableGPUs(r); len(got) != 1 {
-		t.Errorf("a pod with %s: 1 can open %v (all: %v), want exactly one GPU", gpuResource, got, r.Opens)
-	}
+	applyObjects(t, n.K8s, docs...)
 }
 
 // stripDocs splits a YAML stream into its documents, leaving out those

@@ -56,7 +56,7 @@ func TestNodeShippedDaemonSet(t *testing.T) {
 		}
 	}
 
-	waitAgentPodReady(t, n, "gpud", 3*time.Minute)
+	waitAgentPodReady(t, n, "gpud", "app.kubernetes.io/name=gpud", 3*time.Minute)
 	// deploy/daemonset/configmap.yaml shares GPU 7 in 4 replicas.
 	waitAllocatable(t, n, map[corev1.ResourceName]int64{gpuResource: 7, sharedResource: 4}, 2*time.Minute)
 	r := runProbePod(t, n, "one-gpu", gpus(1))
@@ -99,11 +99,11 @@ func labelGPUNode(t *testing.T, n *nodeenv.Node) {
 	}
 }
 
-// waitAgentPodReady waits until namespace holds exactly one pod (a shipped
-// agent DaemonSet's, on the test's only node) and it is Ready, and returns
-// its name; when the test fails, its container's log goes to the test
-// log.
-func waitAgentPodReady(t *testing.T, n *nodeenv.Node, namespace string, timeout time.Duration) string {
+// waitAgentPodReady waits until namespace holds exactly one pod that
+// selector (a label selector) selects, a shipped agent DaemonSet's on the
+// test's only node, and it is Ready, and returns its name; when the test
+// fails, its container's log goes to the test log.
+func waitAgentPodReady(t *testing.T, n *nodeenv.Node, namespace, selector string, timeout time.Duration) string {
 	t.Helper()
 	var agentPod string
 	t.Cleanup(func() {
@@ -114,7 +114,7 @@ func waitAgentPodReady(t *testing.T, n *nodeenv.Node, namespace string, timeout 
 	})
 	deadline := time.Now().Add(timeout)
 	for {
-		pods, err := n.K8s.Client.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{})
+		pods, err := n.K8s.Client.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			t.Fatal(err)
 		}

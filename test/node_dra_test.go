@@ -120,8 +120,9 @@ func TestNodeDRA(t *testing.T) {
 
 // runDRAExample creates deploy/dra/examples/<example>.yaml's
 // ResourceClaimTemplate and Pod (named name, its container the probe, on
-// n, with host network) and waits until the pod runs and has reported.
-func runDRAExample(t *testing.T, n *nodeenv.Node, example, name string) *nodeenv.ProbeReport {
+// n, with host network), edits applied to the pod (its schedulerName,
+// say), and waits until the pod runs and has reported.
+func runDRAExample(t *testing.T, n *nodeenv.Node, example, name string, edits ...func(*corev1.Pod)) *nodeenv.ProbeReport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -143,6 +144,9 @@ func runDRAExample(t *testing.T, n *nodeenv.Node, example, name string) *nodeenv
 	probe.Spec.ResourceClaims = pod.Spec.ResourceClaims
 	probe.Spec.ResourceClaims[0].ResourceClaimTemplateName = &tmpl.Name
 	probe.Spec.Containers[0].Resources.Claims = pod.Spec.Containers[0].Resources.Claims
+	for _, edit := range edits {
+		edit(probe)
+	}
 	if _, err := n.K8s.Client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

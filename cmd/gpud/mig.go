@@ -29,14 +29,25 @@ import (
 )
 
 const migUsage = `usage:
-  gpud mig plan  -f layouts.yaml -c NAME [--force] [--simulate X [--sim-state-file F]] [-o text|json]
-  gpud mig apply -f layouts.yaml -c NAME [--force] [--reset-gpus] [--simulate X [--sim-state-file F]] [-o text|json]
-  gpud mig show  [--simulate X [--sim-state-file F]]
+  gpud mig plan    -f layouts.yaml -c NAME [--force] [--simulate X [--sim-state-file F]] [-o text|json]
+  gpud mig apply   -f layouts.yaml -c NAME [--force] [--reset-gpus] [--journal J] [--simulate X [--sim-state-file F]] [-o text|json]
+  gpud mig show    [--journal J] [--simulate X [--sim-state-file F]] [-o text|json]
+  gpud mig recover --journal J [--rollback] [--force] [--simulate X [--sim-state-file F]] [-o text|json]
 
 Without --simulate, plan and apply go through the running agent's admin
 socket (--admin-socket), or straight to NVML when no agent listens. Either
 way a slice is busy when a process runs on it or the kubelet allocated it
-to a pod (--pod-resources-socket); busy slices are kept unless --force.`
+to a pod (--pod-resources-socket); busy slices are kept unless --force.
+
+An apply with --journal that was killed leaves its journal: show reports
+it (its --journal defaults to the agent's ` + defaultMIGJournal + `), apply
+refuses to start over it, and recover finishes it (or, with --rollback,
+puts its GPUs back to the layout before it), without an agent. An agent
+started with --mig-journal J finishes it when it starts.`
+
+// defaultMIGJournal is the agent's --mig-journal default, where `gpud mig
+// show` looks for an interrupted apply unless --journal says otherwise.
+const defaultMIGJournal = "/var/lib/gpud/mig-journal.json"
 
 // migCLI is what `gpud mig plan|apply|show` was asked to do.
 type migCLI struct {
@@ -49,6 +60,7 @@ type migCLI struct {
 	socket    string
 	podSocket string
 	journal   string
+	rollback  bool
 	output    string
 }
 
@@ -59,8 +71,18 @@ func runMig(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if c == nil || err != nil {
 		return err
 	}
-	if c.sub == "show" {
-		return migShow(c.nvml, stdout, c.output)
+	switch c.sub {
+	case "show":
+		return migShow(c.nvml, c.journal, stdout, c.output)
+	case "recover":
+		res, did, err := c.recover(ctx)
+		if err != nil || !did {
+			if err == nil {
+				fmt.Fprintf(stderr, "gpud: no interrupted apply: no journal at %s\n", c.journal)
+			}
+			return err
+		}
+		return printMig(stdout, c.sub, res, c.output, "node")
 	}
 	data, err := fileio.ReadFile(c.file, fileio.MaxConfigBytes)
 	if err != nil {
@@ -101,7 +123,7 @@ func parseMigArgs(args []string, stdout, stderr io.Writer) (*migCLI, error) {
 	}
 	c := &migCLI{sub: args[0]}
 	switch c.sub {
-	case "plan", "apply", "show":
+	case "plan", "apply", "show", "recover":
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, migUsage)
 		return nil, nil
@@ -118,7 +140,8 @@ func parseMigArgs(args []string, stdout, stderr io.Writer) (*migCLI, error) {
 	fs.BoolVar(&c.resetGPUs, "reset-gpus", false, "without an agent: reset idle GPUs whose MIG mode change needs it (simulated: ResetGPU; real: nvidia-smi -r)")
 	fs.StringVar(&c.socket, "admin-socket", adminapi.DefaultSocket, "the agent's admin socket")
 	fs.StringVar(&c.podSocket, "pod-resources-socket", podresources.DefaultSocket, "without an agent: the kubelet's PodResources socket, to keep slices allocated to pods (absent: no kubelet, nothing allocated)")
-	fs.StringVar(&c.journal, "journal", "", "without an agent: file recording the apply in progress (see the agent's --mig-journal)")
+	fs.StringVar(&c.journal, "journal", "", "without an agent: file recording the apply in progress (see the agent's --mig-journal); show reads "+defaultMIGJournal+" when not set")
+	fs.BoolVar(&c.rollback, "rollback", false, "recover: put the GPUs of the interrupted apply back to the layout before it, instead of finishing it")
 	fs.StringVar(&c.output, "o", "text", "output: text or json")
 	if err := parseOnlyFlags(fs, args[1:]); err != nil {
 		return nil, fmt.Errorf("mig %s: %w", c.sub, err)
@@ -126,8 +149,19 @@ func parseMigArgs(args []string, stdout, stderr io.Writer) (*migCLI, error) {
 	if c.output != "text" && c.output != "json" {
 		return nil, fmt.Errorf("mig: -o %s: want text or json", quoteTrunc(c.output))
 	}
-	if c.sub != "show" && (c.file == "" || c.name == "") {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case c.sub == "show" && !set["journal"]:
+		c.journal = defaultMIGJournal
+	case c.sub == "recover" && c.journal == "":
+		return nil, errors.New("mig recover: --journal FILE is required (the journal of the interrupted apply; the agent's is " + defaultMIGJournal + ")")
+	case c.sub == "recover" || c.sub == "show":
+	case c.file == "" || c.name == "":
 		return nil, fmt.Errorf("mig %s: -f FILE and -c NAME are required", c.sub)
+	}
+	if c.rollback && c.sub != "recover" {
+		return nil, fmt.Errorf("mig %s: --rollback is for recover", c.sub)
 	}
 	return c, nil
 }
@@ -211,6 +245,11 @@ func (c *migCLI) onNVML(ctx context.Context, lib nvml.Interface, sim *simnode.No
 		}
 		allocs = pods
 	}
+	if c.sub == "apply" && c.journal != "" {
+		if err := refuseOverJournal(c.journal); err != nil {
+			return mig.Result{}, err
+		}
+	}
 	svc, err := newMIGService(lib, sim, c.journal, c.resetGPUs, allocs, nil, nil)
 	if err != nil {
 		return mig.Result{}, err
@@ -229,6 +268,58 @@ func (c *migCLI) onNVML(ctx context.Context, lib nvml.Interface, sim *simnode.No
 		}
 	}
 	return res, err
+}
+
+// refuseOverJournal refuses an apply while an earlier one's journal is
+// there: the new apply would overwrite it, and the layout before the
+// interrupted apply (its rollback target) would be lost. A temp file a
+// kill during the journal's own write left records nothing that
+// happened (the journal is written before any change) and is removed.
+func refuseOverJournal(journal string) error {
+	in, err := mig.ReadJournal(journal)
+	if err != nil {
+		return err // names the journal and what to do
+	}
+	if in != nil {
+		return fmt.Errorf("mig apply: an earlier apply of layout %q was interrupted (journal %s; GPUs %s may be half-applied): "+
+			"finish it with `gpud mig recover --journal %s` or undo it with `gpud mig recover --rollback --journal %s` (same --simulate flags), then apply again",
+			in.Config, journal, joinInts(in.GPUs), journal, journal)
+	}
+	if err := os.Remove(fileio.TempName(journal)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("mig apply: remove the temp file a killed journal write left: %w", err)
+	}
+	return nil
+}
+
+// recover finishes (or, with --rollback, undoes) the apply the journal
+// records, on NVML directly; with no journal there is nothing to do.
+func (c *migCLI) recover(ctx context.Context) (res mig.Result, did bool, err error) {
+	lib, sim, closeLib, err := openNVML(c.nvml)
+	if err != nil {
+		return mig.Result{}, false, err
+	}
+	defer closeLib()
+	var allocs mig.AllocationLister
+	if c.podSocket != "" {
+		pods := podresources.New(c.podSocket)
+		defer pods.Close()
+		allocs = pods
+	}
+	svc, err := newMIGService(lib, sim, c.journal, c.resetGPUs, allocs, nil, nil)
+	if err != nil {
+		return mig.Result{}, false, err
+	}
+	if c.rollback {
+		did, res, err = svc.RollBack(ctx, c.force)
+	} else {
+		did, res, err = svc.Recover(ctx)
+	}
+	if sim != nil {
+		if serr := sim.StateErr(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("mig recover: --sim-state-file %s was not written: %w", c.nvml.stateFile, serr))
+		}
+	}
+	return res, did, err
 }
 
 // newMIGService is the MIG service the CLI and the agent share: one busy
@@ -264,7 +355,19 @@ func resetter(sim *simnode.Node) func(int) error {
 	}
 }
 
-func migShow(nf nvmlFlags, w io.Writer, output string) error {
+// migShowJSON is `gpud mig show -o json`: the state, plus the interrupted
+// apply when a journal records one (absent otherwise, so the output stays
+// a mig.State for readers that know no more).
+type migShowJSON struct {
+	mig.State
+	InterruptedApply *mig.Interrupted `json:"interruptedApply,omitempty"`
+	JournalError     string           `json:"journalError,omitempty"`
+}
+
+// migShow prints the GPUs' MIG state and, when journal records an apply
+// that was cut short, says so and how to finish or undo it: the layout
+// shown is then half-applied.
+func migShow(nf nvmlFlags, journal string, w io.Writer, output string) error {
 	lib, _, closeLib, err := openNVML(nf)
 	if err != nil {
 		return err
@@ -274,8 +377,26 @@ func migShow(nf nvmlFlags, w io.Writer, output string) error {
 	if err != nil {
 		return err
 	}
+	var in *mig.Interrupted
+	var jerr error
+	if journal != "" {
+		in, jerr = mig.ReadJournal(journal)
+	}
 	if output == "json" {
-		return writeJSON(w, st)
+		out := migShowJSON{State: st, InterruptedApply: in}
+		if jerr != nil {
+			out.JournalError = jerr.Error()
+		}
+		return writeJSON(w, out)
+	}
+	if jerr != nil {
+		fmt.Fprintf(w, "WARNING: %v\n", jerr)
+	}
+	if in != nil {
+		fmt.Fprintf(w, "INTERRUPTED: an apply of layout %q was cut short (journal %s): GPUs %s may be half-applied.\n", in.Config, in.Journal, joinInts(in.GPUs))
+		fmt.Fprintf(w, "  finish it:    gpud mig recover --journal %s\n", in.Journal)
+		fmt.Fprintf(w, "  roll it back: gpud mig recover --rollback --journal %s\n", in.Journal)
+		fmt.Fprintf(w, "  (with the same --simulate flags; an agent started with --mig-journal %s finishes it when it starts)\n", in.Journal)
 	}
 	for _, g := range st.GPUs {
 		fmt.Fprintf(w, "GPU %d %s: %s\n", g.Index, g.UUID, migModeText(g))
@@ -315,7 +436,7 @@ func printMig(w io.Writer, sub string, res mig.Result, output, via string) error
 		return writeJSON(w, res)
 	}
 	p := res.Plan
-	verb := map[string]string{"plan": "Plan", "apply": "Applied"}[sub]
+	verb := map[string]string{"plan": "Plan", "apply": "Applied", "recover": "Recovered"}[sub]
 	fmt.Fprintf(w, "%s for layout %q (%s): %d GPUs change", verb, p.Config, via, len(p.GPUs))
 	if len(p.Unchanged) > 0 {
 		fmt.Fprintf(w, ", unchanged: %s", joinInts(p.Unchanged))

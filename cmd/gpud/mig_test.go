@@ -18,6 +18,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpud/gpud/internal/fileio"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/kubeletstub"
@@ -408,3 +409,129 @@ func TestMigCLIStaleSocket(t *testing.T) {
 		t.Fatalf("plan = %v (stderr %q), want a stale-socket note and the NVML fallback", err, stderr.String())
 	}
 }
+
+// killApply kills `gpud mig apply --journal` of layout in the middle (its
+// 2nd GPU instance creation stalls, the files are copied as a SIGKILL
+// leaves them, the stalled process is ended and the copies put back): the
+// rig's state file holds a half-applied layout and journal the apply's
+// journal, with a temp file a killed journal write would leave.
+func killApply(t *testing.T, r *migCLIRig, journal, layout string) {
+	t.Helper()
+	n := simnode.NewBuiltin("dgx-a100", simnode.WithStateFile(r.state))
+	stalled := make(chan struct{}, 1)
+	n.InjectFault("CreateGpuInstance", simnode.FaultSpec{After: 1, Delay: time.Hour, Hit: stalled})
+	svc, err := newMIGService(n, n, journal, true, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := mig.ParseLayoutFile([]byte(cliLayouts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = svc.Apply(t.Context(), f, layout, false)
+	}()
+	<-stalled
+	state, err := os.ReadFile(r.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jdata, err := os.ReadFile(journal)
+	if err != nil {
+		t.Fatalf("no journal while the apply runs: %v", err)
+	}
+	n.Close()
+	<-done
+	for path, data := range map[string][]byte{r.state: state, journal: jdata, fileio.TempName(journal): []byte(`{"ver`)} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMigCLIInterruptedApply: after `gpud mig apply --journal` was killed,
+// `gpud mig show` says the layout is half-applied and how to finish or
+// roll it back; apply refuses to start over the journal (its rollback
+// target would be lost); recover --rollback restores the layout before,
+// recover finishes it, and neither leaves the journal or its temp file.
+func TestMigCLIInterruptedApply(t *testing.T) {
+	r := newMigCLIRig(t)
+	journal := filepath.Join(r.dir, "mig-journal.json")
+	killApply(t, r, journal, "seven-1g")
+
+	out := r.showText(t, "--journal", journal)
+	for _, want := range []string{`INTERRUPTED: an apply of layout "seven-1g"`, "GPUs 0 may be half-applied",
+		"gpud mig recover --journal " + journal, "gpud mig recover --rollback --journal " + journal} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mig show lacks %q:\n%s", want, out)
+		}
+	}
+	var js migShowJSON
+	if err := run(t.Context(), []string{"mig", "show", "--simulate", "dgx-a100", "--sim-state-file", r.state, "--journal", journal, "-o", "json"}, &jsonBuf{&js}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if js.InterruptedApply == nil || js.InterruptedApply.Config != "seven-1g" || len(js.GPUs) == 0 {
+		t.Errorf("mig show -o json = %+v, want the state and the interrupted apply", js)
+	}
+
+	half := r.show(t).GPUs[0].Instances
+	if _, err := r.mig(t, "apply", "-c", "two-3g", "--journal", journal); err == nil || !strings.Contains(err.Error(), "gpud mig recover --rollback --journal "+journal) {
+		t.Fatalf("apply over the journal = %v, want a refusal saying how to recover", err)
+	}
+	if got := r.show(t).GPUs[0].Instances; len(got) != len(half) {
+		t.Fatalf("the refused apply changed GPU 0: %d instances, had %d", len(got), len(half))
+	}
+
+	if _, err := r.mig(t, "recover", "--journal", journal, "--rollback"); err != nil {
+		t.Fatalf("recover --rollback: %v", err)
+	}
+	if got := profiles(r.show(t).GPUs[0]); got != "3g.20gb,3g.20gb" {
+		t.Errorf("GPU 0 after the rollback: %s, want the two 3g.20gb before the apply", got)
+	}
+	for _, p := range []string{journal, fileio.TempName(journal)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after the rollback: %v", p, err)
+		}
+	}
+	if out := r.showText(t, "--journal", journal); strings.Contains(out, "INTERRUPTED") {
+		t.Errorf("mig show after the rollback still reports an interrupted apply:\n%s", out)
+	}
+
+	killApply(t, r, journal, "seven-1g")
+	if _, err := r.mig(t, "recover", "--journal", journal); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if got := profiles(r.show(t).GPUs[0]); got != strings.TrimSuffix(strings.Repeat("1g.5gb,", 7), ",") {
+		t.Errorf("GPU 0 after finishing the apply: %s, want seven 1g.5gb", got)
+	}
+	if _, err := os.Stat(journal); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("journal left after recover: %v", err)
+	}
+	if _, err := r.mig(t, "recover", "--journal", journal); err != nil {
+		t.Errorf("recover with nothing to recover = %v, want nil", err)
+	}
+}
+
+func (r *migCLIRig) showText(t *testing.T, extra ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(t.Context(), append([]string{"mig", "show", "--simulate", "dgx-a100", "--sim-state-file", r.state}, extra...), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+func profiles(g mig.GPUState) string {
+	var ps []string
+	for _, in := range g.Instances {
+		ps = append(ps, in.Profile)
+	}
+	return strings.Join(ps, ",")
+}
+
+// jsonBuf decodes what is written to it into v.
+type jsonBuf struct{ v any }
+
+func (j *jsonBuf) Write(p []byte) (int, error) { return len(p), json.Unmarshal(p, j.v) }

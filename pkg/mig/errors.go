@@ -27,6 +27,9 @@ var (
 	// ErrJournalKept is wrapped when an apply ended (done, or rolled
 	// back: see ErrRolledBack) but its journal could not be removed.
 	ErrJournalKept = errors.New("mig: apply ended but its journal was not removed")
+	// ErrBadJournal is wrapped when a journal cannot be trusted: not
+	// JSON, a bad checksum, or a version this gpud does not know.
+	ErrBadJournal = errors.New("mig: journal unusable")
 )
 
 // BusyError says which slices a plan would destroy while they are in use,

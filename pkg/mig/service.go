@@ -206,6 +206,23 @@ func (s *Service) Recover(ctx context.Context) (bool, Result, error) {
 	return ok, res, err
 }
 
+// RollBack undoes an apply a crash cut short (see [Applier.RollBack]). When
+// it cannot tell which slices are busy it refuses unless force, as Apply
+// does.
+func (s *Service) RollBack(ctx context.Context, force bool) (bool, Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	busy, err := s.Busy(ctx)
+	if err != nil && !force {
+		return false, Result{}, fmt.Errorf("mig: rollback refused: %w; retry when that works, or force it", err)
+	}
+	ok, res, err := s.cfg.Applier.RollBack(ctx, busy, force)
+	if ok {
+		s.changed(res)
+	}
+	return ok, res, err
+}
+
 func (s *Service) changed(res Result) {
 	if s.cfg.Changed != nil {
 		s.cfg.Changed(res)

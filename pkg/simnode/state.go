@@ -96,10 +96,13 @@ func (n *Node) StateErr() error {
 	return n.stateErr
 }
 
-// removeStaleTemps removes the random temp files (.simnode-state-*) that
-// versions before fileio.WriteFile left beside the state file when killed.
+// removeStaleTemps removes the temp files a write of the state file that
+// was killed left beside it: fileio.WriteFile's fixed one, and the random
+// ones (.simnode-state-*) of versions before it. The state file itself is
+// whole (written by rename), so they hold nothing it lacks.
 func (n *Node) removeStaleTemps() {
 	old, _ := filepath.Glob(filepath.Join(filepath.Dir(n.statePath), ".simnode-state-*"))
+	old = append(old, fileio.TempName(n.statePath))
 	for _, p := range old {
 		_ = os.Remove(p) // best effort: they hold nothing the state file lacks
 	}

@@ -68,8 +68,11 @@ type Config struct {
 	LeaderElection *LeaderElection
 	// Log receives decisions and errors; nil discards.
 	Log *slog.Logger
-	// Debounce is how long a cycle waits after the first informer event
-	// for more to arrive; default [DefaultDebounce].
+	// Debounce is the least time between the end of one cycle and the
+	// start of the next on informer events, so that a burst of events is
+	// decided together; an event after a quiet spell of at least Debounce
+	// starts a cycle at once (one pod arriving alone is not delayed).
+	// Default [DefaultDebounce].
 	Debounce time.Duration
 	// Resync is the period of cycles without events; default
 	// [DefaultResync].

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -192,5 +194,52 @@ func TestCatchUp(t *testing.T) {
 	got := ts.assumed.mergeClaims(nil, t0) // the informer has nothing yet
 	if len(got) != 1 || got[0].Name != "c" || got[0].Status.Allocation == nil {
 		t.Fatalf("claims after catch-up = %v, want the API server's allocated claim", got)
+	}
+}
+
+// TestNewPodSkipsDebounce: a pod of this scheduler arriving after a cycle
+// is decided at once, not after the Debounce gap that batches other events
+// (here a minute): kube-scheduler makes a pod arriving alone wait for no
+// timer either. The second pod arrives right after the first one's Binding,
+// whose events poke a cycle too.
+func TestNewPodSkipsDebounce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the runtime")
+	}
+	objs := l40sNode(t)
+	ts := newTestScheduler(t, placeAll{}, objs...)
+	binds := make(chan string, 4)
+	ts.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" {
+			binds <- a.(k8stesting.CreateAction).GetObject().(*corev1.Binding).Name
+		}
+		return false, nil, nil
+	})
+	s, err := New(Config{Client: ts.client, Decider: placeAll{}, Now: ts.cfg.Now, Debounce: time.Minute, Resync: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = s.Run(ctx) }()
+	for !s.synced.Load() || s.lastCycle.Load() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, name := range []string{"p1", "p2"} {
+		c := wholeClaim("ns", "c-"+name, "gpu.gpud.io")
+		if _, err := ts.client.ResourceV1().ResourceClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.client.CoreV1().Pods("ns").Create(ctx, claimPod("ns", name, t0, c.Name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-binds:
+			if got != name {
+				t.Fatalf("bound %s, want %s", got, name)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s not bound within 20s: it waited for the debounce of a minute", name)
+		}
 	}
 }

@@ -69,6 +69,9 @@ type Scheduler struct {
 	assumed *assumeCache
 	snap    *snapshotter
 	trigger chan struct{}
+	// urgent is poked with trigger for the events a user waits on
+	// (pokeNow): their cycle skips the Debounce gap.
+	urgent chan struct{}
 
 	started, synced, leading atomic.Bool
 	// lastCycle is when the last cycle ended (unix nanoseconds); /healthz
@@ -98,7 +101,7 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Scheduler{cfg: cfg, log: cfg.Log.With("component", "scheduler"), m: newMetrics(), assumed: newAssumeCache(),
-		trigger: make(chan struct{}, 1), written: map[types.UID]writtenStatus{}}
+		trigger: make(chan struct{}, 1), urgent: make(chan struct{}, 1), written: map[types.UID]writtenStatus{}}
 	s.backoff = newBackoff()
 	s.snap = newSnapshotter(cfg, s.assumed)
 	s.snap.backoff = s.backoff
@@ -147,7 +150,7 @@ func New(cfg Config) (*Scheduler, error) {
 		s.hasSynced = append(s.hasSynced, inf.HasSynced)
 	}
 	if _, err := claimInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.poke() },
+		AddFunc:    func(any) { s.pokeNow() },
 		UpdateFunc: func(any, any) { s.poke() },
 		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
 	}); err != nil {
@@ -161,7 +164,7 @@ func New(cfg Config) (*Scheduler, error) {
 		s.hasSynced = append(s.hasSynced, inf.HasSynced)
 	}
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.poke() },
+		AddFunc:    s.podAdded,
 		UpdateFunc: func(o, n any) { s.podUpdated(o, n) },
 		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
 	}); err != nil {
@@ -354,6 +357,27 @@ func (s *Scheduler) poke() {
 	}
 }
 
+// pokeNow starts a cycle without waiting out Debounce (see loop), for the
+// events a user waits on: a new pod of this scheduler, a claim created (a
+// pod may be waiting for it), a pending pod's spec or claims changed.
+func (s *Scheduler) pokeNow() {
+	select {
+	case s.urgent <- struct{}{}:
+	default:
+	}
+	s.poke()
+}
+
+// podAdded pokes for a new pod, at once for one of this scheduler's pods
+// waiting for a node.
+func (s *Scheduler) podAdded(obj any) {
+	if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == "" && pod.Spec.SchedulerName == s.cfg.SchedulerName {
+		s.pokeNow()
+		return
+	}
+	s.poke()
+}
+
 // podUpdated pokes for pod changes that can change a decision: one of
 // this scheduler's pods pending, a pod bound, finished or being deleted.
 func (s *Scheduler) podUpdated(o, n any) {
@@ -365,6 +389,13 @@ func (s *Scheduler) podUpdated(o, n any) {
 	}
 	if pod.Spec.NodeName == "" && (!equality.Semantic.DeepEqual(old.Spec, pod.Spec) || !maps.Equal(old.Labels, pod.Labels)) {
 		s.backoff.forget(pod.UID) // changed: new again
+		if pod.Spec.SchedulerName == s.cfg.SchedulerName {
+			s.pokeNow()
+		}
+	}
+	if pod.Spec.NodeName == "" && pod.Spec.SchedulerName == s.cfg.SchedulerName &&
+		!equality.Semantic.DeepEqual(old.Status.ResourceClaimStatuses, pod.Status.ResourceClaimStatuses) {
+		s.pokeNow() // its template's claim was created
 	}
 	if old.Status.Phase != pod.Status.Phase || (old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) {
 		s.backoff.flush() // a pod finishing or leaving frees room
@@ -376,7 +407,11 @@ func (s *Scheduler) podUpdated(o, n any) {
 }
 
 // loop runs cycles until ctx ends: one at once, then one per burst of
-// informer events (after Debounce) and one per Resync.
+// informer events and one per Resync. A cycle on events starts at least
+// Debounce after the previous one ended, so that the events of a burst are
+// decided together, except when a new pod of this scheduler arrives: that
+// cycle starts at once (kube-scheduler has no such delay either; pods that
+// arrive while a cycle runs are decided together by the next).
 func (s *Scheduler) loop(ctx context.Context) {
 	s.assumed.forget()
 	s.catchUp(ctx)
@@ -384,6 +419,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 	defer tick.Stop()
 	for ctx.Err() == nil {
 		s.cycle(ctx)
+		ended := time.Now()
 		// A cycle also runs when the first backed-off pod may retry.
 		var wake <-chan time.Time
 		var timer *time.Timer
@@ -392,9 +428,12 @@ func (s *Scheduler) loop(ctx context.Context) {
 			timer = time.NewTimer(at.Sub(now))
 			wake = timer.C
 		}
+		urgent := false
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.urgent:
+			urgent = true
 		case <-s.trigger:
 		case <-tick.C:
 		case <-wake:
@@ -402,16 +441,22 @@ func (s *Scheduler) loop(ctx context.Context) {
 		if timer != nil {
 			timer.Stop()
 		}
-		if s.cfg.Debounce > 0 {
+		if gap := s.cfg.Debounce - time.Since(ended); gap > 0 && !urgent {
+			t := time.NewTimer(gap)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return
-			case <-time.After(s.cfg.Debounce):
+			case <-s.urgent:
+			case <-t.C:
 			}
+			t.Stop()
 		}
-		select {
-		case <-s.trigger:
-		default:
+		for _, ch := range []chan struct{}{s.trigger, s.urgent} {
+			select {
+			case <-ch:
+			default:
+			}
 		}
 	}
 }
@@ -491,9 +536,12 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	s.execute(ctx, sn, p)
 	s.queueOutcome(p, now)
 	s.m.setQueueUsage(p.QueueUsage)
-	boundByUID := make(map[types.UID]*corev1.Pod, len(sn.Bound))
+	boundByUID := make(map[types.UID]*corev1.Pod, len(sn.Bound)+len(p.Binds))
 	for _, b := range sn.Bound {
 		boundByUID[b.Pod.UID] = b.Pod
+	}
+	for _, b := range p.Binds { // bound by this cycle: pending in its snapshot
+		boundByUID[b.Pod.Pod.UID] = b.Pod.Pod
 	}
 	// An assumed pod stays until the informer shows it bound or gone.
 	s.assumed.prunePods(func(uid types.UID) bool {

@@ -30,18 +30,25 @@ all_there() { # dir bin...
 }
 
 build_containerd() {
-	all_there "$ctrd_dir" containerd ctr containerd-shim-runc-v2 && return 0
+	# .stamped: built with the release in version.Version (a directory
+	# from before, which reported "2.2.9+unknown", is rebuilt).
+	all_there "$ctrd_dir" containerd ctr containerd-shim-runc-v2 && [ -f "$ctrd_dir/.stamped" ] && return 0
 	mkdir -p "$ctrd_dir"
 	local tmp; tmp=$(mktemp -d "$ctrd_dir/.build.XXXXXX")
 	# containerd's module has no replace directives, so `go install
 	# pkg@version` builds it exactly as released. Static (no cgo), without
-	# the snapshotters that need C libraries.
+	# the snapshotters that need C libraries. The release goes into
+	# version.Version as containerd's Makefile puts it there: the runtime
+	# reports it (the Node's containerRuntimeVersion), and NRI plugins
+	# infer the runtime's NRI version from it, which "+unknown" defeats.
 	GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
+		-ldflags "-X github.com/containerd/containerd/v2/version.Version=$containerd_version" \
 		"github.com/containerd/containerd/v2/cmd/containerd@$containerd_version" \
 		"github.com/containerd/containerd/v2/cmd/ctr@$containerd_version" \
 		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$containerd_version" >&2
-	mv "$tmp"/* "$ctrd_dir/"
+	mv -f "$tmp"/* "$ctrd_dir/"
 	rmdir "$tmp"
+	touch "$ctrd_dir/.stamped"
 }
 
 build_kube() {

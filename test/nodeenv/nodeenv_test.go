@@ -3,7 +3,9 @@ package nodeenv
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,13 +47,24 @@ func TestHostPath(t *testing.T) {
 
 // TestNodeRunsPods starts a node and runs a probe pod on it through
 // kube-scheduler: the pod gets Running, its container reports no GPU, and
-// nothing of the node shows on the host.
+// nothing of the node shows on the host. The node's runtime reports its
+// release as a released containerd does ("containerd://2.2.9", not a
+// development build's "2.2.9+unknown"): NRI plugins, gpud's among them,
+// infer the runtime's NRI version from it.
 func TestNodeRunsPods(t *testing.T) {
 	Require(t)
 	k := k8senv.Start(t)
 	n := Start(t, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	node, err := k.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "containerd://" + strings.TrimPrefix(filepath.Base(n.Bins.ContainerdDir), "containerd-v")
+	if got := node.Status.NodeInfo.ContainerRuntimeVersion; got != want {
+		t.Errorf("the node's runtime is %q, want %q (hack/node-bins.sh stamps the release as containerd's Makefile does)", got, want)
+	}
 	pod := n.ProbePod("default", "probe", nil)
 	if _, err := k.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -454,6 +454,9 @@ func (p *Preparer) create(ctx context.Context, uid types.UID, entry *PreparedCla
 		p.cp.MIGModeOwners[gpuUUID] = uid
 	}
 	err := p.saveLocked(uid, *entry)
+	if err != nil && intent {
+		delete(p.cp.MIGModeOwners, gpuUUID) // not on disk either
+	}
 	p.mu.Unlock()
 	if err != nil {
 		d.Creating = false

@@ -175,3 +175,32 @@ func TestJournalVersions(t *testing.T) {
 		t.Errorf("stale journal temp file kept: %v", err)
 	}
 }
+
+// FuzzJournal: any bytes either decode to a journal that survives a write
+// and read, or are refused; never a panic.
+func FuzzJournal(f *testing.F) {
+	v2, err := encodeJournal(journal{Config: "c", Want: Desired{Config: "c", GPUs: map[int]GPUWants{0: {MIGEnabled: true, Slices: []Want{{Profile: "1g.10gb", Start: 6}}}}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(v2)
+	f.Add([]byte(`{"config":"c","start":{"gpus":null},"want":{"config":"c","gpus":{}}}`))
+	f.Add([]byte(`{"version":3}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		j, err := decodeJournal(data)
+		if err != nil {
+			return
+		}
+		enc, err := encodeJournal(j)
+		if err != nil {
+			t.Fatalf("encode an accepted journal: %v", err)
+		}
+		again, err := decodeJournal(enc)
+		if err != nil {
+			t.Fatalf("re-read of a written journal: %v", err)
+		}
+		if again.Config != j.Config || len(again.Want.GPUs) != len(j.Want.GPUs) {
+			t.Fatalf("round trip changed it: %+v → %+v", j, again)
+		}
+	})
+}

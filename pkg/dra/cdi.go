@@ -140,6 +140,23 @@ func writeCDISpec(dir string, claimUID types.UID, spec *cdispec.Spec) error {
 	return nil
 }
 
+// removeStaleCDITemps removes the temp files of claim spec writes a kill
+// cut short (fileio.WriteFile's .gpud-dra-<claim UID>.json.tmp). Runtimes
+// ignore them, but nothing else would ever remove them; the specs
+// themselves are whole (written by rename).
+func removeStaleCDITemps(dir string) error {
+	stale, err := filepath.Glob(filepath.Join(dir, ".gpud-dra-*.json.tmp"))
+	if err != nil {
+		return fmt.Errorf("cdi: %w", err)
+	}
+	for _, p := range stale {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cdi: remove stale temp file: %w", err)
+		}
+	}
+	return nil
+}
+
 // removeCDISpec removes a claim's spec; a missing one is fine.
 func removeCDISpec(dir string, claimUID types.UID) error {
 	if err := os.Remove(cdiSpecPath(dir, claimUID)); err != nil && !errors.Is(err, fs.ErrNotExist) {

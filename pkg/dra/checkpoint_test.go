@@ -3,6 +3,7 @@ package dra
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -146,6 +147,21 @@ func TestCheckpointStaleTempRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("stale temp file kept: %v", err)
+	}
+	// A CDI spec's temp file, beside a spec and another tool's temp file.
+	cdiDir := t.TempDir()
+	for _, name := range []string{".gpud-dra-uid-a.json.tmp", "gpud-dra-uid-a.json", ".nvidia.json.tmp"} {
+		if err := os.WriteFile(filepath.Join(cdiDir, name), []byte("{"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := NewPreparer(PreparerConfig{NodeName: "n", StateDir: dir, CDIDir: cdiDir, Devices: func() map[string]DeviceRef { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{".gpud-dra-uid-a.json.tmp": false, "gpud-dra-uid-a.json": true, ".nvidia.json.tmp": true} {
+		if _, err := os.Stat(filepath.Join(cdiDir, name)); (err == nil) != want {
+			t.Errorf("%s exists: %v, want %v", name, err == nil, want)
+		}
 	}
 }
 

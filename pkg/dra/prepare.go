@@ -134,7 +134,8 @@ type claimLock struct {
 	refs int
 }
 
-// NewPreparer checks cfg and loads the checkpoint.
+// NewPreparer checks cfg, loads the checkpoint and removes the temp files
+// writes a kill cut short left in the state and CDI dirs.
 func NewPreparer(cfg PreparerConfig) (*Preparer, error) {
 	if cfg.NodeName == "" || cfg.StateDir == "" || cfg.CDIDir == "" || cfg.Devices == nil {
 		return nil, errors.New("dra: preparer needs NodeName, StateDir, CDIDir and Devices")
@@ -144,6 +145,9 @@ func NewPreparer(cfg PreparerConfig) (*Preparer, error) {
 	}
 	cp, err := readCheckpoint(cfg.StateDir)
 	if err != nil {
+		return nil, err
+	}
+	if err := removeStaleCDITemps(cfg.CDIDir); err != nil {
 		return nil, err
 	}
 	return &Preparer{cfg: cfg, cp: cp, claims: map[types.UID]*claimLock{}}, nil

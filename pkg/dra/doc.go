@@ -14,6 +14,18 @@
 //     k8s.io/dynamic-resource-allocation (registration, the DRA gRPC
 //     service, ResourceSlice publishing, device health).
 //
+// # State on disk
+//
+// The checkpoint (checkpoint.json in the plugin dir) is versioned and
+// checksummed: this version writes version 2 and reads 1 (converted), so an
+// upgrade keeps every prepared claim; a damaged, hand-edited or newer file
+// is refused with [ErrCorruptCheckpoint], naming the file and what to do.
+// Besides the claims it records which GPUs' MIG mode gpud turned on for
+// dynamic MIG devices, so after a restart the last such device's unprepare
+// still gives the GPU back whole. Calls for one claim are serialized; its
+// entry, CDI spec and MIG devices agree after any interleaving and after a
+// kill at any step (the fault-injection tests).
+//
 // The package never creates hardware handles or API clients and imports no
 // go-nvml: the caller passes the inventory source, the MIG catalogs, a
 // [MIGManager], a Kubernetes client and every directory.

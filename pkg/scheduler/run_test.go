@@ -243,3 +243,47 @@ func TestNewPodSkipsDebounce(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingClaimReportedAfterGrace: a pod whose claim does not exist is
+// not marked unschedulable at once (its claim is usually moments behind
+// it), and is told why once claimGrace has passed, by a cycle of its own
+// (no event comes, Resync is an hour).
+func TestMissingClaimReportedAfterGrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits claimGrace")
+	}
+	ts := newTestScheduler(t, placeAll{}, l40sNode(t)...)
+	patched := make(chan time.Time, 4)
+	ts.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), "waiting for ResourceClaim") {
+			patched <- time.Now()
+		}
+		return false, nil, nil
+	})
+	s, err := New(Config{Client: ts.client, Decider: placeAll{}, Debounce: time.Minute, Resync: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = s.Run(ctx) }()
+	for !s.synced.Load() || s.lastCycle.Load() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	pod := claimPod("ns", "p", time.Now(), "not-yet")
+	created := time.Now()
+	pod.CreationTimestamp = metav1.NewTime(created)
+	if _, err := ts.client.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-patched:
+		// CreationTimestamp has whole seconds on the API server; here it
+		// keeps the nanoseconds, so the grace counts from created.
+		if d := at.Sub(created); d < claimGrace-time.Second {
+			t.Errorf("marked unschedulable %s after creation, before the %s grace", d.Round(time.Millisecond), claimGrace)
+		}
+	case <-time.After(claimGrace + 15*time.Second):
+		t.Fatalf("not told about its missing claim within %s", claimGrace+15*time.Second)
+	}
+}

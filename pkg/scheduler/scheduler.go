@@ -69,6 +69,9 @@ type Scheduler struct {
 	assumed *assumeCache
 	snap    *snapshotter
 	trigger chan struct{}
+	// reportMissingAt is the last cycle's snapshot.reportMissingAt (only
+	// the loop's goroutine uses it).
+	reportMissingAt time.Time
 	// urgent is poked with trigger for the events a user waits on
 	// (pokeNow): their cycle skips the Debounce gap.
 	urgent chan struct{}
@@ -424,7 +427,11 @@ func (s *Scheduler) loop(ctx context.Context) {
 		var wake <-chan time.Time
 		var timer *time.Timer
 		now := s.cfg.Now()
-		if at, ok := s.backoff.next(now); ok {
+		at, ok := s.backoff.next(now)
+		if m := s.reportMissingAt; !m.IsZero() && (!ok || m.Before(at)) {
+			at, ok = m, true
+		}
+		if ok {
 			timer = time.NewTimer(at.Sub(now))
 			wake = timer.C
 		}
@@ -437,6 +444,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 		case <-s.trigger:
 		case <-tick.C:
 		case <-wake:
+			urgent = true // its time was set by an earlier cycle
 		}
 		if timer != nil {
 			timer.Stop()
@@ -507,6 +515,7 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	start := time.Now()
 	var err error
 	sn := s.snap.build(in, now)
+	s.reportMissingAt = sn.reportMissingAt
 	s.warnAnnotations(sn.badAnnotations)
 	sn.Telemetry = s.telemetry(now, in.claims)
 	bound := make([]*corev1.Pod, 0, len(sn.Bound))

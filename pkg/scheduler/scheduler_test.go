@@ -129,7 +129,9 @@ func TestSnapshotPendingAndBound(t *testing.T) {
 	ts := newTestScheduler(t, placeAll{})
 	mine := claimPod("ns", "mine", t0.Add(2*time.Second), "c1")
 	older := claimPod("ns", "older", t0, "c2")
-	missing := claimPod("ns", "missing", t0, "nope")
+	missing := claimPod("ns", "missing", t0.Add(-claimGrace), "nope")
+	// Created a moment ago: its claim may still be on its way.
+	fresh := claimPod("ns", "fresh", t0.Add(-time.Second), "on-its-way")
 	other := claimPod("ns", "other", t0)
 	other.Spec.SchedulerName = "default-scheduler"
 	deleting := claimPod("ns", "deleting", t0)
@@ -143,7 +145,7 @@ func TestSnapshotPendingAndBound(t *testing.T) {
 	ts.assumed.bound(assumed.UID, "n2")
 
 	sn := ts.snapshotOf(inputs{
-		pods:   []*corev1.Pod{mine, older, missing, other, deleting, bound, done, assumed},
+		pods:   []*corev1.Pod{mine, older, missing, fresh, other, deleting, bound, done, assumed},
 		claims: []*resourceapi.ResourceClaim{wholeClaim("ns", "c1", "x"), wholeClaim("ns", "c2", "x"), wholeClaim("ns", "c3", "x")},
 	})
 	var pending, boundKeys []string

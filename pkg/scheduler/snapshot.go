@@ -28,6 +28,14 @@ import (
 // exist (yet): it is not passed to the decider.
 const CodeClaimMissing = "claim-missing"
 
+// claimGrace is how long a pod may wait for its claims before it is told
+// so: the user or the resourceclaim controller creates them within moments
+// of the pod, and the claim may reach the informer after the pod. Telling
+// earlier flaps the pod's PodScheduled condition to Unschedulable, which
+// tools read as "does not fit" (kube-scheduler sets no condition at all for
+// a missing claim).
+const claimGrace = 5 * time.Second
+
 // inputs are the informers' contents one cycle works on.
 type inputs struct {
 	pods    []*corev1.Pod
@@ -64,6 +72,9 @@ type snapshot struct {
 	// missing are this scheduler's pods whose claims are missing, with
 	// the reason; they are reported, not decided.
 	missing []plan.Pending
+	// reportMissingAt is when the first pod still within claimGrace of a
+	// missing claim is to be told (zero: none); a cycle runs then.
+	reportMissingAt time.Time
 	// deferred counts pending pods beyond maxPending, left to later
 	// cycles; backingOff the pending pods left out while they back off;
 	// gated the pods with spec.schedulingGates (never scheduled).
@@ -149,7 +160,13 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			p.Retry = s.backoff.tried(pod.UID)
 		}
 		if why != "" {
-			out.missing = append(out.missing, plan.Pending{Pod: p, Code: CodeClaimMissing, Message: why})
+			if at := pod.CreationTimestamp.Add(claimGrace); now.Before(at) {
+				if out.reportMissingAt.IsZero() || at.Before(out.reportMissingAt) {
+					out.reportMissingAt = at
+				}
+			} else {
+				out.missing = append(out.missing, plan.Pending{Pod: p, Code: CodeClaimMissing, Message: why})
+			}
 			continue
 		}
 		if ec := extres.For(pod, s.classes, extended[pod.UID]); ec != nil {

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpud/gpud/test/k8senv"
 	"github.com/gpud/gpud/test/nodeenv"
@@ -86,15 +87,13 @@ func importImage(t *testing.T, n *nodeenv.Node, image string) {
 }
 
 // labelGPUNode labels n nvidia.com/gpu.present=true, as the README says
-// for a node without NFD or GFD: the shipped agents select it.
+// for a node without NFD or GFD (`kubectl label node`): the shipped agents
+// select it. A merge patch, as kubectl sends: an update would race the
+// kubelet's own writes to the Node.
 func labelGPUNode(t *testing.T, n *nodeenv.Node) {
 	t.Helper()
-	node, err := n.K8s.Client.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Labels["nvidia.com/gpu.present"] = "true"
-	if _, err := n.K8s.Client.CoreV1().Nodes().Update(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+	patch := []byte(`{"metadata":{"labels":{"nvidia.com/gpu.present":"true"}}}`)
+	if _, err := n.K8s.Client.CoreV1().Nodes().Patch(t.Context(), n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -71,6 +71,9 @@ func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
 			got := map[string]map[string]string{}
+			if tc.nodeA != nil {
+				defer changeNodeA(t, env, tc.nodeA)()
+			}
 			for _, pool := range []string{"gpud", "kube"} {
 				for _, p := range tc.pods {
 					createRulesPod(t, env, pool, p)
@@ -160,6 +163,39 @@ type rulesCase struct {
 	exact bool
 	// gpudReason: substrings of gpud scheduler's PodScheduled message.
 	gpudReason map[string]string
+	// nodeA, if set, changes node a of each pool (its spec: taints,
+	// cordon) for the case; the spec is restored afterwards.
+	nodeA func(*corev1.Node)
+}
+
+// changeNodeA applies tc.nodeA to node a of both pools and returns what
+// restores their specs.
+func changeNodeA(t *testing.T, env *k8senv.Env, change func(*corev1.Node)) func() {
+	t.Helper()
+	var saved []corev1.Node
+	for _, pool := range []string{"gpud", "kube"} {
+		n, err := env.Client.CoreV1().Nodes().Get(t.Context(), pool+"-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved = append(saved, *n.DeepCopy())
+		change(n)
+		if _, err := env.Client.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() {
+		for _, old := range saved {
+			n, err := env.Client.CoreV1().Nodes().Get(t.Context(), old.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.Spec = old.Spec
+			if _, err := env.Client.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 func rulesCases() []rulesCase {
@@ -219,7 +255,18 @@ func rulesCases() []rulesCase {
 		}
 		return out
 	}
+	taint := corev1.Taint{Key: "dedicated", Value: "team-x", Effect: corev1.TaintEffectNoSchedule}
+	tolerate := func(p *corev1.Pod) {
+		p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "team-x", Effect: corev1.TaintEffectNoSchedule}}
+	}
 	return []rulesCase{
+		{name: "NoSchedule taint", nodeA: func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) },
+			pods: []rulesPod{{name: "taint-0", mod: app("taint")}, {name: "taint-1", mod: app("taint")},
+				{name: "taint-tolerant", mod: both(app("taint"), tolerate, onHost("a"))}},
+			check: exactly(map[string]string{"taint-0": "b", "taint-1": "b", "taint-tolerant": "a"}), exact: true},
+		{name: "cordoned node", nodeA: func(n *corev1.Node) { n.Spec.Unschedulable = true },
+			pods:  []rulesPod{{name: "cordon-0", mod: app("cordon")}, {name: "cordon-on-a", mod: both(app("cordon"), onHost("a"))}},
+			check: exactly(map[string]string{"cordon-0": "b", "cordon-on-a": ""}), exact: true},
 		{name: "required anti-affinity", pods: names("anti", 3, both(app("anti"), anti)),
 			check: perNode("a=1 b=1 pending=1", true)},
 		{name: "required affinity", pods: []rulesPod{

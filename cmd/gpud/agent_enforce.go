@@ -140,18 +140,17 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 }
 
 // draPreparedClaims reads the claims the DRA driver prepared from its
-// checkpoint in dir, through pkg/dra's own reader (a Preparer that is never
-// asked to prepare). The enforcer reads it only while the kubelet lists no
-// device of the driver.
+// checkpoint in dir, read-only (dra.ReadPrepared: the driver writes it
+// meanwhile). The enforcer reads it only while the kubelet lists no device
+// of the driver.
 func draPreparedClaims(dir string) func() ([]enforce.ClaimRef, error) {
 	return func() ([]enforce.ClaimRef, error) {
-		p, err := dra.NewPreparer(dra.PreparerConfig{NodeName: "checkpoint-reader", StateDir: dir, CDIDir: dir,
-			Devices: func() map[string]dra.DeviceRef { return nil }})
+		claims, err := dra.ReadPrepared(dir)
 		if err != nil {
 			return nil, err
 		}
 		var out []enforce.ClaimRef
-		for _, c := range p.Prepared() {
+		for _, c := range claims {
 			out = append(out, enforce.ClaimRef{Namespace: c.Namespace, Name: c.Name})
 		}
 		return out, nil

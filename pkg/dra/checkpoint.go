@@ -149,6 +149,25 @@ func readCheckpoint(dir string) (checkpoint, error) {
 	if err := os.Remove(fileio.TempName(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return checkpoint{}, fmt.Errorf("dra: remove the temp file of an interrupted checkpoint write: %w", err)
 	}
+	return loadCheckpoint(dir)
+}
+
+// ReadPrepared returns the claims the checkpoint in stateDir records as
+// prepared (or half-prepared), for readers beside the running driver
+// (device isolation). It only reads: removing the temp file as the
+// driver does at start would race with the driver's own writes (their
+// rename then fails).
+func ReadPrepared(stateDir string) (map[types.UID]PreparedClaim, error) {
+	cp, err := loadCheckpoint(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	return cp.Claims, nil
+}
+
+// loadCheckpoint reads and converts the checkpoint, touching nothing.
+func loadCheckpoint(dir string) (checkpoint, error) {
+	path := checkpointPath(dir)
 	data, err := fileio.ReadFile(path, fileio.MaxStateBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return newCheckpoint(), nil

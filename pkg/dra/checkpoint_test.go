@@ -165,6 +165,32 @@ func TestCheckpointStaleTempRemoved(t *testing.T) {
 	}
 }
 
+// TestReadPreparedTouchesNothing: a reader beside the running driver
+// (device isolation) sees the prepared claims and leaves the temp file of
+// a write in flight alone; removing it made the driver's rename fail
+// ("write checkpoint: rename ... no such file or directory", seen on the
+// real node in issue 22).
+func TestReadPreparedTouchesNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeCheckpoint(dir, testCheckpoint()); err != nil {
+		t.Fatal(err)
+	}
+	tmp := fileio.TempName(checkpointPath(dir))
+	if err := os.WriteFile(tmp, []byte(`{"version":2,"chec`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := ReadPrepared(dir)
+	if err != nil || len(claims) != 1 || claims["uid-a"].Name != "a" {
+		t.Fatalf("ReadPrepared = %+v, %v", claims, err)
+	}
+	if _, err := os.Stat(tmp); err != nil {
+		t.Fatalf("the temp file of a write in flight was touched: %v", err)
+	}
+	if claims, err := ReadPrepared(t.TempDir()); err != nil || len(claims) != 0 {
+		t.Errorf("no checkpoint: %+v, %v; want none, no error", claims, err)
+	}
+}
+
 // FuzzCheckpoint: any bytes either decode to a checkpoint that survives a
 // write and read unchanged and whose every entry is usable, or are refused;
 // never a panic.

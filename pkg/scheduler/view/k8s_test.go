@@ -32,7 +32,20 @@ func (f *fakeMIG) Create(_ context.Context, parent, profile string, start int) (
 	return dra.CreatedMIG{UUID: fmt.Sprintf("MIG-%s-%s-%d", parent, profile, start), GIID: 1 + start}, nil
 }
 
-func (f *fakeMIG) Destroy(context.Context, string) error { return nil }
+// Lookup finds a device Create made (prepare checks it still exists).
+func (f *fakeMIG) Lookup(_ context.Context, parent, profile string, start int) (dra.MIGLookup, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := fmt.Sprintf("%s %s@%d", parent, profile, start)
+	for _, c := range f.created {
+		if c == want {
+			return dra.MIGLookup{Device: dra.CreatedMIG{UUID: fmt.Sprintf("MIG-%s-%s-%d", parent, profile, start), GIID: 1 + start}, ModeOn: true}, nil
+		}
+	}
+	return dra.MIGLookup{ModeOn: len(f.created) > 0}, nil
+}
+
+func (f *fakeMIG) Destroy(context.Context, string, string, bool) (bool, error) { return false, nil }
 
 // inputs lists what the scheduler's informers would hold.
 func inputs(t *testing.T, c kubernetes.Interface) Inputs {

@@ -49,7 +49,8 @@ import (
 // ResourceSlices, a `gpud scheduler` process with --telemetry-addr over
 // mutual TLS (certificates made here) and the node's agent pod's token
 // (TokenRequest, bound to a pod on the node), and the node's telemetry half in
-// this process on a simulated node of the same profile (same GPU UUIDs),
+// this process on a simulated node of the same profile and node name (so
+// the same GPU UUIDs: they derive from both),
 // so that the test can inject an Xid and GPU memory use into it: discovery
 // store, NVML health monitor and a stream.Client. The DRA agent process
 // never sees the Xid, so its ResourceSlices stay healthy: whatever keeps
@@ -71,7 +72,7 @@ func TestTelemetryStreamEndToEnd(t *testing.T) {
 		}
 	}
 	kubeconfig := schedulerIdentity(t, env)
-	const node = "dgx-h100" // the simulated profile's name: its GPU UUIDs derive from it
+	const node = "node-h100" // not the profile's name: the GPU UUIDs derive from the node's name
 	startSchedAgent(t, env, bin, &schedNode{name: node, profile: "dgx-h100"})
 	testwait.For(t, schedTimeout, "the agent's ResourceSlices", func() bool { return len(draDevices(t, env, node)) >= 8 })
 
@@ -259,7 +260,7 @@ type errorString string
 func (e errorString) Error() string { return string(e) }
 
 // startTelemetryAgent runs the node's telemetry half in this process: a
-// simulated DGX H100, its inventory store and NVML health monitor, and a
+// simulated DGX H100 named node (so its GPU UUIDs are the agent process's), its inventory store and NVML health monitor, and a
 // stream.Client that sends the GPUs, their measured memory every
 // streamInterval, and each health change as it happens.
 func startTelemetryAgent(t *testing.T, node, addr string, files stream.CertFiles, token string) (*simnode.Node, *discovery.Store) {
@@ -268,7 +269,7 @@ func startTelemetryAgent(t *testing.T, node, addr string, files stream.CertFiles
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := simnode.New(p)
+	sim, err := simnode.New(p, simnode.WithNodeName(node))
 	if err != nil {
 		t.Fatal(err)
 	}

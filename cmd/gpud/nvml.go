@@ -73,7 +73,16 @@ func openNVML(f nvmlFlags) (nvml.Interface, *simnode.Node, func(), error) {
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		// The GPUs' UUIDs derive from the node's name, so two simulated
+		// nodes of one profile share none, as real GPUs do.
+		name, err := f.givenNodeName()
+		if err != nil {
+			return nil, nil, nil, err
+		}
 		var opts []simnode.Option
+		if name != "" {
+			opts = append(opts, simnode.WithNodeName(name))
+		}
 		if f.stateFile != "" {
 			opts = append(opts, simnode.WithStateFile(f.stateFile))
 		}
@@ -119,11 +128,10 @@ func checkNodeName(name string) error {
 	return nil
 }
 
-// resolveNodeName resolves the name to report: the flag, $NODE_NAME, the
-// simulated profile's name, or the hostname (lowercased, as the kubelet
-// names its node). It fails for a name from $NODE_NAME that is not a
-// Kubernetes node name.
-func (f nvmlFlags) resolveNodeName(sim *simnode.Node) (string, error) {
+// givenNodeName is the node name the flag or $NODE_NAME gives, "" when
+// neither does. It fails for a name from $NODE_NAME that is not a
+// Kubernetes node name (validate checks the flag's).
+func (f nvmlFlags) givenNodeName() (string, error) {
 	if f.nodeName != "" {
 		return f.nodeName, nil
 	}
@@ -133,8 +141,19 @@ func (f nvmlFlags) resolveNodeName(sim *simnode.Node) (string, error) {
 		}
 		return v, nil
 	}
+	return "", nil
+}
+
+// resolveNodeName resolves the name to report: the flag, $NODE_NAME, the
+// simulated profile's name, or the hostname (lowercased, as the kubelet
+// names its node). It fails for a name from $NODE_NAME that is not a
+// Kubernetes node name.
+func (f nvmlFlags) resolveNodeName(sim *simnode.Node) (string, error) {
+	if name, err := f.givenNodeName(); name != "" || err != nil {
+		return name, err
+	}
 	if sim != nil {
-		return sim.Profile().Name, nil
+		return sim.Name(), nil
 	}
 	h, _ := os.Hostname()
 	return strings.ToLower(h), nil

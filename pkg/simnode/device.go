@@ -58,7 +58,7 @@ func newDevice(n *Node, i int) *Device {
 	d := &Device{
 		node:       n,
 		index:      i,
-		uuid:       stableUUID("GPU", p.Name, i),
+		uuid:       n.uuid("GPU", i),
 		busID:      fmt.Sprintf("00000000:%02X:00.0", bus),
 		bus:        bus,
 		numa:       i * p.NUMANodes / p.Count,

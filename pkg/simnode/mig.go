@@ -474,7 +474,7 @@ func (gi *gpuInstance) addComputeInstanceLocked(ciIdx, id int) *computeInstance 
 	ci := &computeInstance{
 		gi: gi, id: id, profileIdx: ciIdx,
 		info: d.node.model.config.MIGProfiles.ComputeInstanceProfiles[gi.profileIdx][ciIdx],
-		uuid: stableUUID("MIG", d.node.profile.Name, d.index, gi.id, id),
+		uuid: d.node.uuid("MIG", d.index, gi.id, id),
 	}
 	ci.handle = newMigDevice(ci)
 	ci.setFuncs()

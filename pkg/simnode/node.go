@@ -19,11 +19,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Node is a simulated GPU node. It implements nvml.Interface; the exported
@@ -32,6 +34,7 @@ import (
 type Node struct {
 	mock.Interface
 	profile Profile
+	name    string // the node name the UUIDs derive from: WithNodeName, else profile.Name
 	model   model
 	clock   func() time.Time
 	start   time.Time
@@ -65,6 +68,13 @@ func WithClock(now func() time.Time) Option { return func(n *Node) { n.clock = n
 // [Node.StateErr].
 func WithStateFile(path string) Option { return func(n *Node) { n.statePath = path } }
 
+// WithNodeName names the node the simulated GPUs are in (default: the
+// profile's name). Their GPU and MIG UUIDs derive from it, as a real GPU's
+// UUID is unique across a cluster: two nodes of one profile with different
+// names share no UUID, and one name gets the same UUIDs on every start. It
+// must be a Kubernetes node name; New refuses another.
+func WithNodeName(name string) Option { return func(n *Node) { n.name = name } }
+
 // New builds a simulated node from a profile (see LoadProfile).
 func New(p Profile, opts ...Option) (*Node, error) {
 	p = p.withDefaults()
@@ -73,6 +83,7 @@ func New(p Profile, opts ...Option) (*Node, error) {
 	}
 	n := &Node{
 		profile:   p,
+		name:      p.Name,
 		model:     models[p.Model],
 		clock:     time.Now,
 		eventSets: map[*eventSet]struct{}{},
@@ -81,6 +92,9 @@ func New(p Profile, opts ...Option) (*Node, error) {
 	}
 	for _, o := range opts {
 		o(n)
+	}
+	if msgs := validation.IsDNS1123Subdomain(n.name); len(msgs) > 0 {
+		return nil, fmt.Errorf("%w %s: node name %q is not a Kubernetes node name: %s", ErrBadProfile, p.Name, n.name, strings.Join(msgs, "; "))
 	}
 	n.start = n.clock()
 	for i := range p.Count {
@@ -138,6 +152,10 @@ func (n *Node) Close() {
 // Profile returns the profile the node was built from.
 func (n *Node) Profile() Profile { return n.profile }
 
+// Name returns the node's name: the one given to [WithNodeName], else the
+// profile's.
+func (n *Node) Name() string { return n.name }
+
 // Device returns the simulated GPU at index i.
 func (n *Node) Device(i int) *Device { return n.devices[i] }
 
@@ -186,9 +204,36 @@ func (n *Node) setFuncs() {
 // elapsed is the simulated time since the node started.
 func (n *Node) elapsed() time.Duration { return n.clock().Sub(n.start) }
 
+// uuid derives the UUID of the node's GPU (ids: its index) or MIG device
+// (ids: GPU index, GPU instance ID, compute instance ID) from the node's
+// name and profile, so it is the same on every start and differs between
+// nodes. A node named after its profile (the default) keeps the UUIDs of
+// gpud versions before names counted, so its state files and DRA
+// checkpoints still name its GPUs; any other name is hashed with the
+// profile's, NUL-separated (neither name can hold a NUL), so no other name,
+// profile or index gives the same input.
+func (n *Node) uuid(prefix string, ids ...int) string {
+	if n.name == n.profile.Name {
+		parts := []any{n.profile.Name}
+		for _, id := range ids {
+			parts = append(parts, id)
+		}
+		return stableUUID(prefix, parts...)
+	}
+	key := []byte(n.name + "\x00" + n.profile.Name)
+	for _, id := range ids {
+		key = fmt.Appendf(key, "\x00%d", id)
+	}
+	return formatUUID(prefix, sha1.Sum(key))
+}
+
 // stableUUID derives a UUID-formatted string from parts, so a node's UUIDs are
 // the same on every start.
 func stableUUID(prefix string, parts ...any) string {
-	h := sha1.Sum(fmt.Append(nil, parts...))
+	return formatUUID(prefix, sha1.Sum(fmt.Append(nil, parts...)))
+}
+
+// formatUUID formats the first 16 bytes of a hash as NVML does a UUID.
+func formatUUID(prefix string, h [sha1.Size]byte) string {
 	return fmt.Sprintf("%s-%x-%x-%x-%x-%x", prefix, h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }

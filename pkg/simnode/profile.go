@@ -17,7 +17,9 @@ import (
 // Profile describes a simulated node: its GPUs and how they are wired. It is
 // what a user writes in a node YAML file (see deploy/examples/simnode.yaml).
 type Profile struct {
-	// Name is the node name; GPU UUIDs are derived from it and the index.
+	// Name is the profile's name and the node's name unless WithNodeName
+	// (--node-name) gives another; GPU UUIDs derive from the node name, this
+	// name and the index.
 	Name string `yaml:"name"`
 	// Model is one of ModelNames().
 	Model string `yaml:"model"`

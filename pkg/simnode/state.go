@@ -15,10 +15,14 @@ import (
 )
 
 // nodeState is the state file's form: the MIG mode and layout and the
-// compute mode per GPU.
+// compute mode per GPU. Node is the node's name and Profile its profile's;
+// files written before node names counted have no Profile and name the
+// profile in Node. The UUIDs are written for readers; loading derives them
+// again from the names.
 type nodeState struct {
-	Node string     `json:"node"`
-	GPUs []gpuState `json:"gpus"`
+	Node    string     `json:"node"`
+	Profile string     `json:"profile,omitempty"`
+	GPUs    []gpuState `json:"gpus"`
 }
 
 type gpuState struct {
@@ -65,7 +69,7 @@ func (n *Node) saveStateLocked() error {
 // snapshotLocked is the node's MIG and compute-mode state in the state
 // file's form.
 func (n *Node) snapshotLocked() nodeState {
-	st := nodeState{Node: n.profile.Name}
+	st := nodeState{Node: n.name, Profile: n.profile.Name}
 	for _, d := range n.devices {
 		g := gpuState{UUID: d.uuid, MIGCurrent: d.migCurrent, MIGPending: d.migPending, ComputeMode: int(d.computeMode)}
 		for _, gi := range d.sortedGIsLocked() {
@@ -121,9 +125,9 @@ func (n *Node) loadState() error {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return fmt.Errorf("simnode: state file %s: %w", n.statePath, err)
 	}
-	if st.Node != n.profile.Name || len(st.GPUs) != len(n.devices) {
-		return fmt.Errorf("simnode: state file %s is for node %q with %d GPUs, not %q with %d; remove it to start clean",
-			n.statePath, st.Node, len(st.GPUs), n.profile.Name, len(n.devices))
+	if !st.sameNode(n) || len(st.GPUs) != len(n.devices) {
+		return fmt.Errorf("simnode: state file %s is for node %q (profile %q) with %d GPUs, not %q (profile %q) with %d; use that node name or remove the file to start clean",
+			n.statePath, st.Node, st.profileName(), len(st.GPUs), n.name, n.profile.Name, len(n.devices))
 	}
 	for i, g := range st.GPUs {
 		d := n.devices[i]
@@ -145,6 +149,25 @@ func (n *Node) loadState() error {
 		}
 	}
 	return nil
+}
+
+// sameNode reports whether the state file is the node's: the same node and
+// profile names. A file of a version before node names counted holds only
+// the profile's name, whatever the node was called; it loads into any node
+// of that profile, whose UUIDs then derive from the node's name.
+func (st nodeState) sameNode(n *Node) bool {
+	if st.Profile == "" {
+		return st.Node == n.profile.Name
+	}
+	return st.Node == n.name && st.Profile == n.profile.Name
+}
+
+// profileName is the profile the state file was written for.
+func (st nodeState) profileName() string {
+	if st.Profile == "" {
+		return st.Node
+	}
+	return st.Profile
 }
 
 func nvmlPlacement(start, size uint32) nvml.GpuInstancePlacement {

@@ -4,13 +4,17 @@ import (
 	"fmt"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpud/gpud/pkg/scheduler/decide"
 )
 
 // BenchmarkSnapshot measures what the runtime adds to a decision: listing
 // merged with the assume cache, the view, and claim resolution for every
-// pod, on nodes×8 L40S GPUs with as many pending pods (one whole-GPU claim
+// pod, on nodes×4 L40S GPUs with as many pending pods (one whole-GPU claim
 // each) and as many bound pods.
 func BenchmarkSnapshot(b *testing.B) {
 	for _, nodes := range []int{16, 128} {
@@ -48,6 +52,59 @@ func BenchmarkSnapshot(b *testing.B) {
 				sn := s.snap.build(in2, t0)
 				if len(sn.Pending) != nodes*4 {
 					b.Fatalf("pending %d", len(sn.Pending))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCycle measures one whole cycle as a pod arriving alone sees it
+// (what sched-bench's feed latency is made of, without the API calls):
+// listing is left out; the snapshot, the placement rules over every node
+// and bound pod, and gpud's decision for one pending pod, on nodes×4 L40S
+// GPUs with nodes×2 bound pods holding a GPU each.
+func BenchmarkCycle(b *testing.B) {
+	for _, nodes := range []int{64, 167} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			in := inputs{classes: []*resourceapi.DeviceClass{gpuClass()}}
+			for i := range nodes {
+				name := fmt.Sprintf("n%d", i)
+				n := kubeNode(name)
+				n.Status.Allocatable[corev1.ResourcePods] = resource.MustParse("110")
+				in.nodes = append(in.nodes, n)
+				in.slices = append(in.slices, nodeSlices(b, "pcie-l40s", name)...)
+			}
+			for i := range nodes*2 + 1 {
+				c := wholeClaim("ns", fmt.Sprintf("c%d", i), "gpu.gpud.io")
+				p := claimPod("ns", fmt.Sprintf("p%d", i), t0, c.Name)
+				if i < nodes*2 {
+					node := fmt.Sprintf("n%d", i%nodes)
+					p.Spec.NodeName = node
+					c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+						Request: "gpu", Driver: "gpu.gpud.io", Pool: node, Device: fmt.Sprintf("gpu-%d", i/nodes)}}}}
+					c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Name, UID: p.UID}}
+				}
+				in.claims = append(in.claims, c)
+				in.pods = append(in.pods, p)
+			}
+			s, err := New(Config{Client: fake.NewClientset(), Decider: decide.New(decide.Config{})})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				sn := s.snap.build(in, t0)
+				bound := make([]*corev1.Pod, 0, len(sn.Bound))
+				for _, p := range sn.Bound {
+					bound = append(bound, p.Pod)
+				}
+				rc, err := s.rules.Cycle(b.Context(), in.nodes, bound)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sn.Rules = rc
+				if p := s.cfg.Decider.Decide(sn.Snapshot); len(p.Binds) != 1 {
+					b.Fatalf("binds %d, pending %+v", len(p.Binds), p.Pending)
 				}
 			}
 		})

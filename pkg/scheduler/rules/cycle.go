@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,11 +20,75 @@ import (
 type frameworkSnapshot = *schedcache.Snapshot
 
 // newSnapshot is the upstream snapshot of nodes and the pods bound to
-// them, open for [Cycle.Add] and [Cycle.Remove].
-func newSnapshot(nodes []*corev1.Node, pods []*corev1.Pod) frameworkSnapshot {
-	s := schedcache.NewSnapshot(pods, nodes)
-	_ = s.StartMutations() // a fresh snapshot has no session open
-	return s
+// them, open for [Cycle.Add] and [Cycle.Remove]. infos gives each pod's
+// PodInfo (nil: a new one per pod).
+func newSnapshot(nodes []*corev1.Node, pods []*corev1.Pod, infos *podInfos) (frameworkSnapshot, error) {
+	if infos == nil {
+		s := schedcache.NewSnapshot(pods, nodes)
+		_ = s.StartMutations() // a fresh snapshot has no session open
+		return s, nil
+	}
+	// The nodes alone, then each pod added with its PodInfo from earlier
+	// cycles: computing a pod's requests is most of building a snapshot,
+	// and a bound pod's do not change while its object does not.
+	s := schedcache.NewSnapshot(nil, nodes)
+	_ = s.StartMutations()
+	for _, p := range pods {
+		pi, err := infos.get(p)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.AddPod(pi, p.Spec.NodeName); err != nil {
+			return nil, fmt.Errorf("rules: add pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return s, nil
+}
+
+// podInfos keeps the upstream PodInfo of each bound pod across cycles, by
+// the pod object (informer objects are replaced, never changed, on
+// update), with its requests computed, so that cycles only read it.
+type podInfos struct {
+	mu   sync.Mutex
+	byID map[types.UID]podInfo
+	seen map[types.UID]bool // in the current generation
+}
+
+type podInfo struct {
+	pod *corev1.Pod
+	pi  *framework.PodInfo
+}
+
+// get returns pod's PodInfo, made once per pod object.
+func (c *podInfos) get(pod *corev1.Pod) (*framework.PodInfo, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byID == nil {
+		c.byID, c.seen = map[types.UID]podInfo{}, map[types.UID]bool{}
+	}
+	c.seen[pod.UID] = true
+	if e, ok := c.byID[pod.UID]; ok && e.pod == pod {
+		return e.pi, nil
+	}
+	pi, err := framework.NewPodInfo(pod)
+	if err != nil {
+		return nil, fmt.Errorf("rules: pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	pi.CalculateResource() // cached in pi now: later cycles only read it
+	c.byID[pod.UID] = podInfo{pod: pod, pi: pi}
+	return pi, nil
+}
+
+// prune drops the pods no cycle asked for since the last prune.
+func (c *podInfos) prune() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid := range c.byID {
+		if !c.seen[uid] {
+			delete(c.byID, uid)
+		}
+	}
+	clear(c.seen)
 }
 
 // Cycle is the rules over one decision cycle's cluster: nodes, the pods
@@ -71,7 +136,11 @@ func (r *Rules) Cycle(ctx context.Context, nodes []*corev1.Node, bound []*corev1
 			pods = append(pods, p)
 		}
 	}
-	snap := newSnapshot(nodes, pods)
+	snap, err := newSnapshot(nodes, pods, &r.infos)
+	if err != nil {
+		return nil, err
+	}
+	r.infos.prune()
 	fw, err := r.framework(ctx, snap)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
@@ -100,6 +101,8 @@ type Rules struct {
 	// vb is the VolumeBinding plugin every framework shares (once).
 	mu sync.Mutex
 	vb *volumebinding.VolumeBinding
+	// infos are the bound pods' PodInfos, kept across cycles.
+	infos podInfos
 }
 
 // New sets the rules up and registers the informers the plugins read on
@@ -131,7 +134,7 @@ func New(ctx context.Context, cfg Config) (*Rules, error) {
 		}
 	})
 	// Building a framework once registers the plugins' informers.
-	if _, err := r.framework(ctx, newSnapshot(nil, nil)); err != nil {
+	if _, err := r.framework(ctx, schedcache.NewSnapshot(nil, nil)); err != nil {
 		return nil, err
 	}
 	return r, nil

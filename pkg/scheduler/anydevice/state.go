@@ -19,6 +19,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
 // Timeout bounds one allocation attempt on one node, as kube-scheduler's
@@ -86,25 +88,10 @@ func New(in Inputs) *State {
 			s.nodes[n.Name] = n
 		}
 	}
-	last := map[string]int{}
-	for i, c := range in.Claims {
-		if c != nil {
-			last[claimID(c)] = i
-		}
-	}
-	for i, c := range in.Claims {
-		if c != nil && c.Status.Allocation != nil && last[claimID(c)] == i {
-			s.Assume(c.Status.Allocation)
-		}
+	for c := range view.LatestAllocated(in.Claims) {
+		s.Assume(c.Status.Allocation)
 	}
 	return s
-}
-
-func claimID(c *resourceapi.ResourceClaim) string {
-	if c.UID != "" {
-		return string(c.UID)
-	}
-	return c.Namespace + "/" + c.Name
 }
 
 // Assume counts an allocation's devices as taken from now on (one the

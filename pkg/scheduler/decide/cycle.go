@@ -166,22 +166,15 @@ func (c *cycle) buildQueues() {
 		}
 		var results []*resourceapi.AllocationResult
 		for _, cl := range p.Claims {
-			if cl == nil || cl.Status.Allocation == nil || charged[claimKey(cl)] {
+			if cl == nil || cl.Status.Allocation == nil || charged[view.ClaimID(cl)] {
 				continue
 			}
-			charged[claimKey(cl)] = true
+			charged[view.ClaimID(cl)] = true
 			results = append(results, cl.Status.Allocation)
 		}
 		use, models := c.usageOf(p, results)
 		c.q.Charge(q, use, models, 1)
 	}
-}
-
-func claimKey(cl *resourceapi.ResourceClaim) string {
-	if cl.UID != "" {
-		return string(cl.UID)
-	}
-	return cl.Namespace + "/" + cl.Name
 }
 
 // queueOf is the queue a pod is accounted in: its label's leaf queue, or

@@ -57,7 +57,7 @@ func (c *cycle) victimList() []*victim {
 		for _, p := range pods {
 			for _, cl := range p.Claims {
 				if cl != nil {
-					refs[claimKey(cl)]++
+					refs[view.ClaimID(cl)]++
 				}
 			}
 		}
@@ -108,7 +108,7 @@ func (c *cycle) victimList() []*victim {
 				if cl == nil {
 					continue
 				}
-				own[claimKey(cl)]++
+				own[view.ClaimID(cl)]++
 				if cl.Status.Allocation != nil && slices.ContainsFunc(cl.Status.Allocation.Devices.Results, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Driver == view.DriverName }) {
 					gpu = true
 				}

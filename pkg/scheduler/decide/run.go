@@ -175,10 +175,10 @@ func (c *cycle) boundHolds() []relPod {
 	for _, p := range c.s.Bound {
 		r := relPod{pod: p, node: p.Pod.Spec.NodeName, end: never}
 		for _, cl := range p.Claims {
-			if cl == nil || cl.Status.Allocation == nil || seen[claimKey(cl)] {
+			if cl == nil || cl.Status.Allocation == nil || seen[view.ClaimID(cl)] {
 				continue
 			}
-			seen[claimKey(cl)] = true
+			seen[view.ClaimID(cl)] = true
 			r.allocs = append(r.allocs, view.Allocation{Claim: cl, Result: cl.Status.Allocation})
 		}
 		switch {

@@ -3,6 +3,7 @@ package view
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strconv"
@@ -282,18 +283,7 @@ func Build(in Inputs) (*View, []Skip) {
 			}
 		}
 	}
-	// A claim listed twice (the informer's copy and the loop's assumed,
-	// just written one) counts once: the later entry wins.
-	last := map[string]int{}
-	for i, c := range in.Claims {
-		if c != nil {
-			last[claimID(c)] = i
-		}
-	}
-	for i, c := range in.Claims {
-		if c == nil || c.Status.Allocation == nil || last[claimID(c)] != i {
-			continue
-		}
+	for c := range LatestAllocated(in.Claims) {
 		if err := v.usage.add(v, c.Status.Allocation, nil); err != nil {
 			skips = append(skips, Skip{Kind: "ResourceClaim", Name: c.Namespace + "/" + c.Name, Reason: err.Error()})
 		}
@@ -301,12 +291,32 @@ func Build(in Inputs) (*View, []Skip) {
 	return v, skips
 }
 
-// claimID identifies a claim: its UID, else namespace/name.
-func claimID(c *resourceapi.ResourceClaim) string {
+// ClaimID identifies a claim: its UID, else namespace/name.
+func ClaimID(c *resourceapi.ResourceClaim) string {
 	if c.UID != "" {
 		return string(c.UID)
 	}
 	return c.Namespace + "/" + c.Name
+}
+
+// LatestAllocated yields the allocated claims of claims, each once: a claim
+// listed twice (the informer's copy and the assume cache's just written
+// one, which comes later) counts by its later entry. Nil entries are
+// skipped.
+func LatestAllocated(claims []*resourceapi.ResourceClaim) iter.Seq[*resourceapi.ResourceClaim] {
+	return func(yield func(*resourceapi.ResourceClaim) bool) {
+		last := make(map[string]int, len(claims))
+		for i, c := range claims {
+			if c != nil {
+				last[ClaimID(c)] = i
+			}
+		}
+		for i, c := range claims {
+			if c != nil && c.Status.Allocation != nil && last[ClaimID(c)] == i && !yield(c) {
+				return
+			}
+		}
+	}
 }
 
 func newNode(kn *corev1.Node) *Node {

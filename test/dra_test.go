@@ -130,6 +130,12 @@ func runDRACase(t *testing.T, tc draCase) {
 	})
 	published := time.Since(agentStart)
 	t.Logf("%s: %d devices published by gpud, %s after the agent started", node, len(devices), published.Round(time.Millisecond))
+	// Ready once the agent itself found its slices in the API server (with
+	// the DaemonSet's RBAC: list by driver and node field selectors).
+	testwait.For(t, draTimeout, "the agent's /readyz 200 once its slices are published", func() bool {
+		return httpOK("http://" + addr + "/readyz")
+	})
+	t.Logf("%s: /readyz ready %s after the agent started", node, time.Since(agentStart).Round(time.Millisecond))
 
 	// The agent's identity may not write another node's slices.
 	agentClient, err := kubernetes.NewForConfig(agentCfg)

@@ -172,9 +172,11 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	mpsA := cfg.mps.newMPSAgent(sim != nil, lib, src.sharing, src.store, log.With("component", "mps"))
 	tasks = append(tasks, mpsA.tasks...)
 	enforceStatus = mpsA.withStatus(enforceStatus)
+	var httpSrv *httpServer // its ready checks are added below, before it runs
 	if cfg.http.addr != "" {
 		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
 		tasks = append(tasks, task{"http", srv.Run})
+		httpSrv = srv
 	}
 	if cfg.admin.socket != "" {
 		mux := http.NewServeMux()
@@ -203,6 +205,11 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 			return nil, err
 		}
 		mpsA.shareFractions(preparedFractions(drv.Preparer()))
+		if httpSrv != nil {
+			// A DRA agent whose slices are not in the API server offers
+			// nothing to pods: not ready, and /readyz says why.
+			httpSrv.ready = append(httpSrv.ready, drv.Published)
+		}
 		return append(tasks, task{"dra", drv.Run}), nil
 	}
 	dp, err := cfg.dp.newDevicePlugin(struct {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -187,6 +188,10 @@ type draDeps struct {
 	// client is the API client; nil builds one from --kubeconfig or the
 	// in-cluster config (tests pass a fake).
 	client kubernetes.Interface
+	// publishCheck is how often the driver checks that the API server
+	// holds its ResourceSlices, for /readyz (zero: dra's default, 10s;
+	// tests shorten it).
+	publishCheck time.Duration
 }
 
 // newDRADriver builds the DRA driver on its sources and an API client.
@@ -236,19 +241,20 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		changed = deps.sharing.SharingChanged
 	}
 	drv, err := dra.New(dra.Options{
-		NodeName:    deps.node,
-		KubeClient:  client,
-		PluginDir:   filepath.Join(pluginsDir, dra.DriverName),
-		RegistryDir: registryDir,
-		CDIDir:      cdiDir,
-		MPSRoot:     deps.mpsRoot,
-		DeviceFiles: deps.files,
-		DriverEdits: deps.driverEdits,
-		Inventory:   deps.inventory,
-		NodeState:   st.nodeState,
-		Changed:     changed,
-		MIG:         draMIG{deps.slices},
-		Logger:      deps.log,
+		NodeName:     deps.node,
+		KubeClient:   client,
+		PluginDir:    filepath.Join(pluginsDir, dra.DriverName),
+		RegistryDir:  registryDir,
+		CDIDir:       cdiDir,
+		MPSRoot:      deps.mpsRoot,
+		DeviceFiles:  deps.files,
+		DriverEdits:  deps.driverEdits,
+		Inventory:    deps.inventory,
+		NodeState:    st.nodeState,
+		Changed:      changed,
+		MIG:          draMIG{deps.slices},
+		PublishCheck: deps.publishCheck,
+		Logger:       deps.log,
 	})
 	if err != nil {
 		return nil, err // names the dra package

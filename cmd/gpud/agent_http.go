@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,9 @@ func (o *httpOptions) validate() []error {
 	return nil
 }
 
-// httpServer serves /healthz, /readyz, /inventory and /metrics.
+// httpServer serves /healthz, /readyz, /inventory and /metrics. /readyz
+// answers 200 once the inventory was read and every ready check passes,
+// else 503 with why not.
 type httpServer struct {
 	addr      string
 	inventory func() (gpu.Inventory, bool)
@@ -40,7 +43,11 @@ type httpServer struct {
 	// enforcement is a line for /readyz (what is enforced, or why not);
 	// nil when enforcement is off.
 	enforcement enforceStatus
-	log         *slog.Logger
+	// ready are the components' readiness checks beyond the inventory:
+	// each returns nil when its component does its job, else why not
+	// (the DRA driver: its ResourceSlices are in the API server).
+	ready []func() error
+	log   *slog.Logger
 }
 
 func (s *httpServer) handler() http.Handler {
@@ -57,10 +64,24 @@ func (s *httpServer) handler() http.Handler {
 			http.Error(w, "inventory not read yet", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok\n"))
-		if s.enforcement != nil {
-			_, _ = w.Write([]byte(s.enforcement() + "\n"))
+		// The body is for people: why not ready, one line per reason,
+		// else "ok"; then what is enforced, ready or not.
+		code, lines := http.StatusOK, []string{"ok"}
+		var why []string
+		for _, ready := range s.ready {
+			if err := ready(); err != nil {
+				why = append(why, err.Error())
+			}
 		}
+		if len(why) > 0 {
+			code, lines = http.StatusServiceUnavailable, why
+		}
+		if s.enforcement != nil {
+			lines = append(lines, s.enforcement())
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(strings.Join(lines, "\n") + "\n"))
 	})
 	mux.HandleFunc("GET /inventory", func(w http.ResponseWriter, _ *http.Request) {
 		inv, ok := s.inventory()

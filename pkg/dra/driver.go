@@ -72,6 +72,10 @@ type Options struct {
 	// HealthResend is how often device health is resent to the kubelet,
 	// which forgets it after HealthTimeout; zero means 10s.
 	HealthResend time.Duration
+	// PublishCheck is how often the driver checks that the API server
+	// holds the ResourceSlices it built (see [Driver.Published]); zero
+	// means 10s.
+	PublishCheck time.Duration
 	// Logger may be nil.
 	Logger *slog.Logger
 }
@@ -94,6 +98,9 @@ func (o Options) Validate() error {
 	if o.Inventory == nil {
 		errs = append(errs, errors.New("dra: Inventory is required"))
 	}
+	if o.PublishCheck < 0 {
+		errs = append(errs, fmt.Errorf("dra: PublishCheck %v must not be negative", o.PublishCheck))
+	}
 	if o.HealthResend < 0 || o.HealthResend >= healthTimeout {
 		errs = append(errs, fmt.Errorf("dra: HealthResend %v must be under %v", o.HealthResend, healthTimeout))
 	}
@@ -115,6 +122,8 @@ type Driver struct {
 
 	ready chan struct{}
 	fatal chan error
+
+	published publishState // the publish checks' outcome (published.go)
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -164,6 +173,13 @@ func (d *Driver) Preparer() *Preparer { return d.prep }
 // A fatal error of the plugin helper ends it with that error.
 func (d *Driver) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(d.log.Handler()))
+	// The publish check runs from the start: the first publish waits,
+	// silently, until the API server answers, and /readyz says why.
+	checkCtx, stopCheck := context.WithCancel(ctx)
+	var checking sync.WaitGroup
+	checking.Go(func() { d.checkPublished(checkCtx) })
+	defer checking.Wait()
+	defer stopCheck()
 	// wake is taken before each read of the state, so a change after the
 	// read (while the slices are built or published, or the plugin
 	// starts) closes it and is republished.
@@ -309,6 +325,9 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 		return
 	}
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		// Publishing errors are the library's only recoverable ones;
+		// Published names the latest until a check finds the slices.
+		d.notePublishError(msg, err)
 		d.log.Warn("kubelet plugin error", "msg", msg, "err", err)
 		return
 	}

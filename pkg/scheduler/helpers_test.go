@@ -31,7 +31,7 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // nodeSlices publishes a simulated node (no MIG) as the DRA driver does.
 func nodeSlices(t testing.TB, profile, name string) []*resourceapi.ResourceSlice {
 	t.Helper()
-	n := simnode.NewBuiltin(profile)
+	n := simnode.NewBuiltin(profile, simnode.WithNodeName(name)) // UUIDs unique per node, as real GPUs'
 	t.Cleanup(n.Close)
 	inv, err := discovery.New(n, name, nil).Inventory()
 	if err != nil {

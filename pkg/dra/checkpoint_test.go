@@ -133,14 +133,7 @@ func TestCheckpointRefused(t *testing.T) {
 // TestCheckpointStaleTempRemoved: the temp file of a write a crash cut
 // short is removed when the checkpoint is read; the checkpoint is intact.
 func TestCheckpointStaleTempRemoved(t *testing.T) {
-	dir := t.TempDir()
-	if err := writeCheckpoint(dir, testCheckpoint()); err != nil {
-		t.Fatal(err)
-	}
-	tmp := fileio.TempName(checkpointPath(dir))
-	if err := os.WriteFile(tmp, []byte(`{"version":2,"chec`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, tmp := checkpointWithTemp(t)
 	cp, err := readCheckpoint(dir)
 	if err != nil || len(cp.Claims) != 1 {
 		t.Fatalf("read = %+v, %v", cp, err)
@@ -171,14 +164,7 @@ func TestCheckpointStaleTempRemoved(t *testing.T) {
 // ("write checkpoint: rename ... no such file or directory", seen on the
 // real node in issue 22).
 func TestReadPreparedTouchesNothing(t *testing.T) {
-	dir := t.TempDir()
-	if err := writeCheckpoint(dir, testCheckpoint()); err != nil {
-		t.Fatal(err)
-	}
-	tmp := fileio.TempName(checkpointPath(dir))
-	if err := os.WriteFile(tmp, []byte(`{"version":2,"chec`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, tmp := checkpointWithTemp(t)
 	claims, err := ReadPrepared(dir)
 	if err != nil || len(claims) != 1 || claims["uid-a"].Name != "a" {
 		t.Fatalf("ReadPrepared = %+v, %v", claims, err)
@@ -189,6 +175,21 @@ func TestReadPreparedTouchesNothing(t *testing.T) {
 	if claims, err := ReadPrepared(t.TempDir()); err != nil || len(claims) != 0 {
 		t.Errorf("no checkpoint: %+v, %v; want none, no error", claims, err)
 	}
+}
+
+// checkpointWithTemp writes testCheckpoint in a new dir, and beside it the
+// temp file of a write cut short (or in flight); it returns both paths.
+func checkpointWithTemp(t *testing.T) (dir, tmp string) {
+	t.Helper()
+	dir = t.TempDir()
+	if err := writeCheckpoint(dir, testCheckpoint()); err != nil {
+		t.Fatal(err)
+	}
+	tmp = fileio.TempName(checkpointPath(dir))
+	if err := os.WriteFile(tmp, []byte(`{"version":2,"chec`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, tmp
 }
 
 // FuzzCheckpoint: any bytes either decode to a checkpoint that survives a

@@ -215,16 +215,7 @@ func TestNewPodSkipsDebounce(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	s, err := New(Config{Client: ts.client, Decider: placeAll{}, Now: ts.cfg.Now, Debounce: time.Minute, Resync: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = s.Run(ctx) }()
-	for !s.synced.Load() || s.lastCycle.Load() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	ctx := runQuiet(t, Config{Client: ts.client, Decider: placeAll{}, Now: ts.cfg.Now})
 	for _, name := range []string{"p1", "p2"} {
 		c := wholeClaim("ns", "c-"+name, "gpu.gpud.io")
 		if _, err := ts.client.ResourceV1().ResourceClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
@@ -260,16 +251,7 @@ func TestMissingClaimReportedAfterGrace(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	s, err := New(Config{Client: ts.client, Decider: placeAll{}, Debounce: time.Minute, Resync: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = s.Run(ctx) }()
-	for !s.synced.Load() || s.lastCycle.Load() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	ctx := runQuiet(t, Config{Client: ts.client, Decider: placeAll{}})
 	pod := claimPod("ns", "p", time.Now(), "not-yet")
 	created := time.Now()
 	pod.CreationTimestamp = metav1.NewTime(created)
@@ -286,4 +268,24 @@ func TestMissingClaimReportedAfterGrace(t *testing.T) {
 	case <-time.After(claimGrace + 15*time.Second):
 		t.Fatalf("not told about its missing claim within %s", claimGrace+15*time.Second)
 	}
+}
+
+// runQuiet runs a scheduler on cfg with a Debounce of a minute and a
+// Resync of an hour, so that a cycle only runs when an event or a timer
+// the runtime sets asks for it at once, and waits for its first cycle. The
+// returned context ends with the test (and stops the scheduler).
+func runQuiet(t *testing.T, cfg Config) context.Context {
+	t.Helper()
+	cfg.Debounce, cfg.Resync = time.Minute, time.Hour
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	go func() { _ = s.Run(ctx) }()
+	for !s.synced.Load() || s.lastCycle.Load() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return ctx
 }

@@ -489,10 +489,20 @@ func (b *bench) reset() {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	zero := int64(0)
-	if err := b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
+	// A loaded API server may time out a collection delete while it goes
+	// on deleting ("unable to return a response in the time allotted"):
+	// the wait below sees what is left, and deletes again.
+	deleteAll := func(ctx context.Context) error {
+		err := b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		if err == nil || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
+			err = b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		}
+		if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
+			return nil
+		}
+		return err
 	}
-	if err := b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+	if err := deleteAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -518,6 +528,13 @@ func (b *bench) reset() {
 		pods, err := b.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
+		}
+		undeleted := slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp == nil }) ||
+			slices.ContainsFunc(claims.Items, func(c resourceapi.ResourceClaim) bool { return c.DeletionTimestamp == nil })
+		if undeleted {
+			if err := deleteAll(ctx); err != nil { // an earlier delete timed out
+				return false, err
+			}
 		}
 		return len(claims.Items) == 0 && len(pods.Items) == 0 && b.tr.empty(), nil
 	})

@@ -37,6 +37,12 @@ func (d *Discoverer) readMIG(h nvml.Device, g *gpu.GPU) error {
 			return fmt.Errorf("discovery: gpu %s mig device %d: %w", g.UUID, i, err)
 		}
 		m, err := d.readMIGDevice(h, mh, g.MemoryBytes)
+		if errors.Is(err, nvml.ERROR_NOT_FOUND) {
+			// Destroyed while it was read (a MIG reconfiguration or a
+			// DRA unprepare runs beside discovery): it is gone, as if the
+			// index had been empty; the next read sees the new layout.
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("discovery: gpu %s mig device %d: %w", g.UUID, i, err)
 		}

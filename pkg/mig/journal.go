@@ -187,6 +187,22 @@ func (a *Applier) removeJournal() error {
 	return nil
 }
 
+// interrupted reads the journal of an apply a crash cut short, after
+// removing the temp file of a journal write cut short. found says whether
+// there is one to act on (a journal that cannot be read counts: err says
+// why); no journal configured, none on disk, or a failed temp removal do
+// not.
+func (a *Applier) interrupted() (j journal, found bool, err error) {
+	if a.journal == "" {
+		return j, false, nil
+	}
+	if err := a.removeStaleJournalTemp(); err != nil {
+		return j, false, err
+	}
+	j, ok, err := readJournal(a.journal)
+	return j, ok || err != nil, err
+}
+
 // Recover finishes an apply that a crash cut short: when the journal
 // exists, it plans from the node's current layout to the journaled target
 // and applies that (incomplete GPU instances are completed or removed); if
@@ -195,15 +211,9 @@ func (a *Applier) removeJournal() error {
 // there was anything to recover. busy guards slices that came into use
 // meanwhile.
 func (a *Applier) Recover(ctx context.Context, busy Busy) (bool, Result, error) {
-	if a.journal == "" {
-		return false, Result{}, nil
-	}
-	if err := a.removeStaleJournalTemp(); err != nil {
-		return false, Result{}, err
-	}
-	j, ok, err := readJournal(a.journal)
-	if !ok || err != nil {
-		return err != nil, Result{}, err
+	j, found, err := a.interrupted()
+	if !found || err != nil {
+		return found, Result{}, err
 	}
 	a.log.Warn("mig apply was interrupted, recovering", "config", j.Config, "journal", a.journal)
 	cur, err := ReadState(a.lib)
@@ -240,15 +250,9 @@ func (a *Applier) Recover(ctx context.Context, busy Busy) (bool, Result, error) 
 // busy slice is kept unless force. It reports whether there was anything
 // to roll back; the journal is removed when the rollback is done.
 func (a *Applier) RollBack(ctx context.Context, busy Busy, force bool) (bool, Result, error) {
-	if a.journal == "" {
-		return false, Result{}, nil
-	}
-	if err := a.removeStaleJournalTemp(); err != nil {
-		return false, Result{}, err
-	}
-	j, ok, err := readJournal(a.journal)
-	if !ok || err != nil {
-		return err != nil, Result{}, err
+	j, found, err := a.interrupted()
+	if !found || err != nil {
+		return found, Result{}, err
 	}
 	cur, err := ReadState(a.lib)
 	if err != nil {

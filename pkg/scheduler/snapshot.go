@@ -113,12 +113,8 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	extended := map[types.UID]*resourceapi.ResourceClaim{} // by the owning pod
 	for _, c := range in.claims {
 		byName[c.Namespace+"/"+c.Name] = c
-		if c.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true" {
-			for _, r := range c.OwnerReferences {
-				if extres.IsExtendedClaim(c, r.UID) {
-					extended[r.UID] = c
-				}
-			}
+		if owner, ok := extres.Owner(c); ok {
+			extended[owner] = c
 		}
 	}
 	var pending []*plan.Pod

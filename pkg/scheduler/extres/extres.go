@@ -43,12 +43,21 @@ func IsPlaceholder(c *resourceapi.ResourceClaim) bool {
 // IsExtendedClaim reports whether c is an extended-resource claim of the
 // pod with uid (the annotation, and the pod as its controller).
 func IsExtendedClaim(c *resourceapi.ResourceClaim, uid types.UID) bool {
+	owner, ok := Owner(c)
+	return ok && owner == uid
+}
+
+// Owner returns the UID of the pod whose extended-resource claim c is (the
+// annotation, and the pod as its controller); false when c is none.
+func Owner(c *resourceapi.ResourceClaim) (types.UID, bool) {
 	if c.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" {
-		return false
+		return "", false
 	}
-	return slices.ContainsFunc(c.OwnerReferences, func(r metav1.OwnerReference) bool {
-		return r.UID == uid && ptr.Deref(r.Controller, false)
-	})
+	i := slices.IndexFunc(c.OwnerReferences, func(r metav1.OwnerReference) bool { return ptr.Deref(r.Controller, false) })
+	if i < 0 {
+		return "", false
+	}
+	return c.OwnerReferences[i].UID, true
 }
 
 // For returns the claim pod needs for its extended resources backed by

@@ -20,19 +20,13 @@ import (
 type frameworkSnapshot = *schedcache.Snapshot
 
 // newSnapshot is the upstream snapshot of nodes and the pods bound to
-// them, open for [Cycle.Add] and [Cycle.Remove]. infos gives each pod's
-// PodInfo (nil: a new one per pod).
+// them, open for [Cycle.Add] and [Cycle.Remove]: the nodes alone, then each
+// pod added with its PodInfo from infos, kept from earlier cycles
+// (computing a pod's requests is most of building a snapshot, and a bound
+// pod's do not change while its object does not).
 func newSnapshot(nodes []*corev1.Node, pods []*corev1.Pod, infos *podInfos) (frameworkSnapshot, error) {
-	if infos == nil {
-		s := schedcache.NewSnapshot(pods, nodes)
-		_ = s.StartMutations() // a fresh snapshot has no session open
-		return s, nil
-	}
-	// The nodes alone, then each pod added with its PodInfo from earlier
-	// cycles: computing a pod's requests is most of building a snapshot,
-	// and a bound pod's do not change while its object does not.
 	s := schedcache.NewSnapshot(nil, nodes)
-	_ = s.StartMutations()
+	_ = s.StartMutations() // a fresh snapshot has no session open
 	for _, p := range pods {
 		pi, err := infos.get(p)
 		if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gpud/gpud/internal/filewatch"
 	"github.com/gpud/gpud/pkg/adminapi"
@@ -67,15 +69,24 @@ type migComponent struct {
 	// metrics count the applies and mirror the state; nil records nothing.
 	metrics *migMetrics
 
+	// recoverRetry overrides migRecoverRetry (tests).
+	recoverRetry time.Duration
+
 	mu   sync.Mutex
 	opts migOptions
 }
 
 func (c *migComponent) Run(ctx context.Context) error {
-	if ok, res, err := c.svc.Recover(ctx); err != nil {
-		c.log.Error("mig recovery failed", "err", err)
-	} else if ok {
-		c.log.Info("mig recovery done", "pending", len(res.Pending))
+	// The configured layout waits for the recovery: until it succeeds
+	// (here, on a retry, or by `gpud mig recover`), applies are refused
+	// so that the journal's way back is not overwritten.
+	retry := cmp.Or(c.recoverRetry, migRecoverRetry)
+	for !c.recover(ctx, retry) {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(retry):
+		}
 	}
 	c.applyConfigured(ctx)
 	w := filewatch.Watcher{Paths: []string{c.configPath, c.opts.layoutFile}, Log: c.log, OnChange: func() {
@@ -87,6 +98,28 @@ func (c *migComponent) Run(ctx context.Context) error {
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// migRecoverRetry is how often a failed recovery of an interrupted MIG
+// apply is tried again (a busy-slice list that was not ready, say).
+const migRecoverRetry = 30 * time.Second
+
+// recover finishes or undoes an apply a crash cut short; false when that
+// failed (the node label then says failed, with the error logged).
+func (c *migComponent) recover(ctx context.Context, retry time.Duration) bool {
+	ok, res, err := c.svc.Recover(ctx)
+	switch {
+	case err != nil:
+		c.log.Error("mig recovery failed, configured layout waits", "err", err, "retry_in", retry)
+		if c.state != nil {
+			c.state(nodelabels.StateFailed)
+		}
+		c.metrics.setState(nodelabels.StateFailed)
+		return false
+	case ok:
+		c.log.Info("mig recovery done", "pending", len(res.Pending))
+	}
+	return true
 }
 
 // reloadConfig takes --mig-config and --mig-config-file from the reread
@@ -215,6 +248,8 @@ func migErrorStatus(err error) (int, string) {
 		return http.StatusInternalServerError, "rolled_back"
 	case errors.Is(err, mig.ErrJournalKept):
 		return http.StatusInternalServerError, "journal_kept"
+	case errors.Is(err, mig.ErrInterrupted):
+		return http.StatusConflict, "interrupted"
 	}
 	return http.StatusInternalServerError, "failed"
 }

@@ -66,7 +66,23 @@ type Result struct {
 // rollback fails too, both errors are returned and the journal is kept.
 // When the apply ended (done or rolled back) but its journal cannot be
 // removed, the error wraps ErrJournalKept: res still says what was done.
+// While the journal of an earlier apply is there (a crash, or a rollback
+// that failed), Apply changes nothing and returns an error wrapping
+// ErrInterrupted: Recover or RollBack first.
 func (a *Applier) Apply(ctx context.Context, start State, want Desired, plan Plan) (Result, error) {
+	if j, found, err := a.interrupted(); found {
+		st, _ := ReadState(a.lib)
+		if err == nil {
+			err = fmt.Errorf("%w: the apply of %q (journal %s) may have left GPUs half-applied", ErrInterrupted, j.Config, a.journal)
+		}
+		return Result{Plan: plan, State: st}, fmt.Errorf("mig: apply %q refused: %w; run `gpud mig recover` (or `gpud mig recover --rollback`) first", want.Config, err)
+	}
+	return a.apply(ctx, start, want, plan)
+}
+
+// apply is Apply without the check for an interrupted apply: Recover and
+// RollBack use it to replace that apply's journal with their own.
+func (a *Applier) apply(ctx context.Context, start State, want Desired, plan Plan) (Result, error) {
 	res := Result{Plan: plan, Pending: map[int]string{}}
 	if plan.Empty() && (a.reset == nil || !plan.hasPending()) {
 		for _, g := range plan.GPUs {

@@ -1,6 +1,7 @@
 package mig
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -151,6 +152,24 @@ mig-configs:
 	second, err := simnode.New(first.Profile(), simnode.WithStateFile(statePath))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Until it is recovered, no apply may overwrite the journal (it holds
+	// the layout to go back to) or touch the GPUs.
+	before, err := os.ReadFile(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := mustState(t, second)
+	w2, p2 := mustPlan(t, f, "small", cur)
+	if _, err := NewApplier(second, nil, WithJournal(journal)).Apply(t.Context(), cur, w2, p2); !errors.Is(err, ErrInterrupted) ||
+		!strings.Contains(err.Error(), "gpud mig recover") {
+		t.Fatalf("Apply before recovery = %v, want ErrInterrupted naming `gpud mig recover`", err)
+	}
+	if after, _ := os.ReadFile(journal); !bytes.Equal(after, before) {
+		t.Fatal("a refused Apply changed the interrupted apply's journal")
+	}
+	if got := layouts(mustState(t, second)); !slices.EqualFunc(got, layouts(cur), slices.Equal) {
+		t.Fatalf("a refused Apply changed the layout: %v", got)
 	}
 	recovered, res, err := NewApplier(second, nil, WithJournal(journal)).Recover(t.Context(), nil)
 	if err != nil || !recovered {

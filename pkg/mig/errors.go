@@ -30,6 +30,10 @@ var (
 	// ErrBadJournal is wrapped when a journal cannot be trusted: not
 	// JSON, a bad checksum, or a version this gpud does not know.
 	ErrBadJournal = errors.New("mig: journal unusable")
+	// ErrInterrupted is wrapped when Apply is refused because an earlier
+	// apply was cut short and not recovered: its journal holds the layout
+	// to go back to, which a new apply would overwrite.
+	ErrInterrupted = errors.New("mig: an interrupted apply is not recovered")
 )
 
 // BusyError says which slices a plan would destroy while they are in use,

@@ -223,7 +223,7 @@ func (a *Applier) Recover(ctx context.Context, busy Busy) (bool, Result, error) 
 	plan, err := NewPlan(cur, j.Want, busy, Options{})
 	if err == nil {
 		// The journal's starting layout is the rollback target, not cur.
-		res, aerr := a.Apply(ctx, j.Start, j.Want, plan)
+		res, aerr := a.apply(ctx, j.Start, j.Want, plan)
 		if aerr == nil {
 			// An empty plan (the layout was already in place) makes
 			// Apply return before it touches the journal.
@@ -268,9 +268,9 @@ func (a *Applier) RollBack(ctx context.Context, busy Busy, force bool) (bool, Re
 	if err != nil {
 		return true, Result{Plan: plan, State: cur}, fmt.Errorf("mig: roll back %q: %w", j.Config, err)
 	}
-	// Apply replaces the journal with the rollback's own, so a crash now
+	// apply replaces the journal with the rollback's own, so a crash now
 	// is recovered like any apply, and removes it at the end.
-	res, err := a.Apply(ctx, cur, back, plan)
+	res, err := a.apply(ctx, cur, back, plan)
 	if err == nil && plan.Empty() {
 		err = a.removeJournal()
 	}

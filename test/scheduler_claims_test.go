@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
@@ -64,6 +65,9 @@ type claimCase struct {
 	check func(map[string]string) error
 	// verify checks the bound pods' claims in namespace ns.
 	verify func(t *testing.T, env *k8senv.Env, ns string)
+	// setup, if set, runs before the pods are created; what it returns
+	// runs once their claims are freed.
+	setup func(t *testing.T, env *k8senv.Env) (cleanup func())
 }
 
 func claimReq(name, class string, count int64, mode resourceapi.DeviceAllocationMode) resourceapi.DeviceRequest {
@@ -75,6 +79,10 @@ func claimCases() []claimCase {
 		return claimReq(name, "gpu.gpud.io", count, resourceapi.DeviceAllocationModeExactCount)
 	}
 	all := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{claimReq("gpu", "gpu.gpud.io", 0, resourceapi.DeviceAllocationModeAll)}}
+	eight := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("gpu", 8)}}
+	eightTolerating := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("gpu", 8)}}
+	eightTolerating.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{{Key: maintenanceTaint,
+		Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 	domain := resourceapi.FullyQualifiedName("gpu.gpud.io/nvlinkDomain")
 	return []claimCase{
 		{name: "allocationMode All", pods: []claimPod{{"all-0", []resourceapi.DeviceClaim{all}}, {"all-1", []resourceapi.DeviceClaim{all}},
@@ -95,6 +103,52 @@ func claimCases() []claimCase {
 			{"gn-1", []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 1)}},
 				{Requests: []resourceapi.DeviceRequest{claimReq("nic", nicDriver, 1, resourceapi.DeviceAllocationModeExactCount)}}}}},
 			check: perNode("b=1 pending=1", false)},
+		// An admin's DeviceTaintRule on node a's GPUs: a pod whose request
+		// does not tolerate the taint may not get them...
+		{name: "DeviceTaintRule", setup: taintNodeAGPUs, pods: []claimPod{{"untol-0", []resourceapi.DeviceClaim{eight}},
+			{"untol-1", []resourceapi.DeviceClaim{eight}}},
+			check: func(got map[string]string) error {
+				if got["untol-0"] == "a" || got["untol-1"] == "a" {
+					return fmt.Errorf("a pod that does not tolerate the taint got node a's tainted GPUs: %v", got)
+				}
+				return perNode("b=1 pending=1", false)(got)
+			}},
+		// ...and one whose request tolerates it may.
+		{name: "DeviceTaintRule tolerated", setup: taintNodeAGPUs, pods: []claimPod{{"tol-0", []resourceapi.DeviceClaim{eightTolerating}},
+			{"tol-1", []resourceapi.DeviceClaim{eightTolerating}}},
+			check: perNode("a=1 b=1", false)},
+	}
+}
+
+// maintenanceTaint is the key of the DeviceTaintRule case's taint.
+const maintenanceTaint = "example.com/maintenance"
+
+// taintNodeAGPUs taints every gpud GPU of each pool's node a through a
+// DeviceTaintRule (NoSchedule) and deletes the rules at cleanup.
+func taintNodeAGPUs(t *testing.T, env *k8senv.Env) func() {
+	t.Helper()
+	c := env.Client
+	var names []string
+	for _, pool := range []string{"gpud", "kube"} {
+		rule := &resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-" + pool + "-a"},
+			Spec: resourceapi.DeviceTaintRuleSpec{
+				DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To("gpu.gpud.io"), Pool: ptr.To(pool + "-a")},
+				Taint:          resourceapi.DeviceTaint{Key: maintenanceTaint, Value: "planned", Effect: resourceapi.DeviceTaintEffectNoSchedule}}}
+		if _, err := c.ResourceV1().DeviceTaintRules().Create(t.Context(), rule, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("DeviceTaintRule %s: %v", rule.Name, err)
+		}
+		names = append(names, rule.Name)
+	}
+	// Both schedulers learn of the rules through a watch: give the event
+	// time to arrive before the pods do.
+	time.Sleep(time.Second)
+	return func() {
+		for _, n := range names {
+			if err := c.ResourceV1().DeviceTaintRules().Delete(context.Background(), n, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("delete DeviceTaintRule %s: %v", n, err)
+			}
+		}
+		time.Sleep(time.Second)
 	}
 }
 
@@ -102,6 +156,9 @@ func claimCases() []claimCase {
 // judges both, then deletes them and frees their claims as the resource
 // claim controller would, so the next case finds every GPU free.
 func runClaimCase(t *testing.T, env *k8senv.Env, tc claimCase) {
+	if tc.setup != nil {
+		defer tc.setup(t, env)()
+	}
 	got := map[string]map[string]string{}
 	var rps []rulesPod
 	for _, cp := range tc.pods {

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -31,6 +33,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
+	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
@@ -51,15 +54,23 @@ type Scheduler struct {
 	// its pods and nodes; readiness does not wait for them, so that a
 	// role without them (an older deploy/scheduler RBAC) still
 	// schedules, pods with volumes then waiting with the plugins' reason.
-	rules     *rules.Rules
-	backoff   *backoff
-	pods      corelisters.PodLister
-	nodes     corelisters.NodeLister
-	claims    resourcelisters.ResourceClaimLister
-	slices    resourcelisters.ResourceSliceLister
-	classes   resourcelisters.DeviceClassLister
-	pdbs      policylisters.PodDisruptionBudgetLister
-	hasSynced []cache.InformerSynced
+	rules   *rules.Rules
+	backoff *backoff
+	pods    corelisters.PodLister
+	nodes   corelisters.NodeLister
+	claims  resourcelisters.ResourceClaimLister
+	// sliceInf is every driver's ResourceSlices; the scheduler reads
+	// them through sliceTracker, which Run starts on it.
+	sliceInf resourceinformers.TypedResourceSliceInformer
+	taintInf resourceinformers.TypedDeviceTaintRuleInformer
+	// sliceTracker lists the slices with the taints of DeviceTaintRules
+	// applied, as kube-scheduler sees them (set by Run before the loop).
+	sliceTracker *resourceslicetracker.Tracker
+	classes      resourcelisters.DeviceClassLister
+	pdbs         policylisters.PodDisruptionBudgetLister
+	hasSynced    []cache.InformerSynced
+	// flush is the handler for events that can make room.
+	flush cache.ResourceEventHandlerFuncs
 
 	broadcaster events.EventBroadcaster
 	recorder    events.EventRecorder
@@ -111,7 +122,7 @@ func New(cfg Config) (*Scheduler, error) {
 	s.m.setQuotas(cfg.Queues)
 
 	strip := informers.WithTransform(stripManagedFields)
-	s.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
+	s.factory = informers.NewSharedInformerFactoryWithOptions(cmp.Or(cfg.InformerClient, cfg.Client), 0, strip)
 	classInf := s.factory.Resource().V1().DeviceClasses()
 	// Which DeviceClass serves an extended resource (nvidia.com/gpu
 	// through gpu.gpud.io): kube-scheduler's own cache of the mapping.
@@ -131,9 +142,12 @@ func New(cfg Config) (*Scheduler, error) {
 	pdbInf := s.factory.Policy().V1().PodDisruptionBudgets()
 	// Every driver's slices: claims gpud does not model may take other
 	// drivers' devices (pkg/scheduler/anydevice).
-	sliceInf := s.factory.Resource().V1().ResourceSlices()
+	// An admin's DeviceTaintRules taint devices in them (maintenance,
+	// a bad GPU); the tracker applies them (Run).
+	s.sliceInf = s.factory.Resource().V1().ResourceSlices()
+	s.taintInf = s.factory.Resource().V1().DeviceTaintRules()
 	s.pods, s.nodes, s.claims = podInf.Lister(), nodeInf.Lister(), claimInf.Lister()
-	s.classes, s.pdbs, s.slices = classInf.Lister(), pdbInf.Lister(), sliceInf.Lister()
+	s.classes, s.pdbs = classInf.Lister(), pdbInf.Lister()
 
 	poke := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.poke() },
@@ -146,7 +160,8 @@ func New(cfg Config) (*Scheduler, error) {
 		UpdateFunc: func(any, any) { s.backoff.flush(); s.poke() },
 		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), sliceInf.Informer(), classInf.Informer()} {
+	s.flush = flush
+	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), classInf.Informer()} {
 		if _, err := inf.AddEventHandler(flush); err != nil {
 			return nil, fmt.Errorf("scheduler: informer handler: %w", err)
 		}
@@ -278,13 +293,20 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("scheduler: event recorder: %w", err)
 	}
+	tracker, err := s.startSliceTracker(ctx)
+	if err != nil {
+		cancel()
+		s.broadcaster.Shutdown()
+		return err
+	}
 	s.factory.Start(ctx.Done())
 	defer func() {
 		cancel()
+		tracker.Stop()
 		s.factory.Shutdown()
 		s.broadcaster.Shutdown()
 	}()
-	if !cache.WaitForCacheSync(ctx.Done(), s.hasSynced...) || !s.waitGroupsSynced(ctx) {
+	if !cache.WaitForCacheSync(ctx.Done(), append(s.hasSynced, tracker.HasSynced)...) || !s.waitGroupsSynced(ctx) {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -310,6 +332,29 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%w %s/%s (identity %s): exiting so that a new replica can take over", ErrLostLease, le.Namespace, le.Name, le.Identity)
+}
+
+// startSliceTracker starts kube-scheduler's ResourceSlice tracker on the
+// slice and DeviceTaintRule informers (before the factory starts them):
+// a device a DeviceTaintRule taints is then tainted in every slice the
+// scheduler reads, and a change of either makes room as a slice change does.
+func (s *Scheduler) startSliceTracker(ctx context.Context) (*resourceslicetracker.Tracker, error) {
+	t, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{
+		EnableDeviceTaintRules:   true,
+		EnableConsumableCapacity: true,
+		SliceInformer:            s.sliceInf,
+		TaintInformer:            s.taintInf,
+		KubeClient:               s.cfg.Client,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: resource slice tracker: %w", err)
+	}
+	if _, err := t.AddEventHandler(s.flush); err != nil {
+		t.Stop()
+		return nil, fmt.Errorf("scheduler: resource slice tracker handler: %w", err)
+	}
+	s.sliceTracker = t
+	return t, nil
 }
 
 // term runs the loop while this replica leads; ctx ends with the term.
@@ -614,7 +659,7 @@ func (s *Scheduler) inputs(now time.Time) (inputs, error) {
 		return in, fmt.Errorf("list resource claims: %w", err)
 	}
 	in.claims = s.assumed.mergeClaims(claims, now)
-	if in.slices, err = s.slices.List(all); err != nil {
+	if in.slices, err = s.sliceTracker.ListPatchedResourceSlices(); err != nil {
 		return in, fmt.Errorf("list resource slices: %w", err)
 	}
 	if in.classes, err = s.classes.List(all); err != nil {

@@ -221,6 +221,26 @@ func TestSchedulerEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
+
+	// An API-server outage longer than the lease: the leader cannot renew
+	// and exits; the standby (a replacement replica, as its Deployment
+	// would start) takes over once the server is back, and its informers,
+	// which failed all along, must not keep it waiting (client-go's
+	// backoff alone took up to 32 s here).
+	standby := startSchedulerProc(t, bin, filepath.Join(dir, "c"), schedKubeconfig)
+	testwait.For(t, schedTimeout, "the standby's informers synced", func() bool { return standby.readyz() == "not the leader" })
+	env.StopAPIServer(t)
+	time.Sleep(20 * time.Second)
+	env.StartAPIServer(t)
+	back := time.Now()
+	createSchedPod(t, env, schedPod{name: "after-outage", example: "fraction-20gi"})
+	env.WaitForPodBound(t, metav1.NamespaceDefault, "after-outage", schedTimeout)
+	tookAfter := time.Since(back)
+	t.Logf("after a 20 s API-server outage: pod bound %s after the server was ready again (leader %s exited: %v)",
+		tookAfter.Round(time.Millisecond), next.name, next.exited())
+	if tookAfter > 15*time.Second {
+		t.Errorf("pod bound %s after the API server returned, want within seconds (lease 4 s, retry 500 ms, informer reads retried every 1 s)", tookAfter.Round(time.Millisecond))
+	}
 	t.Logf("total %s", time.Since(begin).Round(time.Millisecond))
 }
 
@@ -346,6 +366,19 @@ func (p *schedProc) ready() bool {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// readyz returns the body of the scheduler's /readyz ("ok", "not the
+// leader", "informers not synced"), or "" when it does not answer.
+func (p *schedProc) readyz() string {
+	hc := http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get("http://" + p.addr + "/readyz")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
 }
 
 // waitForLeader waits until exactly one live scheduler other than not is

@@ -31,7 +31,7 @@ func (o *migOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.layoutName, "mig-config", "", "name of the layout in --mig-config-file to apply at start and whenever the agent config or that file changes; empty applies none")
 	fs.BoolVar(&o.force, "mig-force", false, "let the configured layout destroy MIG slices that are allocated or run processes")
 	fs.BoolVar(&o.resetGPUs, "mig-reset-gpus", false, "reset an idle GPU whose MIG mode change needs it (simulated: ResetGPU; real: nvidia-smi -r), instead of leaving it pending")
-	fs.StringVar(&o.journal, "mig-journal", "/var/lib/gpud/mig-journal.json", "file recording an apply in progress, so a restarted agent finishes or undoes it")
+	fs.StringVar(&o.journal, "mig-journal", defaultMIGJournal, "file recording an apply in progress, so a restarted agent finishes or undoes it")
 }
 
 // validate checks the flags and, when a layout is configured, that the

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/gpud/gpud/internal/apiwait"
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/jobsim"
@@ -208,12 +209,20 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("scheduler: API client: %w", err)
 	}
-	groups, err := newPodGroupSource(client, restCfg, log)
+	// Informers read through a client that waits out API-server outages,
+	// so they resume within a second of its return (client-go's own
+	// backoff took up to 30 s); writes and leader election fail fast.
+	informerCfg := apiwait.Config(restCfg, log.With("component", "informers"))
+	informerClient, err := kubernetes.NewForConfig(informerCfg)
+	if err != nil {
+		return fmt.Errorf("scheduler: API client: %w", err)
+	}
+	groups, err := newPodGroupSource(client, informerClient, informerCfg, log)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	cfg := scheduler.Config{
-		Client: client, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
+		Client: client, InformerClient: informerClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
 		Decider: decide.New(o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel})),
 		Groups:  groups.groups, GroupsSynced: groups.synced,
 		Log: log, Resync: o.resync,
@@ -300,13 +309,15 @@ type podGroupSource struct {
 	log  *slog.Logger
 }
 
-func newPodGroupSource(client kubernetes.Interface, restCfg *rest.Config, log *slog.Logger) (*podGroupSource, error) {
+// newPodGroupSource asks client which PodGroup APIs the server has; the
+// informers read through informerClient and informerCfg.
+func newPodGroupSource(client, informerClient kubernetes.Interface, informerCfg *rest.Config, log *slog.Logger) (*podGroupSource, error) {
 	src := &podGroupSource{log: log, kind: "none"}
 	var kinds []string
 	if ok, err := podgroup.Installed(client.Discovery()); err != nil {
 		return nil, err
 	} else if ok {
-		dyn, err := dynamic.NewForConfig(restCfg)
+		dyn, err := dynamic.NewForConfig(informerCfg)
 		if err != nil {
 			return nil, fmt.Errorf("dynamic client for PodGroups: %w", err)
 		}
@@ -316,7 +327,7 @@ func newPodGroupSource(client kubernetes.Interface, restCfg *rest.Config, log *s
 	if ok, err := podgroup.InTreeInstalled(client.Discovery()); err != nil {
 		return nil, err
 	} else if ok {
-		src.infs = append(src.infs, podgroup.NewInTreeInformer(client, 0))
+		src.infs = append(src.infs, podgroup.NewInTreeInformer(informerClient, 0))
 		kinds = append(kinds, podgroup.InTreeGroupVersion)
 	}
 	if len(kinds) > 0 {

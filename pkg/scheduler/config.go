@@ -43,6 +43,10 @@ const (
 type Config struct {
 	// Client is the API client; required.
 	Client kubernetes.Interface
+	// InformerClient, if set, is the client the informers list and watch
+	// through (cmd/gpud gives one whose reads wait out API-server outages:
+	// internal/apiwait); default Client.
+	InformerClient kubernetes.Interface
 	// SchedulerName selects the pods (spec.schedulerName) this scheduler
 	// places and is the events' reporting controller; default
 	// [DefaultSchedulerName].

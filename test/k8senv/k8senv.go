@@ -92,6 +92,10 @@ type Env struct {
 
 	pki   *pki
 	procs []*Proc
+	// apiServer is the running kube-apiserver; apiServerStart starts it
+	// again on the same port with the same flags (StartAPIServer).
+	apiServer      *Proc
+	apiServerStart func() (*Proc, error)
 }
 
 type options struct {
@@ -427,18 +431,24 @@ func (e *Env) startAPIServer(o *options) error {
 			// loopback; their tokens need ServiceAccount admission.
 			args = mergeFlags(args, []string{"--bind-address=0.0.0.0", "--disable-admission-plugins=TaintNodesByCondition"})
 		}
-		p, err := startProc(e.Dir, "kube-apiserver", e.Binaries.APIServer, mergeFlags(args, o.apiServerFlags))
-		if err != nil {
-			return nil, err
+		args = mergeFlags(args, o.apiServerFlags)
+		e.apiServerStart = func() (*Proc, error) {
+			p, err := startProc(e.Dir, "kube-apiserver", e.Binaries.APIServer, args)
+			if err != nil {
+				return nil, err
+			}
+			rt, err := rest.TransportFor(e.Config)
+			if err != nil {
+				return p, fmt.Errorf("k8senv: transport: %w", err)
+			}
+			hc := &http.Client{Transport: rt, Timeout: 5 * time.Second}
+			return p, waitFor(p, "kube-apiserver "+e.APIServerURL+"/readyz", o.timeout, func() error {
+				return getOK(hc, e.APIServerURL+"/readyz?verbose")
+			})
 		}
-		rt, err := rest.TransportFor(e.Config)
+		p, err := e.apiServerStart()
+		e.apiServer = p
 		if err != nil {
-			return p, fmt.Errorf("k8senv: transport: %w", err)
-		}
-		hc := &http.Client{Transport: rt, Timeout: 5 * time.Second}
-		if err := waitFor(p, "kube-apiserver "+e.APIServerURL+"/readyz", o.timeout, func() error {
-			return getOK(hc, e.APIServerURL+"/readyz?verbose")
-		}); err != nil {
 			return p, err
 		}
 		// The system namespaces controller creates "default" shortly
@@ -454,6 +464,34 @@ func (e *Env) startAPIServer(o *options) error {
 	}
 	e.Kubeconfig = filepath.Join(e.Dir, "admin.kubeconfig")
 	return writeKubeconfig(e.Kubeconfig, e.Config)
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 10 s):
+// clients see refused connections until StartAPIServer. etcd keeps the
+// cluster's state.
+func (e *Env) StopAPIServer(t testing.TB) {
+	t.Helper()
+	if e.apiServer == nil {
+		t.Fatal("k8senv: no kube-apiserver to stop")
+	}
+	e.apiServer.Stop(10 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same address with the same flags, and returns once it is ready.
+func (e *Env) StartAPIServer(t testing.TB) {
+	t.Helper()
+	if e.apiServer == nil || !e.apiServer.exited() {
+		t.Fatal("k8senv: StartAPIServer without StopAPIServer")
+	}
+	p, err := e.apiServerStart()
+	if p != nil {
+		e.procs = append(e.procs, p)
+		e.apiServer = p
+	}
+	if err != nil {
+		t.Fatalf("k8senv: restart kube-apiserver: %v", err)
+	}
 }
 
 func (e *Env) startScheduler(o *options) error {

@@ -10,4 +10,7 @@ var (
 	// ErrInUse: a device is already prepared for another claim, or the
 	// fractions on it would not fit.
 	ErrInUse = errors.New("dra: device in use")
+	// ErrClaimExceedsGPU: one claim holds a GPU whole and another device
+	// of it, or fractions of it that sum past its memory or cores.
+	ErrClaimExceedsGPU = errors.New("dra: claim takes more of a GPU than it has")
 )

@@ -267,7 +267,8 @@ func (p *Preparer) prepareClaim(ctx context.Context, c *resourceapi.ResourceClai
 }
 
 // plan resolves the claim's allocation into devices of this node, checks
-// them, and carries over what an interrupted earlier prepare created.
+// them (each alone, then together: [checkClaimFits]), and carries over
+// what an interrupted earlier prepare created.
 //
 // The table may lag the hardware (it is republished after the MIG service
 // rediscovers), so whether a MIG device exists is decided again in
@@ -325,6 +326,9 @@ func (p *Preparer) plan(c *resourceapi.ResourceClaim, prev PreparedClaim) ([]Pre
 			continue
 		}
 		out = append(out, d)
+	}
+	if err := checkClaimFits(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -31,6 +31,9 @@ type Device struct {
 	// clocksInjected are clocks event reasons set by InjectClocksEvent.
 	clocksInjected uint64
 	computeMode    nvml.ComputeMode
+	// memLimits are the per-cgroup memory limits on the GPU, by cgroup
+	// path (memlimits.go).
+	memLimits map[string]memLimit
 }
 
 type process struct {
@@ -41,6 +44,9 @@ type process struct {
 	mps        bool
 	limitBytes uint64
 	threadPct  int
+	// cgroup is the process's cgroup path ("" for none): the per-cgroup
+	// memory limits on the GPU that apply to it.
+	cgroup string
 }
 
 var _ nvml.Device = (*Device)(nil)
@@ -65,6 +71,7 @@ func newDevice(n *Node, i int) *Device {
 		pcieSwitch: i / p.GPUsPerPCIeSwitch,
 		gis:        map[int]*gpuInstance{},
 		procs:      map[uint32]process{},
+		memLimits:  map[string]memLimit{},
 	}
 	d.setFuncs()
 	return d
@@ -146,6 +153,7 @@ func (d *Device) setFuncs() {
 	d.setGPMFuncs()
 	d.setClocksFuncs()
 	d.setComputeModeFuncs()
+	d.setMemoryLimitsFuncs()
 	fillUnsupported(&d.Device)
 }
 

@@ -39,6 +39,11 @@ type ProcessSpec struct {
 	// Ordinal is the GPU's index among the process's visible devices, the
 	// key of CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=2048M,1=...").
 	Ordinal int
+	// Cgroup is the process's cgroup as a path under the cgroup mount
+	// (/sys/fs/cgroup/kubepods.slice/...), the namespace of the driver's
+	// per-cgroup memory limits: the hard limits of it and of the cgroups
+	// above it apply to the process's allocations. Empty: none apply.
+	Cgroup string
 }
 
 // ProcessLimits is what limits a running process: zero values mean none.
@@ -89,7 +94,8 @@ func (d *Device) setComputeModeFuncs() {
 // a context and allocating p.MemoryBytes would. It fails (wrapping the
 // NVML code a caller can test) when the compute mode refuses it
 // (ERROR_IN_USE), when the memory is not free or is above the process's
-// pinned MPS limit (ERROR_MEMORY), and for malformed MPS variables
+// pinned MPS limit or its cgroup's hard memory limit (ERROR_MEMORY), and
+// for malformed MPS variables
 // (ERROR_INVALID_ARGUMENT), naming the variable.
 func (n *Node) StartProcess(index int, p ProcessSpec) error {
 	d, err := n.device(index)
@@ -100,7 +106,7 @@ func (n *Node) StartProcess(index int, p ProcessSpec) error {
 	if err != nil {
 		return fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
 	}
-	proc.memBytes, proc.gi, proc.ci = p.MemoryBytes, -1, -1
+	proc.memBytes, proc.gi, proc.ci, proc.cgroup = p.MemoryBytes, -1, -1, p.Cgroup
 	if proc.limitBytes > 0 && p.MemoryBytes > proc.limitBytes {
 		return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, above its pinned MPS limit of %d: %w", index, p.PID, p.MemoryBytes, proc.limitBytes, nvml.ERROR_MEMORY)
 	}
@@ -108,6 +114,9 @@ func (n *Node) StartProcess(index int, p ProcessSpec) error {
 	defer n.mu.Unlock()
 	if free := d.memoryLocked().Free; p.MemoryBytes > free {
 		return fmt.Errorf("simnode: gpu %d: %d bytes requested, %d free: %w", index, p.MemoryBytes, free, nvml.ERROR_MEMORY)
+	}
+	if err := d.chargeLocked(p.Cgroup, p.MemoryBytes); err != nil {
+		return fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
 	}
 	if err := d.admitLocked(proc.mps); err != nil {
 		return fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
@@ -133,8 +142,9 @@ func (d *Device) admitLocked(mps bool) error {
 }
 
 // Allocate grows a running process's device memory by bytes, as cudaMalloc
-// does: above an MPS client's pinned memory limit, or above the GPU's (or
-// MIG device's) free memory, it fails with ERROR_MEMORY and nothing is
+// does: above an MPS client's pinned memory limit, above the hard memory
+// limit of its cgroup (or of one above it), or above the GPU's (or MIG
+// device's) free memory, it fails with ERROR_MEMORY and nothing is
 // allocated.
 func (n *Node) Allocate(pid uint32, bytes uint64) error {
 	n.mu.Lock()
@@ -154,6 +164,9 @@ func (n *Node) Allocate(pid uint32, bytes uint64) error {
 		}
 		if bytes > free {
 			return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, %d free: %w", d.index, pid, bytes, free, nvml.ERROR_MEMORY)
+		}
+		if err := d.chargeLocked(p.cgroup, bytes); err != nil {
+			return fmt.Errorf("simnode: gpu %d: pid %d: %w", d.index, pid, err)
 		}
 		p.memBytes += bytes
 		d.procs[pid] = p

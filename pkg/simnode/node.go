@@ -5,10 +5,14 @@
 // placement rules (an instance that does not fit fails with
 // ERROR_INSUFFICIENT_RESOURCES), a pending MIG mode, the compute mode,
 // running processes (MPS clients held to their pinned memory limit and
-// active-thread percentage: see [Node.StartProcess]), telemetry that
+// active-thread percentage: see [Node.StartProcess]), per-cgroup GPU memory
+// limits as drivers from r615 enforce them (SetMemoryLimits_v1, see
+// [MemoryLimitsMinDriver]; a process's allocations past its cgroup's hard
+// limit fail), telemetry that
 // changes deterministically with time, Xid and ECC events, GPUs that fall
 // off the bus, injectable NVML errors and latency, and an optional state
-// file so the MIG layout and compute modes survive a restart.
+// file so the MIG layout, compute modes and memory limits survive a
+// restart.
 //
 // Calls the simulator does not model return ERROR_NOT_SUPPORTED, as a driver
 // does for a feature the GPU lacks.
@@ -61,9 +65,10 @@ type Option func(*Node)
 // WithClock sets the clock that drives telemetry (default time.Now).
 func WithClock(now func() time.Time) Option { return func(n *Node) { n.clock = now } }
 
-// WithStateFile keeps the MIG layout and compute modes in path: loaded at
-// New when the file exists, rewritten after every change, as they survive
-// a driver reload on real hardware. New writes it once, so a path that
+// WithStateFile keeps the MIG layout, compute modes and per-cgroup memory
+// limits in path: loaded at New when the file exists, rewritten after every
+// change, as the first two survive a driver reload on real hardware and the
+// limits last as long as their cgroups. New writes it once, so a path that
 // cannot be written fails there; later write errors are reported by
 // [Node.StateErr].
 func WithStateFile(path string) Option { return func(n *Node) { n.statePath = path } }
@@ -92,6 +97,9 @@ func New(p Profile, opts ...Option) (*Node, error) {
 	}
 	for _, o := range opts {
 		o(n)
+	}
+	if _, err := driverBranch(n.profile.DriverVersion); err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrBadProfile, p.Name, err)
 	}
 	if msgs := validation.IsDNS1123Subdomain(n.name); len(msgs) > 0 {
 		return nil, fmt.Errorf("%w %s: node name %q is not a Kubernetes node name: %s", ErrBadProfile, p.Name, n.name, strings.Join(msgs, "; "))
@@ -197,6 +205,18 @@ func (n *Node) setFuncs() {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
 	n.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return n.newEventSet(), nvml.SUCCESS }
+	n.DeviceSetMemoryLimits_v1Func = func(dev nvml.Device, namespace string, soft, hard uint64) nvml.Return {
+		if dev == nil {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		return dev.SetMemoryLimits_v1(namespace, soft, hard)
+	}
+	n.DeviceGetMemoryLimits_v1Func = func(dev nvml.Device, namespace string) (nvml.MemoryLimits_v1, nvml.Return) {
+		if dev == nil {
+			return nvml.MemoryLimits_v1{}, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return dev.GetMemoryLimits_v1(namespace)
+	}
 	n.setGPMFuncs()
 	fillUnsupported(&n.Interface)
 }

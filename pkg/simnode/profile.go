@@ -35,7 +35,10 @@ type Profile struct {
 	Interconnect string `yaml:"interconnect"`
 	// GPUsPerPCIeSwitch is how many GPUs share a PCIe switch (default 1).
 	GPUsPerPCIeSwitch int `yaml:"gpusPerPCIeSwitch"`
-	// DriverVersion and CUDADriverVersion are reported by NVML.
+	// DriverVersion and CUDADriverVersion are reported by NVML (default
+	// 550.54.15 and 12040). The driver's branch (its major number) decides
+	// what it has: per-cgroup memory limits need r615
+	// ([MemoryLimitsMinDriver]).
 	DriverVersion     string `yaml:"driverVersion"`
 	CUDADriverVersion int    `yaml:"cudaDriverVersion"`
 	// Seed drives the simulated telemetry (utilization, power, temperature).
@@ -153,6 +156,11 @@ func (p Profile) validate(data []byte) error {
 	}
 	if p.GPUsPerPCIeSwitch < 0 || p.GPUsPerPCIeSwitch > MaxGPUs {
 		bad("gpusPerPCIeSwitch", "%d, want 1 to %d", p.GPUsPerPCIeSwitch, MaxGPUs)
+	}
+	if p.DriverVersion != "" {
+		if _, err := driverBranch(p.DriverVersion); err != nil {
+			bad("driverVersion", "%v", err)
+		}
 	}
 	if p.CUDADriverVersion < 0 {
 		bad("cudaDriverVersion", "%d, want a version like 12040", p.CUDADriverVersion)

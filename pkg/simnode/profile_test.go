@@ -25,6 +25,7 @@ var badProfiles = []struct {
 	{name: "count beyond int64", yaml: "name: n\nmodel: L40S\ncount: 99999999999999999999\n", want: []string{"[3:8]"}},
 	{name: "too many NUMA nodes", yaml: "name: n\nmodel: L40S\ncount: 16\nnumaNodes: 16\n", want: []string{`"numaNodes"`, "want 1 to 8"}},
 	{name: "negative CUDA version", yaml: "name: n\nmodel: L40S\ncount: 2\ncudaDriverVersion: -1\n", want: []string{`"cudaDriverVersion"`}},
+	{name: "driver version without a branch", yaml: "name: n\nmodel: L40S\ncount: 2\ndriverVersion: \"r615\"\n", want: []string{`"driverVersion"`, "line 4", "such as 615.40.01"}},
 	{name: "unknown model", yaml: "name: n\nmodel: H900\ncount: 2\n", want: []string{`"model"`, "line 2", "H900"}},
 	{name: "name with a newline", yaml: "name: \"a\\nb\"\nmodel: L40S\ncount: 2\n", want: []string{`"name"`, "not a Kubernetes node name"}},
 	{name: "uppercase name", yaml: "name: GPU_Node\nmodel: L40S\ncount: 2\n", want: []string{`"name"`, "not a Kubernetes node name"}},

@@ -14,8 +14,8 @@ import (
 	"github.com/gpud/gpud/internal/fileio"
 )
 
-// nodeState is the state file's form: the MIG mode and layout and the
-// compute mode per GPU. Node is the node's name and Profile its profile's;
+// nodeState is the state file's form: the MIG mode and layout, the
+// compute mode and the per-cgroup memory limits per GPU. Node is the node's name and Profile its profile's;
 // files written before node names counted have no Profile and name the
 // profile in Node. The UUIDs are written for readers; loading derives them
 // again from the names.
@@ -31,6 +31,8 @@ type gpuState struct {
 	MIGPending   int       `json:"migPending"`
 	ComputeMode  int       `json:"computeMode,omitempty"`
 	GPUInstances []giState `json:"gpuInstances,omitempty"`
+	// MemoryLimits are the per-cgroup memory limits, sorted by cgroup.
+	MemoryLimits []memLimitState `json:"memoryLimits,omitempty"`
 }
 
 type giState struct {
@@ -66,12 +68,13 @@ func (n *Node) saveStateLocked() error {
 	return err
 }
 
-// snapshotLocked is the node's MIG and compute-mode state in the state
-// file's form.
+// snapshotLocked is the node's MIG, compute-mode and memory-limit state in
+// the state file's form.
 func (n *Node) snapshotLocked() nodeState {
 	st := nodeState{Node: n.name, Profile: n.profile.Name}
 	for _, d := range n.devices {
-		g := gpuState{UUID: d.uuid, MIGCurrent: d.migCurrent, MIGPending: d.migPending, ComputeMode: int(d.computeMode)}
+		g := gpuState{UUID: d.uuid, MIGCurrent: d.migCurrent, MIGPending: d.migPending, ComputeMode: int(d.computeMode),
+			MemoryLimits: d.memLimitsSnapshotLocked()}
 		for _, gi := range d.sortedGIsLocked() {
 			gs := giState{ID: gi.id, ProfileIndex: gi.profileIdx, PlacementStart: gi.placement.Start, PlacementSize: gi.placement.Size}
 			ids := make([]int, 0, len(gi.cis))
@@ -137,6 +140,9 @@ func (n *Node) loadState() error {
 			d.computeMode = mode
 		default:
 			return fmt.Errorf("simnode: state file %s: gpu %d: compute mode %d: want 0 (default), 2 (prohibited) or 3 (exclusive process)", n.statePath, i, g.ComputeMode)
+		}
+		if err := d.loadMemLimits(g.MemoryLimits); err != nil {
+			return fmt.Errorf("simnode: state file %s: gpu %d: %w", n.statePath, i, err)
 		}
 		for _, gs := range g.GPUInstances {
 			if _, ok := d.profileInfo(gs.ProfileIndex); !ok {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
 	"github.com/gpud/gpud/pkg/simnode"
@@ -134,16 +135,20 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if err != nil {
 		return nil, err
 	}
-	var reload func() (migOptions, error)
+	var reload func() (migctl.Layout, error)
 	if cfg.configPath != "" {
 		reload = agentReloader(args)
 	}
-	migState := &migConfigState{}
-	migMetrics, err := newMIGMetrics(metrics)
+	migState := &migctl.ConfigState{}
+	migMetrics, err := migctl.NewMetrics(metrics)
 	if err != nil {
 		return nil, err
 	}
-	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig, state: migState.set, metrics: migMetrics}
+	migC, err := migctl.New(migctl.Config{Service: migSvc, Layout: cfg.mig.layout(), Force: cfg.mig.force, ConfigPath: cfg.configPath,
+		Reload: reload, State: migState.Set, Metrics: migMetrics, Log: migLog})
+	if err != nil {
+		return nil, err
+	}
 	sharingC := &sharingComponent{opts: cfg.sharing, deps: sharingDeps{
 		runtime: src.sharing, inventory: src.store.Current, metrics: metrics, log: log.With("component", "sharing"),
 		watchdog: timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods},
@@ -180,7 +185,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	}
 	if cfg.admin.socket != "" {
 		mux := http.NewServeMux()
-		migAPI{svc: migSvc, metrics: migMetrics}.routes(mux)
+		migctl.API{Service: migSvc, Metrics: migMetrics}.Routes(mux)
 		sharingAPI{runtime: src.sharing}.routes(mux)
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, task{"admin", srv.Run})
@@ -249,14 +254,14 @@ func runTasks(ctx context.Context, tasks []task, log *slog.Logger) error {
 // agentReloader rereads the agent config with the one loader, so a reload
 // follows the rule of the start: flags on the command line win, every key
 // and value is checked, errors name file and line. It returns the MIG
-// component's part, the one that applies changes at run time.
-func agentReloader(args []string) func() (migOptions, error) {
-	return func() (migOptions, error) {
+// controller's part, the one that applies changes at run time.
+func agentReloader(args []string) func() (migctl.Layout, error) {
+	return func() (migctl.Layout, error) {
 		c, err := loadAgentConfig(args, io.Discard)
 		if err != nil {
-			return migOptions{}, err
+			return migctl.Layout{}, err
 		}
-		return c.mig, nil
+		return c.mig.layout(), nil
 	}
 }
 

@@ -510,7 +510,7 @@ func wiredTaskNames(t *testing.T, args []string, log *slog.Logger) []string {
 	}
 	var names []string
 	for _, tk := range tasks {
-		names = append(names, tk.name)
+		names = append(names, tk.Name)
 	}
 	return names
 }

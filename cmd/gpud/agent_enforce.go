@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"
@@ -68,7 +69,7 @@ type enforceStatus func() string
 // next to the poll's unless --nri-socket is empty. Isolation that the node
 // cannot do is logged once and reported in the status, not an error;
 // --cpu-affinity align without a cpuset hierarchy is an error.
-func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) ([]task, enforceStatus, error) {
+func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
 	isolate := o.isolateDevices
 	align := o.cpuAffinity == cpuAffinityAlign
 	if !isolate && !align {
@@ -132,9 +133,9 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 	if s := e.Status(); strings.Contains(s, "not available") {
 		log.Warn("device isolation not available", "status", s)
 	}
-	tasks := []task{{"enforce", e.Run}}
+	tasks := []taskgroup.Task{{Name: "enforce", Run: e.Run}}
 	if o.nriSocket != "" {
-		tasks = append(tasks, task{"nri", nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
+		tasks = append(tasks, taskgroup.Task{Name: "nri", Run: nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
 	}
 	return tasks, e.Status, nil
 }

@@ -136,7 +136,7 @@ func TestNewEnforceTaskDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tasks) != 1 || tasks[0].name != "enforce" {
+	if len(tasks) != 1 || tasks[0].Name != "enforce" {
 		t.Fatalf("tasks = %v, want enforce", tasks)
 	}
 	if s := status(); !strings.Contains(s, "ebpf on "+cg+" (DRA claims' devices)") && !strings.Contains(s, "not available") {
@@ -202,7 +202,7 @@ func TestNewEnforceTaskMounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tasks) != 2 || tasks[0].name != "enforce" || tasks[1].name != "nri" {
+	if len(tasks) != 2 || tasks[0].Name != "enforce" || tasks[1].Name != "nri" {
 		t.Fatalf("tasks = %v, want enforce and nri", tasks)
 	}
 	s := status()

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/nodelabels"
 )
@@ -86,7 +87,7 @@ func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
 // newTasks returns the node labels task, or none when labels are off. In
 // auto mode, missing API access turns labels off with one log line;
 // with --node-labels=true it is an error.
-func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *migctl.ConfigState, log *slog.Logger) ([]task, error) {
+func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *migctl.ConfigState, log *slog.Logger) ([]taskgroup.Task, error) {
 	if o.set && !o.on {
 		return nil, nil
 	}
@@ -94,7 +95,7 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 		log.Info("node labels off: no API access (set --kubeconfig, or --node-labels=false to say so)")
 		return nil, nil
 	}
-	off := func(err error) ([]task, error) {
+	off := func(err error) ([]taskgroup.Task, error) {
 		if o.set || cfg.dra.enabled() {
 			return nil, err
 		}
@@ -129,5 +130,5 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 		return nil, err // names the package
 	}
 	migState.Notify(u.Refresh)
-	return []task{{"node-labels", u.Run}}, nil
+	return []taskgroup.Task{{Name: "node-labels", Run: u.Run}}, nil
 }

@@ -113,7 +113,7 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 		if err != nil {
 			return nil, nil, flagErr("kubelet-plugins-dir", "%s: %w", cfg.dra.pluginsDir, err)
 		}
-		ecfg.DRA = &enforce.DRA{Resources: src.pods, Prepared: draPreparedClaims(filepath.Join(dir, dra.DriverName))}
+		ecfg.DRA = &enforce.DRA{Resources: src.pods, Prepared: enforce.CheckpointClaims(filepath.Join(dir, dra.DriverName))}
 	}
 	if align {
 		w, err := cpuaffinity.NewWriter(mounts.Unified, mounts.V1["cpuset"])
@@ -138,24 +138,6 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 		tasks = append(tasks, taskgroup.Task{Name: "nri", Run: nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
 	}
 	return tasks, e.Status, nil
-}
-
-// draPreparedClaims reads the claims the DRA driver prepared from its
-// checkpoint in dir, read-only (dra.ReadPrepared: the driver writes it
-// meanwhile). The enforcer reads it only while the kubelet lists no device
-// of the driver.
-func draPreparedClaims(dir string) func() ([]enforce.ClaimRef, error) {
-	return func() ([]enforce.ClaimRef, error) {
-		claims, err := dra.ReadPrepared(dir)
-		if err != nil {
-			return nil, err
-		}
-		var out []enforce.ClaimRef
-		for _, c := range claims {
-			out = append(out, enforce.ClaimRef{Namespace: c.Namespace, Name: c.Name})
-		}
-		return out, nil
-	}
 }
 
 func readMounts(path string) (cgroupfs.Mounts, error) {

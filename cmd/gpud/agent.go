@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,13 +10,14 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
 	"github.com/gpud/gpud/pkg/simnode"
@@ -30,13 +30,6 @@ var (
 	_ deviceplugin.Source        = (*discovery.Store)(nil)
 	_ deviceplugin.SharingSource = (*timeslice.Runtime)(nil)
 )
-
-// task is one long-running part of the agent. All tasks start together;
-// the first error stops the agent.
-type task struct {
-	name string
-	run  func(ctx context.Context) error
-}
 
 // runAgent is `gpud agent`: load and validate the whole config, open NVML,
 // read the node once, build every component on what it needs, then run
@@ -66,7 +59,13 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	log.Info("agent starting", "version", version, "node", node, "simulated", sim != nil)
-	return runTasks(ctx, tasks, log)
+	// All tasks start together; the first error stops the agent.
+	if err := taskgroup.Run(ctx, tasks); err != nil {
+		log.Error("agent stopped", "err", err)
+		return err
+	}
+	log.Info("agent stopped")
+	return nil
 }
 
 // nodeSources are the node's one owner of each hardware and kubelet
@@ -115,7 +114,7 @@ func (s *nodeSources) close(log *slog.Logger) {
 
 // wireAgent builds every component on the sources it needs and returns
 // them as tasks.
-func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode.Node, src *nodeSources, log *slog.Logger) ([]task, error) {
+func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode.Node, src *nodeSources, log *slog.Logger) ([]taskgroup.Task, error) {
 	metrics := prometheus.NewRegistry()
 	sampler, err := telemetry.NewSampler(lib, src.store.Inventory, telemetry.Attribution{Pods: src.pods, Procs: src.containers, Names: src.podNames},
 		telemetry.Config{Interval: cfg.telemetry.sweepInterval(), Hostname: src.node}, log.With("component", "telemetry"))
@@ -134,26 +133,30 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if err != nil {
 		return nil, err
 	}
-	var reload func() (migOptions, error)
+	var reload func() (migctl.Layout, error)
 	if cfg.configPath != "" {
 		reload = agentReloader(args)
 	}
-	migState := &migConfigState{}
-	migMetrics, err := newMIGMetrics(metrics)
+	migState := &migctl.ConfigState{}
+	migMetrics, err := migctl.NewMetrics(metrics)
 	if err != nil {
 		return nil, err
 	}
-	migC := &migComponent{svc: migSvc, reload: reload, configPath: cfg.configPath, log: migLog, opts: cfg.mig, state: migState.set, metrics: migMetrics}
+	migC, err := migctl.New(migctl.Config{Service: migSvc, Layout: cfg.mig.layout(), Force: cfg.mig.force, ConfigPath: cfg.configPath,
+		Reload: reload, State: migState.Set, Metrics: migMetrics, Log: migLog})
+	if err != nil {
+		return nil, err
+	}
 	sharingC := &sharingComponent{opts: cfg.sharing, deps: sharingDeps{
 		runtime: src.sharing, inventory: src.store.Current, metrics: metrics, log: log.With("component", "sharing"),
 		watchdog: timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods},
 	}}
-	tasks := []task{
-		{"inventory", func(ctx context.Context) error { return src.store.Run(ctx, cfg.rediscover) }},
-		{"health", src.health.Run},
-		{"telemetry", sampler.Run},
-		{"mig", migC.Run},
-		{"sharing", sharingC.Run},
+	tasks := []taskgroup.Task{
+		{Name: "inventory", Run: func(ctx context.Context) error { return src.store.Run(ctx, cfg.rediscover) }},
+		{Name: "health", Run: src.health.Run},
+		{Name: "telemetry", Run: sampler.Run},
+		{Name: "mig", Run: migC.Run},
+		{Name: "sharing", Run: sharingC.Run},
 	}
 	st, err := cfg.telemetry.stream.newStream(streamDeps{node: src.node, inventory: src.store.Current, changed: src.store.InventoryChanged,
 		sharing: src.sharing, snapshot: sampler.Snapshot, metrics: metrics, log: log.With("component", "stream")})
@@ -162,7 +165,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	}
 	if st != nil {
 		src.health.OnXid(st.OnXid)
-		tasks = append(tasks, task{"stream", st.Run})
+		tasks = append(tasks, taskgroup.Task{Name: "stream", Run: st.Run})
 	}
 	enforceTasks, enforceStatus, err := cfg.enforce.newEnforceTasks(cfg, src, src.store.Current, log.With("component", "enforce"))
 	if err != nil {
@@ -175,15 +178,15 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	var httpSrv *httpServer // its ready checks are added below, before it runs
 	if cfg.http.addr != "" {
 		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
-		tasks = append(tasks, task{"http", srv.Run})
+		tasks = append(tasks, taskgroup.Task{Name: "http", Run: srv.Run})
 		httpSrv = srv
 	}
 	if cfg.admin.socket != "" {
 		mux := http.NewServeMux()
-		migAPI{svc: migSvc, metrics: migMetrics}.routes(mux)
+		migctl.API{Service: migSvc, Metrics: migMetrics}.Routes(mux)
 		sharingAPI{runtime: src.sharing}.routes(mux)
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
-		tasks = append(tasks, task{"admin", srv.Run})
+		tasks = append(tasks, taskgroup.Task{Name: "admin", Run: srv.Run})
 	}
 	labelTasks, err := cfg.labels.newTasks(cfg, src, migState, log.With("component", "node-labels"))
 	if err != nil {
@@ -210,7 +213,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 			// nothing to pods: not ready, and /readyz says why.
 			httpSrv.ready = append(httpSrv.ready, drv.Published)
 		}
-		return append(tasks, task{"dra", drv.Run}), nil
+		return append(tasks, taskgroup.Task{Name: "dra", Run: drv.Run}), nil
 	}
 	dp, err := cfg.dp.newDevicePlugin(struct {
 		*discovery.Store
@@ -220,43 +223,22 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	if dp != nil {
-		tasks = append(tasks, task{"deviceplugin", dp.Run})
+		tasks = append(tasks, taskgroup.Task{Name: "deviceplugin", Run: dp.Run})
 	}
 	return tasks, nil
-}
-
-// runTasks starts every task at once and waits; the first error cancels
-// the others and is returned.
-func runTasks(ctx context.Context, tasks []task, log *slog.Logger) error {
-	g, ctx := errgroup.WithContext(ctx)
-	for _, t := range tasks {
-		g.Go(func() error {
-			if err := t.run(ctx); err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
-			}
-			return nil
-		})
-	}
-	err := g.Wait()
-	if err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("agent stopped", "err", err)
-		return err
-	}
-	log.Info("agent stopped")
-	return nil
 }
 
 // agentReloader rereads the agent config with the one loader, so a reload
 // follows the rule of the start: flags on the command line win, every key
 // and value is checked, errors name file and line. It returns the MIG
-// component's part, the one that applies changes at run time.
-func agentReloader(args []string) func() (migOptions, error) {
-	return func() (migOptions, error) {
+// controller's part, the one that applies changes at run time.
+func agentReloader(args []string) func() (migctl.Layout, error) {
+	return func() (migctl.Layout, error) {
 		c, err := loadAgentConfig(args, io.Discard)
 		if err != nil {
-			return migOptions{}, err
+			return migctl.Layout{}, err
 		}
-		return c.mig, nil
+		return c.mig.layout(), nil
 	}
 }
 

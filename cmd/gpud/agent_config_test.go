@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,8 +135,8 @@ func TestConfigFlagsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.layoutName != "b" {
-		t.Errorf("after reload: mig-config %q, want b: the command line wins at reload too", o.layoutName)
+	if o.Name != "b" {
+		t.Errorf("after reload: mig-config %q, want b: the command line wins at reload too", o.Name)
 	}
 	write("mig-config-file: " + layouts + "\nmig-confg: c\n")
 	if _, err := reload(); err == nil || !strings.Contains(err.Error(), "agent.yaml:2: ") || !strings.Contains(err.Error(), `"mig-confg"`) {
@@ -295,21 +294,3 @@ func TestAgentRefusesBadLayoutFile(t *testing.T) {
 		})
 	}
 }
-
-// TestMIGReloadKeepsConfigOnError: an invalid reread keeps the layout the
-// component has.
-func TestMIGReloadKeepsConfigOnError(t *testing.T) {
-	c := &migComponent{opts: migOptions{layoutName: "a", layoutFile: "l.yaml"}, log: discardLog(),
-		reload: func() (migOptions, error) { return migOptions{}, errors.New("agent.yaml:3: unknown key") }}
-	c.reloadConfig()
-	if c.opts.layoutName != "a" || c.opts.layoutFile != "l.yaml" {
-		t.Fatalf("after a failed reload: %+v, want the old layout", c.opts)
-	}
-	c.reload = func() (migOptions, error) { return migOptions{layoutName: "b", layoutFile: "m.yaml", force: true}, nil }
-	c.reloadConfig()
-	if c.opts.layoutName != "b" || c.opts.layoutFile != "m.yaml" || c.opts.force {
-		t.Fatalf("after a reload: %+v, want layout b from m.yaml (and --mig-force unchanged)", c.opts)
-	}
-}
-
-func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -21,8 +19,8 @@ import (
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/mig/migdra"
 	"github.com/gpud/gpud/pkg/simnode"
-	"github.com/gpud/gpud/pkg/timeslice"
 )
 
 // The kubelet APIs the agent can serve; a node uses one.
@@ -173,7 +171,7 @@ type draDeps struct {
 	sim *simnode.Node
 	// sharing is the sharing config at run time; its exclusive GPUs take
 	// no fractions, and a change republishes. Nil: none.
-	sharing draSharing
+	sharing dra.Sharing
 	cdiDir  string
 	// mpsRoot is where the MPS daemons keep their pipe dirs; empty when
 	// none runs (fractions then get their limits as environment only).
@@ -221,21 +219,19 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 	if err != nil {
 		return nil, flagErr("cdi-dir", "%s: %w", deps.cdiDir, err)
 	}
-	roots := &pcieRoots{log: deps.log, byUUID: map[string]string{}}
+	var pcieRoot func(gpu.GPU) (string, error)
 	if sim := deps.sim; sim != nil {
-		roots.read = func(g gpu.GPU) (string, error) { return sim.PCIeRoot(g.Index) }
+		pcieRoot = func(g gpu.GPU) (string, error) { return sim.PCIeRoot(g.Index) }
 	} else {
 		sysfs, err := filepath.Abs(o.sysfsRoot)
 		if err != nil {
 			return nil, flagErr("sysfs-root", "%s: %w", o.sysfsRoot, err)
 		}
-		roots.read = func(g gpu.GPU) (string, error) { return dra.PCIeRoot(sysfs, g.PCIBusID) }
+		pcieRoot = func(g gpu.GPU) (string, error) { return dra.PCIeRoot(sysfs, g.PCIBusID) }
 	}
-	st := &draNodeState{
-		cats:    &migCatalogs{read: deps.migState, log: deps.log, byUUID: map[string]mig.Catalog{}},
-		roots:   roots,
-		sharing: deps.sharing,
-	}
+	st := dra.NewNodeStateSource(dra.NodeStateConfig{
+		MIGCatalogs: migdra.Catalogs(deps.migState), PCIeRoot: pcieRoot, Sharing: deps.sharing, Log: deps.log,
+	})
 	var changed func() <-chan struct{}
 	if deps.sharing != nil {
 		changed = deps.sharing.SharingChanged
@@ -250,9 +246,9 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		DeviceFiles:  deps.files,
 		DriverEdits:  deps.driverEdits,
 		Inventory:    deps.inventory,
-		NodeState:    st.nodeState,
+		NodeState:    st.NodeState,
 		Changed:      changed,
-		MIG:          draMIG{deps.slices},
+		MIG:          migdra.Manager{Slices: deps.slices},
 		PublishCheck: deps.publishCheck,
 		Logger:       deps.log,
 	})
@@ -260,142 +256,4 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 		return nil, err // names the dra package
 	}
 	return drv, nil
-}
-
-// draMIG is the driver's MIG manager: pkg/mig's slice manager, whose
-// changes go through the MIG service (its lock, the applier's journal and
-// rollback) and make the inventory rediscover.
-type draMIG struct{ s *mig.Slices }
-
-var _ dra.MIGManager = draMIG{}
-
-func (m draMIG) Create(ctx context.Context, parentUUID, profile string, placementStart int) (dra.CreatedMIG, error) {
-	s, err := m.s.Create(ctx, parentUUID, profile, placementStart)
-	if err != nil {
-		return dra.CreatedMIG{}, err
-	}
-	return dra.CreatedMIG{UUID: s.UUID, GIID: s.GIID, CIID: s.CIID, ModeEnabled: s.ModeEnabled}, nil
-}
-
-func (m draMIG) Lookup(_ context.Context, parentUUID, profile string, placementStart int) (dra.MIGLookup, error) {
-	s, found, on, err := m.s.Find(parentUUID, profile, placementStart)
-	if err != nil || !found {
-		return dra.MIGLookup{ModeOn: on}, err
-	}
-	return dra.MIGLookup{Device: dra.CreatedMIG{UUID: s.UUID, GIID: s.GIID, CIID: s.CIID}, ModeOn: on}, nil
-}
-
-func (m draMIG) Destroy(ctx context.Context, parentUUID, migUUID string, restoreMode bool) (bool, error) {
-	return m.s.Destroy(ctx, parentUUID, migUUID, restoreMode)
-}
-
-// draSharing is the sharing config at run time (a *timeslice.Runtime).
-type draSharing interface {
-	Sharing() timeslice.Config
-	SharingChanged() <-chan struct{}
-}
-
-var _ draSharing = (*timeslice.Runtime)(nil)
-
-// draNodeState completes an inventory into the slice builder's input:
-// the MIG catalogs, the PCIe roots and the GPUs the sharing config keeps
-// whole.
-type draNodeState struct {
-	cats    *migCatalogs
-	roots   *pcieRoots
-	sharing draSharing // nil: no exclusive GPUs
-}
-
-func (s *draNodeState) nodeState(inv gpu.Inventory) dra.NodeState {
-	st := s.cats.nodeState(inv)
-	st.PCIeRoots = s.roots.of(inv)
-	if s.sharing != nil {
-		st.ExclusiveOnly = s.sharing.Sharing().ExclusiveOnly(inv)
-	}
-	return st
-}
-
-// pcieRoots finds each GPU's PCIe root complex once (it does not change
-// while the GPU is on the bus); one that cannot be read is logged once
-// and the GPU has no pcieRoot attribute.
-type pcieRoots struct {
-	read func(gpu.GPU) (string, error)
-	log  *slog.Logger
-
-	mu     sync.Mutex
-	byUUID map[string]string // "" when it could not be read
-}
-
-// of returns the roots of inv's GPUs by UUID.
-func (r *pcieRoots) of(inv gpu.Inventory) map[string]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]string, len(inv.GPUs))
-	for _, g := range inv.GPUs {
-		root, ok := r.byUUID[g.UUID]
-		if !ok {
-			var err error
-			if root, err = r.read(g); err != nil {
-				r.log.Warn("pcie root not read, no pcieRoot attribute", "gpu_uuid", g.UUID, "err", err)
-				root = ""
-			}
-			r.byUUID[g.UUID] = root
-		}
-		if root != "" {
-			out[g.UUID] = root
-		}
-	}
-	return out
-}
-
-// migCatalogs completes an inventory into the slice builder's input with
-// each MIG-capable GPU's catalog, read from NVML once per GPU.
-type migCatalogs struct {
-	read func() (mig.State, error)
-	log  *slog.Logger
-
-	mu     sync.Mutex
-	byUUID map[string]mig.Catalog
-}
-
-func (c *migCatalogs) nodeState(inv gpu.Inventory) dra.NodeState {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	missing := false
-	for _, g := range inv.GPUs {
-		if _, ok := c.byUUID[g.UUID]; g.MIGCapable && !ok {
-			missing = true
-		}
-	}
-	if missing {
-		st, err := c.read()
-		if err != nil {
-			c.log.Warn("mig catalogs not read, no dynamic mig devices", "err", err)
-		}
-		for _, g := range st.GPUs {
-			if g.MIGCapable && len(g.Catalog.Profiles) > 0 {
-				c.byUUID[g.UUID] = g.Catalog
-			}
-		}
-	}
-	out := dra.NodeState{MIG: map[string]dra.MIGCatalog{}}
-	for _, g := range inv.GPUs {
-		if cat, ok := c.byUUID[g.UUID]; ok && g.MIGCapable {
-			out.MIG[g.UUID] = draCatalog(cat, dra.LiveMIGModeChange(g.Architecture))
-		}
-	}
-	return out
-}
-
-// draCatalog is a mig.Catalog as the slice builder's plain data.
-func draCatalog(c mig.Catalog, live bool) dra.MIGCatalog {
-	out := dra.MIGCatalog{MemorySlices: c.MemorySlices, ComputeSlices: c.ComputeSlices, LiveModeChange: live}
-	for _, p := range c.Profiles {
-		mp := dra.MIGProfile{Name: p.Name, ComputeSlices: p.Slices, MemoryBytes: p.MemoryMiB << 20}
-		for _, pl := range p.Placements {
-			mp.Placements = append(mp.Placements, dra.Placement{Start: pl.Start, Size: pl.Size})
-		}
-		out.Profiles = append(out.Profiles, mp)
-	}
-	return out
 }

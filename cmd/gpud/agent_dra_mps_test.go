@@ -64,7 +64,7 @@ func TestDRAFractionGetsMPS(t *testing.T) {
 		t.Fatalf("mps agent: %d tasks, root %q", len(m.tasks), m.Root)
 	}
 	m.shareFractions(preparedFractions(w.drv.Preparer()))
-	testwait.Run(t, "mps", m.tasks[0].run)
+	testwait.Run(t, "mps", m.tasks[0].Run)
 
 	gpu0 := w.node.Device(0).UUID()
 	mode := func() nvml.ComputeMode {

@@ -165,104 +165,6 @@ func TestDRAInClusterConfigMissing(t *testing.T) {
 	}
 }
 
-// TestDRANodeStateFromSim: the wiring's NodeState gives each MIG-capable
-// GPU its catalog, so the slice builder publishes dynamic MIG devices on
-// H100 (MIG mode turns on live) and none on an A100 with MIG off.
-func TestDRANodeStateFromSim(t *testing.T) {
-	for _, tc := range []struct {
-		profile string
-		dynamic bool
-	}{{"dgx-h100", true}, {"dgx-a100", false}} {
-		t.Run(tc.profile, func(t *testing.T) {
-			n := simnode.NewBuiltin(tc.profile)
-			t.Cleanup(n.Close)
-			inv, err := discovery.New(n, tc.profile, nil).Inventory()
-			if err != nil {
-				t.Fatal(err)
-			}
-			reads := 0
-			cats := &migCatalogs{read: func() (mig.State, error) { reads++; return mig.ReadState(n) },
-				log: slog.New(slog.DiscardHandler), byUUID: map[string]mig.Catalog{}}
-			st := cats.nodeState(inv)
-			_ = cats.nodeState(inv)
-			if reads != 1 {
-				t.Errorf("catalogs read %d times, want once", reads)
-			}
-			if len(st.MIG) != len(inv.GPUs) {
-				t.Fatalf("%d catalogs for %d GPUs", len(st.MIG), len(inv.GPUs))
-			}
-			st.Inventory = inv
-			pub, err := dra.Build(tc.profile, st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mig1g := 0
-			for name, ref := range pub.Devices {
-				if ref.Type == dra.TypeMIG && ref.Dynamic() && strings.Contains(name, "-mig-1g") {
-					mig1g++
-				}
-			}
-			if got := mig1g > 0; got != tc.dynamic {
-				t.Errorf("%d dynamic 1g MIG devices, want some: %v", mig1g, tc.dynamic)
-			}
-			if _, ok := pub.Devices[dra.GPUDeviceName(0)]; !ok {
-				t.Error("no gpu-0")
-			}
-		})
-	}
-}
-
-// TestDRAMIGManager: the driver's MIG manager creates a slice through the
-// MIG service (which rediscovers: the store shows it) and destroys it.
-func TestDRAMIGManager(t *testing.T) {
-	n := simnode.NewBuiltin("dgx-h100")
-	t.Cleanup(n.Close)
-	log := slog.New(slog.DiscardHandler)
-	store := discovery.NewStore(discovery.New(n, "dgx-h100", nil), nil)
-	if _, err := store.Rediscover(); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := newMIGService(n, n, filepath.Join(t.TempDir(), "journal.json"), false, nil,
-		func(mig.Result) { rediscoverAfterMIG(store, log) }, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := draMIG{mig.NewSlices(svc)}
-	inv, _ := store.Inventory()
-	parent := inv.GPUs[5].UUID
-	c, err := m.Create(t.Context(), parent, "1g.10gb", 6)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	if c.UUID == "" || !strings.HasPrefix(c.UUID, "MIG-") {
-		t.Fatalf("created %+v", c)
-	}
-	if got := migUUIDs(store, 5); !slices.Equal(got, []string{c.UUID}) {
-		t.Fatalf("inventory gpu 5 MIG devices after create = %v, want [%s]", got, c.UUID)
-	}
-	if off, err := m.Destroy(t.Context(), parent, c.UUID, c.ModeEnabled); err != nil || !off {
-		t.Fatalf("Destroy = %v, %v; want MIG mode off again", off, err)
-	}
-	inv, _ = store.Inventory()
-	if g := inv.GPUs[5]; g.MIGEnabled || len(g.MIGDevices) > 0 {
-		t.Fatalf("gpu 5 after destroy: mig %v, devices %v", g.MIGEnabled, migUUIDs(store, 5))
-	}
-}
-
-func migUUIDs(store *discovery.Store, index int) []string {
-	inv, _ := store.Inventory()
-	var out []string
-	for _, g := range inv.GPUs {
-		if g.Index != index {
-			continue
-		}
-		for _, d := range g.MIGDevices {
-			out = append(out, d.UUID)
-		}
-	}
-	return out
-}
-
 // TestDRADeployDaemonSetUsesAgentFlags: the DRA DaemonSet's args are agent
 // flags.
 func TestDRADeployDaemonSetUsesAgentFlags(t *testing.T) {
@@ -510,7 +412,7 @@ func wiredTaskNames(t *testing.T, args []string, log *slog.Logger) []string {
 	}
 	var names []string
 	for _, tk := range tasks {
-		names = append(names, tk.name)
+		names = append(names, tk.Name)
 	}
 	return names
 }

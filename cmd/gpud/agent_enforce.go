@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"
@@ -68,7 +69,7 @@ type enforceStatus func() string
 // next to the poll's unless --nri-socket is empty. Isolation that the node
 // cannot do is logged once and reported in the status, not an error;
 // --cpu-affinity align without a cpuset hierarchy is an error.
-func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) ([]task, enforceStatus, error) {
+func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
 	isolate := o.isolateDevices
 	align := o.cpuAffinity == cpuAffinityAlign
 	if !isolate && !align {
@@ -112,7 +113,7 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 		if err != nil {
 			return nil, nil, flagErr("kubelet-plugins-dir", "%s: %w", cfg.dra.pluginsDir, err)
 		}
-		ecfg.DRA = &enforce.DRA{Resources: src.pods, Prepared: draPreparedClaims(filepath.Join(dir, dra.DriverName))}
+		ecfg.DRA = &enforce.DRA{Resources: src.pods, Prepared: enforce.CheckpointClaims(filepath.Join(dir, dra.DriverName))}
 	}
 	if align {
 		w, err := cpuaffinity.NewWriter(mounts.Unified, mounts.V1["cpuset"])
@@ -132,29 +133,11 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 	if s := e.Status(); strings.Contains(s, "not available") {
 		log.Warn("device isolation not available", "status", s)
 	}
-	tasks := []task{{"enforce", e.Run}}
+	tasks := []taskgroup.Task{{Name: "enforce", Run: e.Run}}
 	if o.nriSocket != "" {
-		tasks = append(tasks, task{"nri", nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
+		tasks = append(tasks, taskgroup.Task{Name: "nri", Run: nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
 	}
 	return tasks, e.Status, nil
-}
-
-// draPreparedClaims reads the claims the DRA driver prepared from its
-// checkpoint in dir, read-only (dra.ReadPrepared: the driver writes it
-// meanwhile). The enforcer reads it only while the kubelet lists no device
-// of the driver.
-func draPreparedClaims(dir string) func() ([]enforce.ClaimRef, error) {
-	return func() ([]enforce.ClaimRef, error) {
-		claims, err := dra.ReadPrepared(dir)
-		if err != nil {
-			return nil, err
-		}
-		var out []enforce.ClaimRef
-		for _, c := range claims {
-			out = append(out, enforce.ClaimRef{Namespace: c.Namespace, Name: c.Name})
-		}
-		return out, nil
-	}
 }
 
 func readMounts(path string) (cgroupfs.Mounts, error) {

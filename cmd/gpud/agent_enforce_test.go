@@ -7,18 +7,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpud/gpud/pkg/devcgroup"
 	"github.com/gpud/gpud/pkg/devnodes"
-	"github.com/gpud/gpud/pkg/dra"
-	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
@@ -136,38 +131,11 @@ func TestNewEnforceTaskDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tasks) != 1 || tasks[0].name != "enforce" {
+	if len(tasks) != 1 || tasks[0].Name != "enforce" {
 		t.Fatalf("tasks = %v, want enforce", tasks)
 	}
 	if s := status(); !strings.Contains(s, "ebpf on "+cg+" (DRA claims' devices)") && !strings.Contains(s, "not available") {
 		t.Errorf("status = %q, want ebpf on %s for DRA claims' devices, or why not", s, cg)
-	}
-}
-
-// TestDRAPreparedClaims: the enforcer's view of the driver's prepared
-// claims is read from a checkpoint pkg/dra's Preparer wrote.
-func TestDRAPreparedClaims(t *testing.T) {
-	dir := t.TempDir()
-	if got, err := draPreparedClaims(filepath.Join(dir, "none"))(); err != nil || len(got) != 0 {
-		t.Fatalf("no checkpoint: %v, %v; want none", got, err)
-	}
-	p, err := dra.NewPreparer(dra.PreparerConfig{NodeName: "node-a", StateDir: dir, CDIDir: t.TempDir(),
-		Devices: func() map[string]dra.DeviceRef {
-			return map[string]dra.DeviceRef{"gpu-0": {Name: "gpu-0", Type: dra.TypeGPU, GPUUUID: "GPU-0", MemoryBytes: 80 << 30}}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-gpu", UID: "u1"}}
-	claim.Status.Allocation = &resourceapi.AllocationResult{}
-	claim.Status.Allocation.Devices.Results = []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: dra.DriverName, Pool: "node-a", Device: "gpu-0"}}
-	res, err := p.Prepare(t.Context(), []*resourceapi.ResourceClaim{claim})
-	if err != nil || res["u1"].Err != nil {
-		t.Fatalf("Prepare() = %v, %v", res, err)
-	}
-	got, err := draPreparedClaims(dir)()
-	if err != nil || !slices.Equal(got, []enforce.ClaimRef{{Namespace: "ml", Name: "train-gpu"}}) {
-		t.Errorf("draPreparedClaims() = %v, %v; want ml/train-gpu", got, err)
 	}
 }
 
@@ -202,7 +170,7 @@ func TestNewEnforceTaskMounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tasks) != 2 || tasks[0].name != "enforce" || tasks[1].name != "nri" {
+	if len(tasks) != 2 || tasks[0].Name != "enforce" || tasks[1].Name != "nri" {
 		t.Fatalf("tasks = %v, want enforce and nri", tasks)
 	}
 	s := status()

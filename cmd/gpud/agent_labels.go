@@ -7,13 +7,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/internal/taskgroup"
+	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/nodelabels"
 )
 
@@ -84,52 +84,10 @@ func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
 	return errs
 }
 
-// migConfigState is the configured MIG layout's state as mig-manager
-// names it (nvidia.com/mig.config.state): the MIG component sets it, the
-// node labels read it and are refreshed when it changes. Empty: no layout
-// configured.
-type migConfigState struct {
-	mu       sync.Mutex
-	state    string
-	onChange func()
-}
-
-func (m *migConfigState) set(s string) {
-	m.mu.Lock()
-	changed := m.state != s
-	m.state = s
-	f := m.onChange
-	m.mu.Unlock()
-	if changed && f != nil {
-		f()
-	}
-}
-
-// get is the state, pending while a GPU of inv waits for a reset.
-func (m *migConfigState) get(inv gpu.Inventory) string {
-	m.mu.Lock()
-	s := m.state
-	m.mu.Unlock()
-	if s == nodelabels.StateSuccess {
-		for _, g := range inv.GPUs {
-			if g.MIGPending {
-				return nodelabels.StatePending
-			}
-		}
-	}
-	return s
-}
-
-func (m *migConfigState) notify(f func()) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.onChange = f
-}
-
 // newTasks returns the node labels task, or none when labels are off. In
 // auto mode, missing API access turns labels off with one log line;
 // with --node-labels=true it is an error.
-func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *migConfigState, log *slog.Logger) ([]task, error) {
+func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *migctl.ConfigState, log *slog.Logger) ([]taskgroup.Task, error) {
 	if o.set && !o.on {
 		return nil, nil
 	}
@@ -137,7 +95,7 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 		log.Info("node labels off: no API access (set --kubeconfig, or --node-labels=false to say so)")
 		return nil, nil
 	}
-	off := func(err error) ([]task, error) {
+	off := func(err error) ([]taskgroup.Task, error) {
 		if o.set || cfg.dra.enabled() {
 			return nil, err
 		}
@@ -164,29 +122,13 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 	u, err := nodelabels.New(nodelabels.Config{
 		Client: client, NodeName: src.node, Inventory: src.store,
 		Options: func() nodelabels.Options {
-			return nodelabels.Options{MIGStrategy: strategy, MIGConfigState: migState.get(src.store.Current())}
+			return nodelabels.Options{MIGStrategy: strategy, MIGConfigState: migState.Get(src.store.Current())}
 		},
 		Log: log,
 	})
 	if err != nil {
 		return nil, err // names the package
 	}
-	migState.notify(u.Refresh)
-	return []task{{"node-labels", u.Run}}, nil
-}
-
-// reportMIGState tells the node labels the outcome of applying the
-// configured layout, as mig-manager reports it.
-func reportMIGState(set func(string), pending int, err error) {
-	if set == nil {
-		return
-	}
-	switch {
-	case err != nil:
-		set(nodelabels.StateFailed)
-	case pending > 0:
-		set(nodelabels.StatePending)
-	default:
-		set(nodelabels.StateSuccess)
-	}
+	migState.Notify(u.Refresh)
+	return []taskgroup.Task{{Name: "node-labels", Run: u.Run}}, nil
 }

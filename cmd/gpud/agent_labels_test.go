@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpud/gpud/internal/testwait"
-	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/nodelabels"
 	"github.com/gpud/gpud/test/k8senv"
 )
@@ -122,28 +121,6 @@ func TestNodeLabelsWiring(t *testing.T) {
 	}
 }
 
-func TestMIGConfigState(t *testing.T) {
-	var m migConfigState
-	refreshed := 0
-	m.notify(func() { refreshed++ })
-	reportMIGState(m.set, 0, nil)
-	reportMIGState(m.set, 0, nil)
-	if got := m.get(nodelabelsInv(false)); got != nodelabels.StateSuccess || refreshed != 1 {
-		t.Errorf("state %q after success, %d refreshes; want success, 1", got, refreshed)
-	}
-	if got := m.get(nodelabelsInv(true)); got != nodelabels.StatePending {
-		t.Errorf("state %q with a GPU waiting for a reset, want pending", got)
-	}
-	reportMIGState(m.set, 2, nil)
-	if got := m.get(nodelabelsInv(false)); got != nodelabels.StatePending {
-		t.Errorf("state %q with 2 GPUs pending, want pending", got)
-	}
-	reportMIGState(m.set, 0, io.EOF)
-	if got := m.get(nodelabelsInv(false)); got != nodelabels.StateFailed || refreshed != 3 {
-		t.Errorf("state %q after an error, %d refreshes; want failed, 3", got, refreshed)
-	}
-}
-
 // TestAgentLabelsNode: `gpud agent` in device-plugin mode with
 // --kubeconfig, MIG strategy single and a configured all-1g layout on a
 // simulated A100 node puts GFD's labels on its Node on a real API server:
@@ -181,8 +158,4 @@ func TestAgentLabelsNode(t *testing.T) {
 	if labels["team"] != "a" || labels[nodelabels.Count] != "56" || labels[nodelabels.MIGStrategy] != "single" {
 		t.Errorf("labels %v: want team=a kept, 56 MIG devices, strategy single", labels)
 	}
-}
-
-func nodelabelsInv(pending bool) gpu.Inventory {
-	return gpu.Inventory{GPUs: []gpu.GPU{{UUID: "a"}, {UUID: "b", MIGPending: pending}}}
 }

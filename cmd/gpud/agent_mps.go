@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -14,8 +13,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"golang.org/x/sync/errgroup"
 
+	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/computemode"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
@@ -41,7 +40,7 @@ func (o *mpsOptions) register(fs *flag.FlagSet) {
 // driver mount into containers; empty when no daemon runs.
 type mpsAgent struct {
 	Root      string
-	tasks     []task
+	tasks     []taskgroup.Task
 	fractions atomic.Pointer[func() []string]
 	sup       *mps.Supervisor      // nil when no daemon runs
 	modes     *computemode.Manager // nil when no daemon runs
@@ -130,21 +129,18 @@ func (o *mpsOptions) newMPSAgent(simulated bool, lib nvml.Interface, sharing *ti
 	checkShm(root, log)
 	modes := computemode.New(lib, computemode.Config{StateDir: root}, log)
 	run := func(ctx context.Context) error {
-		g, gctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return sup.Run(gctx) })
-		g.Go(func() error { return m.follow(gctx, sharing, store, modes, sup, log) })
-		err := g.Wait()
+		err := taskgroup.Run(ctx, []taskgroup.Task{
+			{Run: sup.Run},
+			{Run: func(ctx context.Context) error { return m.follow(ctx, sharing, store, modes, sup, log) }},
+		})
 		// The daemons quit when sup.Run ended: the GPUs go back to the
 		// modes they had.
 		if rerr := modes.RestoreAll(); rerr != nil {
 			log.Warn("compute mode not restored", "err", rerr)
 		}
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
-		}
-		return nil
+		return err
 	}
-	m.Root, m.tasks, m.sup, m.modes = root, []task{{"mps", run}}, sup, modes
+	m.Root, m.tasks, m.sup, m.modes = root, []taskgroup.Task{{Name: "mps", Run: run}}, sup, modes
 	return m
 }
 

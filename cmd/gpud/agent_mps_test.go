@@ -65,7 +65,7 @@ func TestNewMPSTask(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if m := o.newMPSAgent(false, lib, rt, store, quietLog()); len(m.tasks) != 1 || m.tasks[0].name != "mps" || m.Root != o.root {
+	if m := o.newMPSAgent(false, lib, rt, store, quietLog()); len(m.tasks) != 1 || m.tasks[0].Name != "mps" || m.Root != o.root {
 		t.Errorf("with a control program: %v, root %q; want the mps task and %s", m.tasks, m.Root, o.root)
 	}
 	o.driverRoot = "/"
@@ -190,7 +190,7 @@ func TestMPSStatusNamesComputeModeFailure(t *testing.T) {
 	}
 	o := mpsOptions{enabled: true, driverRoot: driver, root: root}
 	m := o.newMPSAgent(true, n, rt, store, quietLog())
-	testwait.Run(t, "mps", m.tasks[0].run)
+	testwait.Run(t, "mps", m.tasks[0].Run)
 	uuid := n.Device(0).UUID()
 	testwait.ForErr(t, 10*time.Second, "the failure in the status line", func() error {
 		line := m.status()

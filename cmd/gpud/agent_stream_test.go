@@ -10,6 +10,7 @@ import (
 	"time"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
+	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/stream"
 	"github.com/gpud/gpud/pkg/telemetry"
@@ -127,7 +128,7 @@ func TestAgentStreamsXidToScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.Run(t, "agent", func(ctx context.Context) error { return runTasks(ctx, tasks, log) })
+	testwait.Run(t, "agent", func(ctx context.Context) error { return taskgroup.Run(ctx, tasks) })
 
 	inv := src.store.Current()
 	gpu2 := inv.GPUs[2].UUID

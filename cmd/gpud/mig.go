@@ -24,6 +24,7 @@ import (
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/simnode"
 )
@@ -171,7 +172,7 @@ func parseMigArgs(args []string, stdout, stderr io.Writer) (*migCLI, error) {
 // accepts on it), the one case where falling back to NVML is safe.
 func (c *migCLI) viaAgent(ctx context.Context, layouts []byte) (mig.Result, error) {
 	var res mig.Result
-	err := adminapi.NewClient(c.socket, 0).Call(ctx, "POST", "/v1/mig/"+c.sub, migRequest{Layouts: string(layouts), Config: c.name, Force: c.force}, &res)
+	err := adminapi.NewClient(c.socket, 0).Call(ctx, "POST", "/v1/mig/"+c.sub, migctl.Request{Layouts: string(layouts), Config: c.name, Force: c.force}, &res)
 	switch {
 	case err == nil, errors.Is(err, adminapi.ErrNoAgent):
 		return res, err

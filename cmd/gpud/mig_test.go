@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -307,52 +306,6 @@ func TestQuoteIfBinary(t *testing.T) {
 	if got := printableLines("ok line\nbad \x1b[31m line"); !strings.HasPrefix(got, "ok line\n\"bad \\x1b") {
 		t.Errorf("printableLines = %q, want the first line kept and the second quoted", got)
 	}
-}
-
-// migAPIRig is the MIG admin routes on a simulated node.
-func migAPIRig(t testing.TB) *http.ServeMux {
-	n := simnode.NewBuiltin("dgx-a100")
-	svc, err := newMIGService(n, n, "", false, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	migAPI{svc: svc}.routes(mux)
-	return mux
-}
-
-// FuzzMigPlanRequest feeds POST /v1/mig/plan bodies: the agent never
-// panics or fails with a 500 on a bad request, and every error is JSON
-// without raw control bytes.
-func FuzzMigPlanRequest(f *testing.F) {
-	seeds := []string{
-		`{"layouts":"version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1000000000}\n","config":"a"}`,
-		`{"layouts":"version: v1\nmig-configs:\n  a:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 2.5}\n","config":"a"}`,
-		`{"layouts":"` + strings.ReplaceAll(cliLayouts, "\n", `\n`) + `","config":"two-3g"}`,
-		`{"layouts":"","config":""}`,
-		`{"layouts":"\u0000\u0001","config":"a","bogus":1}`,
-		`not json`,
-		`{"layouts": 5}`,
-	}
-	for _, s := range seeds {
-		f.Add([]byte(s))
-	}
-	mux := migAPIRig(f)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/mig/plan", bytes.NewReader(body)))
-		if rec.Code == http.StatusInternalServerError {
-			t.Fatalf("500 for %q: %s", body, rec.Body.String())
-		}
-		if rec.Code != http.StatusOK {
-			var e struct {
-				Error string `json:"error"`
-			}
-			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" {
-				t.Fatalf("error answer %q is not JSON with an error", rec.Body.String())
-			}
-		}
-	})
 }
 
 // refusingSocket leaves a socket file nobody accepts on, as an agent that

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpud/gpud/internal/apiwait"
+	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/jobsim"
@@ -257,24 +257,26 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.kind)
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serveHTTP(ctx, ln, s.Handler(), log) })
-	g.Go(func() error { return groups.run(ctx) })
+	tasks := []taskgroup.Task{
+		{Run: func(ctx context.Context) error { return serveHTTP(ctx, ln, s.Handler(), log) }},
+		{Run: func(ctx context.Context) error { return groups.run(ctx) }},
+	}
 	if tel != nil {
-		g.Go(func() error { return tel.Serve(ctx, telLn, certs) })
+		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs) }})
 		if certs != nil {
-			g.Go(func() error { return certs.Run(ctx) })
+			tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return certs.Run(ctx) }})
 		}
 	}
-	g.Go(func() error {
+	tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error {
 		err := s.Run(ctx)
 		if err == nil {
 			err = context.Canceled // stop the HTTP server too
 		}
 		return err
-	})
-	err = g.Wait()
-	if err != nil && !errors.Is(err, context.Canceled) {
+	}})
+	// The first error stops the others; the scheduler's errors go out as
+	// they are (the tasks are unnamed).
+	if err := taskgroup.Run(ctx, tasks); err != nil {
 		log.Error("scheduler stopped", "err", err)
 		return err
 	}

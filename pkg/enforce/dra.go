@@ -43,6 +43,24 @@ type ClaimRef struct {
 	Namespace, Name string
 }
 
+// CheckpointClaims is a [DRA].Prepared that reads the claims the DRA
+// driver prepared from its checkpoint in dir, read-only
+// ([dra.ReadPrepared]: the driver writes it meanwhile). A missing
+// checkpoint is no claims.
+func CheckpointClaims(dir string) func() ([]ClaimRef, error) {
+	return func() ([]ClaimRef, error) {
+		claims, err := dra.ReadPrepared(dir)
+		if err != nil {
+			return nil, err
+		}
+		var out []ClaimRef
+		for _, c := range claims {
+			out = append(out, ClaimRef{Namespace: c.Namespace, Name: c.Name})
+		}
+		return out, nil
+	}
+}
+
 // gateGrace is how long the kubelet may lag behind the driver's prepare
 // before its silence is reported as the feature gate being off.
 const gateGrace = 5 * time.Second

@@ -1,4 +1,4 @@
-package main
+package migctl
 
 import (
 	"fmt"
@@ -12,30 +12,30 @@ import (
 // agent's configured layout (--mig-config, at start and on change) or the
 // admin API (`gpud mig apply` against the agent).
 const (
-	migSourceConfig = "config"
-	migSourceAPI    = "api"
+	SourceConfig = "config"
+	SourceAPI    = "api"
 )
 
 // MIG apply results (the result label): success, pending (applied except
 // GPUs that wait for a reset to change MIG mode) or failure.
 const (
-	migResultSuccess = "success"
-	migResultPending = "pending"
-	migResultFailure = "failure"
+	ResultSuccess = "success"
+	ResultPending = "pending"
+	ResultFailure = "failure"
 )
 
-// migMetrics are the MIG component's metrics on the agent's registry. A
-// nil *migMetrics records nothing.
-type migMetrics struct {
+// Metrics are the MIG controller's metrics on the agent's registry. A nil
+// *Metrics records nothing.
+type Metrics struct {
 	applies *prometheus.CounterVec
 	state   *prometheus.GaugeVec
 }
 
-// newMIGMetrics registers gpud_mig_apply_total and gpud_mig_config_state
-// on reg. Every source and result starts at 0, so the first failure is an
+// NewMetrics registers gpud_mig_apply_total and gpud_mig_config_state on
+// reg. Every source and result starts at 0, so the first failure is an
 // increase that alerts can see.
-func newMIGMetrics(reg prometheus.Registerer) (*migMetrics, error) {
-	m := &migMetrics{
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpud_mig_apply_total",
 			Help: "MIG layout applies by source (config: the agent's --mig-config; api: the admin API) and result (success; pending: GPUs wait for a reset to change MIG mode; failure: not applied, or rolled back).",
@@ -45,8 +45,8 @@ func newMIGMetrics(reg prometheus.Registerer) (*migMetrics, error) {
 			Help: "1 for the state of the configured MIG layout (--mig-config), as GPU Feature Discovery's nvidia.com/mig.config.state label has it (pending, success, failed), 0 for the others; no series without a configured layout.",
 		}, []string{"state"}),
 	}
-	for _, s := range []string{migSourceConfig, migSourceAPI} {
-		for _, r := range []string{migResultSuccess, migResultPending, migResultFailure} {
+	for _, s := range []string{SourceConfig, SourceAPI} {
+		for _, r := range []string{ResultSuccess, ResultPending, ResultFailure} {
 			m.applies.WithLabelValues(s, r)
 		}
 	}
@@ -60,22 +60,22 @@ func newMIGMetrics(reg prometheus.Registerer) (*migMetrics, error) {
 
 // observeApply counts one apply from source: failed when err is set, else
 // pending when GPUs wait for a reset, else a success.
-func (m *migMetrics) observeApply(source string, pending int, err error) {
+func (m *Metrics) observeApply(source string, pending int, err error) {
 	if m == nil {
 		return
 	}
-	r := migResultSuccess
+	r := ResultSuccess
 	switch {
 	case err != nil:
-		r = migResultFailure
+		r = ResultFailure
 	case pending > 0:
-		r = migResultPending
+		r = ResultPending
 	}
 	m.applies.WithLabelValues(source, r).Inc()
 }
 
 // setState makes state the configured layout's one state at 1.
-func (m *migMetrics) setState(state string) {
+func (m *Metrics) setState(state string) {
 	if m == nil {
 		return
 	}

@@ -1,12 +1,10 @@
-package main
+package migctl
 
 import (
 	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -16,24 +14,20 @@ import (
 	"github.com/gpud/gpud/pkg/simnode"
 )
 
-// migMetricsRig is a simulated A100 node (GPU resets allowed, so enabling
-// MIG completes), its MIG service, and the MIG metrics on a fresh registry.
-func migMetricsRig(t *testing.T) (*simnode.Node, *migComponent, *migMetrics) {
+// metricsRig is a simulated A100 node (GPU resets allowed, so enabling
+// MIG completes), a controller on its MIG service, and the MIG metrics on
+// a fresh registry.
+func metricsRig(t *testing.T) (*simnode.Node, *Controller, *Metrics) {
 	t.Helper()
 	n := simnode.NewBuiltin("dgx-a100")
-	svc, err := newMIGService(n, n, "", true, nil, nil, nil)
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := newMIGMetrics(prometheus.NewRegistry())
+	c, err := New(Config{Service: newService(t, n, "", true, nil), Log: discardLog(), Metrics: m, Layout: Layout{File: writeLayouts(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	layouts := filepath.Join(t.TempDir(), "layouts.yaml")
-	if err := os.WriteFile(layouts, []byte(cliLayouts), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := &migComponent{svc: svc, log: discardLog(), metrics: m, opts: migOptions{layoutFile: layouts}}
 	return n, c, m
 }
 
@@ -50,16 +44,16 @@ func metricValue(t *testing.T, m prometheus.Metric) float64 {
 	return out.Gauge.GetValue()
 }
 
-func checkApplies(t *testing.T, m *migMetrics, source string, want map[string]float64) {
+func checkApplies(t *testing.T, m *Metrics, source string, want map[string]float64) {
 	t.Helper()
-	for _, r := range []string{migResultSuccess, migResultPending, migResultFailure} {
+	for _, r := range []string{ResultSuccess, ResultPending, ResultFailure} {
 		if got := metricValue(t, m.applies.WithLabelValues(source, r)); got != want[r] {
 			t.Errorf("gpud_mig_apply_total{source=%q,result=%q} = %v, want %v", source, r, got, want[r])
 		}
 	}
 }
 
-func checkState(t *testing.T, m *migMetrics, want string) {
+func checkState(t *testing.T, m *Metrics, want string) {
 	t.Helper()
 	for _, s := range []string{"pending", "success", "failed"} {
 		v := 0.0
@@ -72,38 +66,38 @@ func checkState(t *testing.T, m *migMetrics, want string) {
 	}
 }
 
-// TestMIGMetricsConfiguredLayout applies the configured layout, then a
+// TestMetricsConfiguredLayout applies the configured layout, then a
 // second one while the simulated GPU refuses to create GPU instances: the
 // failure is counted and the state says failed until an apply succeeds.
-func TestMIGMetricsConfiguredLayout(t *testing.T) {
-	n, c, m := migMetricsRig(t)
-	checkApplies(t, m, migSourceConfig, nil)
+func TestMetricsConfiguredLayout(t *testing.T) {
+	n, c, m := metricsRig(t)
+	checkApplies(t, m, SourceConfig, nil)
 
-	c.opts.layoutName = "two-3g"
+	c.layout.Name = "two-3g"
 	c.applyConfigured(t.Context())
-	checkApplies(t, m, migSourceConfig, map[string]float64{migResultSuccess: 1})
+	checkApplies(t, m, SourceConfig, map[string]float64{ResultSuccess: 1})
 	checkState(t, m, "success")
 
 	n.InjectFault("CreateGpuInstance", simnode.FaultSpec{Times: -1, Return: nvml.ERROR_UNKNOWN})
-	c.opts.layoutName = "seven-1g"
+	c.layout.Name = "seven-1g"
 	c.applyConfigured(t.Context())
-	checkApplies(t, m, migSourceConfig, map[string]float64{migResultSuccess: 1, migResultFailure: 1})
+	checkApplies(t, m, SourceConfig, map[string]float64{ResultSuccess: 1, ResultFailure: 1})
 	checkState(t, m, "failed")
 
 	n.ClearFaults()
 	c.applyConfigured(t.Context())
-	checkApplies(t, m, migSourceConfig, map[string]float64{migResultSuccess: 2, migResultFailure: 1})
+	checkApplies(t, m, SourceConfig, map[string]float64{ResultSuccess: 2, ResultFailure: 1})
 	checkState(t, m, "success")
-	checkApplies(t, m, migSourceAPI, nil)
+	checkApplies(t, m, SourceAPI, nil)
 }
 
-// TestMIGMetricsAPI counts applies through the admin API, not plans.
-func TestMIGMetricsAPI(t *testing.T) {
-	n, c, m := migMetricsRig(t)
+// TestMetricsAPI counts applies through the admin API, not plans.
+func TestMetricsAPI(t *testing.T) {
+	n, c, m := metricsRig(t)
 	mux := http.NewServeMux()
-	migAPI{svc: c.svc, metrics: m}.routes(mux)
+	API{Service: c.cfg.Service, Metrics: m}.Routes(mux)
 	post := func(path, config string) int {
-		body, _ := json.Marshal(migRequest{Layouts: cliLayouts, Config: config})
+		body, _ := json.Marshal(Request{Layouts: testLayouts, Config: config})
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest("POST", path, bytes.NewReader(body)))
 		return rec.Code
@@ -111,7 +105,7 @@ func TestMIGMetricsAPI(t *testing.T) {
 	if code := post("/v1/mig/plan", "two-3g"); code != http.StatusOK {
 		t.Fatalf("plan: %d", code)
 	}
-	checkApplies(t, m, migSourceAPI, nil)
+	checkApplies(t, m, SourceAPI, nil)
 	if code := post("/v1/mig/apply", "two-3g"); code != http.StatusOK {
 		t.Fatalf("apply: %d", code)
 	}
@@ -119,6 +113,6 @@ func TestMIGMetricsAPI(t *testing.T) {
 	if code := post("/v1/mig/apply", "seven-1g"); code == http.StatusOK {
 		t.Fatal("apply with CreateGpuInstance failing answered 200")
 	}
-	checkApplies(t, m, migSourceAPI, map[string]float64{migResultSuccess: 1, migResultFailure: 1})
-	checkApplies(t, m, migSourceConfig, nil)
+	checkApplies(t, m, SourceAPI, map[string]float64{ResultSuccess: 1, ResultFailure: 1})
+	checkApplies(t, m, SourceConfig, nil)
 }

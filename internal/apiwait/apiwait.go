@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/gpud/gpud/internal/wait"
 )
 
 // DefaultInterval is how often a read is retried while the API server is
@@ -63,12 +65,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		t.failed(req, err)
-		timer := time.NewTimer(interval)
-		select {
-		case <-req.Context().Done():
-			timer.Stop()
+		if !wait.Sleep(req.Context(), interval) {
 			return nil, err
-		case <-timer.C:
 		}
 	}
 }

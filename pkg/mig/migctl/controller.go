@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/internal/filewatch"
+	"github.com/gpud/gpud/internal/wait"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/nodelabels"
 )
@@ -82,10 +83,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	// so that the journal's way back is not overwritten.
 	retry := cmp.Or(c.cfg.RecoverRetry, DefaultRecoverRetry)
 	for !c.recover(ctx, retry) {
-		select {
-		case <-ctx.Done():
+		if !wait.Sleep(ctx, retry) {
 			return nil
-		case <-time.After(retry):
 		}
 	}
 	c.applyConfigured(ctx)

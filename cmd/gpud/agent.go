@@ -20,6 +20,7 @@ import (
 	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
+	"github.com/gpud/gpud/pkg/sharingctl"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/pkg/timeslice"
@@ -147,10 +148,11 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if err != nil {
 		return nil, err
 	}
-	sharingC := &sharingComponent{opts: cfg.sharing, deps: sharingDeps{
-		runtime: src.sharing, inventory: src.store.Current, metrics: metrics, log: log.With("component", "sharing"),
-		watchdog: timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods},
-	}}
+	sharingC, err := sharingctl.New(cfg.sharing.controllerConfig(src.sharing, src.store.Current, metrics, log.With("component", "sharing"),
+		timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods}))
+	if err != nil {
+		return nil, err
+	}
 	tasks := []taskgroup.Task{
 		{Name: "inventory", Run: func(ctx context.Context) error { return src.store.Run(ctx, cfg.rediscover) }},
 		{Name: "health", Run: src.health.Run},
@@ -184,7 +186,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if cfg.admin.socket != "" {
 		mux := http.NewServeMux()
 		migctl.API{Service: migSvc, Metrics: migMetrics}.Routes(mux)
-		sharingAPI{runtime: src.sharing}.routes(mux)
+		sharingctl.API{Runtime: src.sharing}.Routes(mux)
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, taskgroup.Task{Name: "admin", Run: srv.Run})
 	}

@@ -2,16 +2,13 @@ package main
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
-	"github.com/gpud/gpud/internal/strictyaml"
+	"github.com/gpud/gpud/internal/flagfile"
 )
 
 // TestAgentValidatesBeforeStarting feeds one bad value per flag: the agent
@@ -148,20 +145,9 @@ func TestConfigFlagsWin(t *testing.T) {
 	}
 }
 
-// TestConfigFileIsCapped checks that an endless config file is refused
-// after the cap instead of read whole.
-func TestConfigFileIsCapped(t *testing.T) {
-	if _, err := os.Stat("/dev/zero"); err != nil {
-		t.Skip("no /dev/zero")
-	}
-	fs, _ := agentFlagSet(io.Discard)
-	if _, err := applyConfigFile(fs, "/dev/zero"); err == nil {
-		t.Fatal("--config /dev/zero accepted")
-	}
-}
-
-// badAgentConfigs are agent config files users wrote that must be refused
-// with FILE:LINE; they seed FuzzAgentConfig.
+// badAgentConfigs are agent config files users wrote that must be refused,
+// by the file's parser (internal/flagfile, where they also seed FuzzApply)
+// or by the agent's validation.
 var badAgentConfigs = []string{
 	"http-adr: x\n",
 	"rediscover-interval: soon\n",
@@ -180,79 +166,6 @@ var badAgentConfigs = []string{
 	"log-level: &a info\nlog-format: *a\n",
 	"? [a]\n: b\n",
 	"shares: !0000000000 00000", // makes go-yaml v1.19.2's decoder dereference nil
-	wideConfig(strictyaml.MaxKeysPerLevel + 1),
-}
-
-// wideConfig is a config file with n keys in its top mapping: the YAML
-// library's parser is quadratic in them.
-func wideConfig(n int) string {
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, "k%d: v\n", i)
-	}
-	return b.String()
-}
-
-// TestConfigYAMLGuards checks the agent config goes through strictyaml's
-// guards with its errors naming file and line: a mapping too wide for the
-// parser is refused before parsing, and a file of unknown keys gives a
-// bounded error, not one line per key.
-func TestConfigYAMLGuards(t *testing.T) {
-	fs, _ := agentFlagSet(io.Discard)
-	_, err := applyConfig(fs, "agent.yaml", []byte(wideConfig(5000)))
-	want := fmt.Sprintf("agent.yaml:%d: ", strictyaml.MaxKeysPerLevel+1)
-	if !errors.Is(err, strictyaml.ErrTooWide) || !strings.HasPrefix(err.Error(), want) {
-		t.Fatalf("5000 keys: %v, want ErrTooWide starting %q", err, want)
-	}
-	fs, _ = agentFlagSet(io.Discard)
-	_, err = applyConfig(fs, "agent.yaml", []byte(wideConfig(strictyaml.MaxKeysPerLevel)))
-	if err == nil {
-		t.Fatal("unknown keys accepted")
-	}
-	if n := strings.Count(err.Error(), "\n") + 1; n > maxConfigErrors+1 {
-		t.Errorf("%d unknown keys: %d error lines, want at most %d", strictyaml.MaxKeysPerLevel, n, maxConfigErrors+1)
-	}
-	if !strings.Contains(err.Error(), fmt.Sprintf("agent.yaml:%d: too many errors", maxConfigErrors+1)) {
-		t.Errorf("error does not say where it stopped:\n%s", err)
-	}
-	fs, _ = agentFlagSet(io.Discard)
-	_, err = applyConfig(fs, "agent.yaml", []byte("log-level: info\nhttp-addr: [a\n"))
-	var fe *fileError
-	if !errors.As(err, &fe) || fe.line == 0 || !strings.HasPrefix(err.Error(), fmt.Sprintf("agent.yaml:%d: ", fe.line)) {
-		t.Errorf("syntax error = %v, want agent.yaml:LINE", err)
-	}
-}
-
-// FuzzAgentConfig feeds config files to the loader: it never panics, an
-// error always starts with the file name and never carries raw control
-// bytes, and an accepted file sets only flags the agent has.
-func FuzzAgentConfig(f *testing.F) {
-	for _, s := range badAgentConfigs {
-		f.Add([]byte(s))
-	}
-	f.Add([]byte("http-addr: 127.0.0.1:9400\nlog-level: debug\nhealth-ignore-xids: [13, 31]\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		fs, c := agentFlagSet(io.Discard)
-		lines, err := applyConfig(fs, "agent.yaml", data)
-		if err != nil {
-			msg := err.Error()
-			for _, line := range strings.Split(msg, "\n") {
-				if !strings.HasPrefix(line, "agent.yaml") {
-					t.Fatalf("error line %q does not start with the file name", line)
-				}
-			}
-			if !utf8.ValidString(msg) || strings.ContainsAny(msg, "\x00\x01\x1b\x7f") {
-				t.Fatalf("error %q carries raw bytes", msg)
-			}
-			return
-		}
-		for name := range lines {
-			if fs.Lookup(name) == nil || name == "config" {
-				t.Fatalf("accepted key %q is not an agent flag", name)
-			}
-		}
-		_ = c
-	})
 }
 
 func TestBadAgentConfigsRefused(t *testing.T) {
@@ -262,7 +175,7 @@ func TestBadAgentConfigsRefused(t *testing.T) {
 		if err := fs.Parse(agentArgs(t.TempDir())); err != nil {
 			t.Fatal(err)
 		}
-		_, err := applyConfig(fs, "agent.yaml", []byte(s))
+		_, err := flagfile.Apply(fs, "agent.yaml", []byte(s))
 		if err == nil && len(c.validate()) == 0 {
 			t.Errorf("config %q accepted", s)
 		}

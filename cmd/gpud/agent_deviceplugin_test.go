@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/gpud/gpud/internal/flagfile"
 	"github.com/gpud/gpud/internal/testbuf"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/sharingfile"
@@ -150,7 +151,7 @@ func TestDeployManifestsUseAgentFlags(t *testing.T) {
 	cfgPath, sharingPath := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "sharing.yaml")
 	_ = os.WriteFile(cfgPath, []byte(cm.Data["config.yaml"]), 0o644)
 	_ = os.WriteFile(sharingPath, []byte(cm.Data["sharing.yaml"]), 0o644)
-	if _, err := applyConfigFile(fs, cfgPath); err != nil {
+	if _, err := flagfile.ApplyFile(fs, cfgPath); err != nil {
 		t.Fatalf("ConfigMap config.yaml: %v", err)
 	}
 	if _, err := sharingfile.LoadConfigFile(sharingPath); err != nil {

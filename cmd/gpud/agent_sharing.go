@@ -1,22 +1,14 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpud/gpud/internal/fileio"
-	"github.com/gpud/gpud/internal/filewatch"
-	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/sharingctl"
 	"github.com/gpud/gpud/pkg/sharingfile"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
@@ -65,119 +57,10 @@ func (o *sharingOptions) loadSharing(inv gpu.Inventory) (timeslice.Config, error
 	return cfg, nil
 }
 
-// sharingDeps is what the sharing component needs from the wiring.
-type sharingDeps struct {
-	runtime   *timeslice.Runtime
-	inventory func() gpu.Inventory
-	watchdog  timeslice.WatchdogConfig // Sharing and Inventory are filled in
-	metrics   prometheus.Registerer
-	log       *slog.Logger
-}
-
-// sharingComponent runs the memory watchdog and applies --sharing-config
-// again when the file changes.
-type sharingComponent struct {
-	opts sharingOptions
-	deps sharingDeps
-}
-
-func (c *sharingComponent) Run(ctx context.Context) error {
-	mode, _ := timeslice.ParseEnforce(c.opts.enforce) // validated
-	wcfg := c.deps.watchdog
-	wcfg.Mode, wcfg.Interval, wcfg.Log = mode, c.opts.interval, c.deps.log
-	wcfg.Sharing, wcfg.Inventory = c.deps.runtime.Sharing, c.deps.inventory
-	wcfg.Kill = func(pid uint32) error { return syscall.Kill(int(pid), syscall.SIGKILL) }
-	wd, err := timeslice.NewWatchdog(wcfg)
-	if err != nil {
-		return err
-	}
-	if err := registerAll(c.deps.metrics,
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpud_sharing_memory_over_limit_total", Help: "Times a pod went over its shares' GPU memory limit on a device."},
-			func() float64 { v, _ := wd.Counts(); return float64(v) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpud_sharing_memory_kills_total", Help: "Processes the memory watchdog killed (--enforce-memory kill)."},
-			func() float64 { _, k := wd.Counts(); return float64(k) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpud_sharing_memory_over_limit", Help: "Pods over their GPU memory limit at the last check."},
-			func() float64 { return float64(len(wd.Active())) }),
-	); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	if c.opts.file != "" {
-		w := filewatch.Watcher{Paths: []string{c.opts.file}, OnChange: func() { c.reload(ctx) }, Log: c.deps.log}
-		go func() {
-			if err := w.Run(ctx); err != nil {
-				c.deps.log.Warn("sharing config not watched, changes need a restart", "path", c.opts.file, "err", err)
-			}
-		}()
-	}
-	c.deps.log.Info("sharing runtime started", "enforce_memory", string(mode), "sharing_config", c.opts.file)
-	return wd.Run(ctx)
-}
-
-// reload applies a changed --sharing-config; a change that is invalid for
-// this node or takes away an allocated replica is refused and logged.
-func (c *sharingComponent) reload(ctx context.Context) {
-	cfg, err := sharingfile.LoadConfigFileFor(c.opts.file, c.deps.inventory())
-	if err != nil {
-		c.deps.log.Error("sharing config invalid, keeping the current one", "err", err)
-		return
-	}
-	if changed, err := c.deps.runtime.Update(ctx, cfg); err != nil {
-		c.deps.log.Error("sharing change refused", "err", err)
-	} else if changed {
-		c.deps.log.Info("sharing config changed", "path", c.opts.file)
-	}
-}
-
-// sharingAPI serves GET and PUT /v1/sharing on the admin socket.
-type sharingAPI struct{ runtime *timeslice.Runtime }
-
-func (s sharingAPI) routes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/sharing", func(w http.ResponseWriter, _ *http.Request) {
-		adminapi.WriteJSON(w, http.StatusOK, s.runtime.Sharing())
-	})
-	mux.HandleFunc("PUT /v1/sharing", s.put)
-}
-
-// put replaces the sharing config: 400 when the body is not a valid config
-// for this node (naming the key), 409 when it would take away an allocated
-// replica, 200 {"changed": bool} otherwise.
-func (s sharingAPI) put(w http.ResponseWriter, r *http.Request) {
-	cfg, err := parseSharingBody(r.Body)
-	if err != nil {
-		adminapi.WriteError(w, http.StatusBadRequest, "invalid", err)
-		return
-	}
-	changed, err := s.runtime.Update(r.Context(), cfg)
-	switch {
-	case errors.Is(err, timeslice.ErrInvalid):
-		adminapi.WriteError(w, http.StatusBadRequest, "invalid", err)
-		return
-	case err != nil:
-		adminapi.WriteError(w, http.StatusConflict, "refused", err)
-		return
-	}
-	adminapi.WriteJSON(w, http.StatusOK, map[string]bool{"changed": changed})
-}
-
-// parseSharingBody reads a PUT /v1/sharing body (JSON, or YAML; at most
-// fileio.MaxBodyBytes) with the sharing file's strict parser.
-func parseSharingBody(body io.Reader) (timeslice.Config, error) {
-	data, err := io.ReadAll(io.LimitReader(body, fileio.MaxBodyBytes+1))
-	if err != nil {
-		return timeslice.Config{}, fmt.Errorf("read request body: %w", err)
-	}
-	if len(data) > fileio.MaxBodyBytes {
-		return timeslice.Config{}, fmt.Errorf("%w: request body over %d bytes", timeslice.ErrInvalid, fileio.MaxBodyBytes)
-	}
-	return sharingfile.ParseConfig(data)
-}
-
-// registerAll registers collectors, stopping at the first error.
-func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+// controllerConfig is the sharing controller's config from the flags
+// (validated) and the wiring.
+func (o *sharingOptions) controllerConfig(rt *timeslice.Runtime, inv func() gpu.Inventory, metrics prometheus.Registerer, log *slog.Logger, wd timeslice.WatchdogConfig) sharingctl.Config {
+	wd.Mode, _ = timeslice.ParseEnforce(o.enforce) // validated
+	wd.Interval = o.interval
+	return sharingctl.Config{Runtime: rt, Inventory: inv, File: o.file, Watchdog: wd, Metrics: metrics, Log: log}
 }

@@ -7,15 +7,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/goccy/go-yaml/ast"
-
-	"github.com/gpud/gpud/internal/fileio"
-	"github.com/gpud/gpud/internal/strictyaml"
+	"github.com/gpud/gpud/internal/flagfile"
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
@@ -95,7 +90,7 @@ func loadAgentConfig(args []string, stderr io.Writer) (*agentConfig, error) {
 	var lines map[string]int
 	if c.configPath != "" {
 		var err error
-		if lines, err = applyConfigFile(fs, c.configPath); err != nil {
+		if lines, err = flagfile.ApplyFile(fs, c.configPath); err != nil {
 			return nil, err
 		}
 	}
@@ -181,205 +176,10 @@ func validateSocketPath(name, path string) error {
 	return flagErr(name, "%s exists and is not a socket; refusing to replace it", path)
 }
 
-// applyConfigFile sets flags from a YAML file whose keys are flag names
-// (`http-addr: 127.0.0.1:9400`). Flags given on the command line win. An
-// unknown key or a bad value is an error "FILE:LINE: ...". It returns the
-// line of each flag the file set.
-func applyConfigFile(fs *flag.FlagSet, path string) (map[string]int, error) {
-	data, err := fileio.ReadFile(path, fileio.MaxConfigBytes)
-	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
-	}
-	return applyConfig(fs, path, data)
-}
-
-// applyConfig is applyConfigFile on data read from path. The file goes
-// through strictyaml.Parse (the guards of every YAML the agent reads: no
-// library panic, no mapping wide enough to make the parser quadratic), and
-// a panic while walking the library's tree is an error at the key being
-// applied.
-func applyConfig(fs *flag.FlagSet, path string, data []byte) (lines map[string]int, err error) {
-	file, err := strictyaml.Parse(data)
-	if err != nil {
-		var ye *strictyaml.Error
-		if errors.As(err, &ye) && ye.Line > 0 {
-			return nil, &fileError{path: path, line: ye.Line, msg: fmt.Sprintf("%s (column %d)", quoteIfBinary(ye.Msg), ye.Column), err: err}
-		}
-		return nil, &fileError{path: path, msg: quoteIfBinary(err.Error()), err: err}
-	}
-	at := 1 // the line being applied, for a panic in the library's tree
-	defer func() {
-		if r := recover(); r != nil {
-			lines, err = nil, &fileError{path: path, line: at, err: strictyaml.ErrMalformed,
-				msg: quoteIfBinary(fmt.Sprintf("%v (the YAML library failed: %v)", strictyaml.ErrMalformed, r))}
-		}
-	}()
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	lines = map[string]int{}
-	var errs []error
-	unknown := false // the first unknown key's error lists the keys
-	for _, doc := range file.Docs {
-		if doc == nil || doc.Body == nil {
-			continue
-		}
-		at = max(lineOf(doc.Body), 1)
-		mapping, ok := mappingOf(doc.Body)
-		if !ok {
-			return nil, fmt.Errorf("%s:%d: want a mapping of flag names to values", path, at)
-		}
-		for _, kv := range mapping.Values {
-			at = max(lineOf(kv.Key), at)
-			if len(errs) == maxConfigErrors {
-				errs = append(errs, fmt.Errorf("%s:%d: too many errors, stopped here", path, at))
-				return lines, errors.Join(errs...)
-			}
-			key := kv.Key.String()
-			f := fs.Lookup(key)
-			if f == nil || key == "config" {
-				err := fmt.Errorf("%s:%d: unknown key %s", path, at, quoteTrunc(key))
-				if !unknown {
-					err = fmt.Errorf("%w (keys are the agent's flag names: %s)", err, flagNames(fs))
-					unknown = true
-				}
-				errs = append(errs, err)
-				continue
-			}
-			if _, dup := lines[key]; dup {
-				errs = append(errs, fmt.Errorf("%s:%d: %s set twice (first on line %d)", path, at, key, lines[key]))
-				continue
-			}
-			lines[key] = at
-			if set[key] {
-				continue
-			}
-			v, err := scalar(kv.Value)
-			if err == nil {
-				err = fs.Set(key, v)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s:%d: %s: %w", path, at, key, err))
-			}
-		}
-	}
-	return lines, errors.Join(errs...)
-}
-
-// maxConfigErrors bounds the errors one config file reports: the agent has
-// about 30 keys, so a file with more errors is not a config file, and its
-// error should not be megabytes long.
-const maxConfigErrors = 20
-
-// fileError is an error in a config file: "FILE:LINE: msg", or "FILE: msg"
-// when line is 0. msg is printable (quoteIfBinary); err is the cause.
-type fileError struct {
-	path string
-	line int
-	msg  string
-	err  error
-}
-
-func (e *fileError) Error() string {
-	if e.line == 0 {
-		return fmt.Sprintf("%s: %s", e.path, e.msg)
-	}
-	return fmt.Sprintf("%s:%d: %s", e.path, e.line, e.msg)
-}
-
-func (e *fileError) Unwrap() error { return e.err }
-
-// lineOf is the line of a node's token, or 0.
-func lineOf(n ast.Node) int {
-	if tk := n.GetToken(); tk != nil && tk.Position != nil {
-		return tk.Position.Line
-	}
-	return 0
-}
-
-// mappingOf returns a document body as a mapping; a one-key mapping parses
-// as a MappingValueNode.
-func mappingOf(n ast.Node) (*ast.MappingNode, bool) {
-	switch m := n.(type) {
-	case *ast.MappingNode:
-		return m, true
-	case *ast.MappingValueNode:
-		return &ast.MappingNode{Values: []*ast.MappingValueNode{m}}, true
-	}
-	return nil, false
-}
-
-// scalar returns a YAML value as the string a flag parses; sequences of
-// scalars become comma-separated lists. Mappings are refused.
-func scalar(n ast.Node) (string, error) {
-	switch v := n.(type) {
-	case nil:
-		return "", nil
-	case *ast.SequenceNode:
-		parts := make([]string, len(v.Values))
-		for i, x := range v.Values {
-			if _, ok := x.(*ast.SequenceNode); ok {
-				return "", errors.New("want a value or a list of values, not nested lists")
-			}
-			s, err := scalar(x)
-			if err != nil {
-				return "", err
-			}
-			parts[i] = s
-		}
-		return strings.Join(parts, ","), nil
-	case *ast.StringNode:
-		return v.Value, nil
-	case *ast.NullNode:
-		return "", nil
-	case *ast.MappingNode, *ast.MappingValueNode:
-		return "", errors.New("want a value or a list of values, not a mapping")
-	}
-	return n.String(), nil
-}
-
-func flagNames(fs *flag.FlagSet) string {
-	var names []string
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != "config" {
-			names = append(names, f.Name)
-		}
-	})
-	sort.Strings(names)
-	return strings.Join(names, ", ")
-}
-
-// maxQuoted bounds user-supplied text echoed in an error message.
-const maxQuoted = 200
-
-// quoteIfBinary returns s as it is when it is printable text, and
-// otherwise quoted (%q) and cut to maxQuoted bytes, so a binary file never
-// lands raw in a terminal or a log.
-func quoteIfBinary(s string) string {
-	if !utf8.ValidString(s) {
-		return quoteTrunc(s)
-	}
-	for _, r := range s {
-		if (r < ' ' && r != '\n' && r != '\t') || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return quoteTrunc(s)
-		}
-	}
-	return s
-}
-
-// printableLines applies quoteIfBinary to each line of an error message,
-// so one binary part of a joined error does not hide the others.
-func printableLines(msg string) string {
-	lines := strings.Split(msg, "\n")
-	for i, l := range lines {
-		lines[i] = quoteIfBinary(l)
-	}
-	return strings.Join(lines, "\n")
-}
-
-// quoteTrunc quotes s (%q), cut to maxQuoted bytes.
-func quoteTrunc(s string) string {
-	if len(s) > maxQuoted {
-		return fmt.Sprintf("%q...", s[:maxQuoted])
-	}
-	return fmt.Sprintf("%q", s)
-}
+// quoteTrunc, quoteIfBinary and printableLines keep user text in messages
+// printable (internal/printable).
+var (
+	quoteTrunc     = printable.Quote
+	quoteIfBinary  = printable.Text
+	printableLines = printable.Lines
+)

@@ -291,23 +291,6 @@ func TestMigCLIBinaryLayout(t *testing.T) {
 	}
 }
 
-func TestQuoteIfBinary(t *testing.T) {
-	if got := quoteIfBinary("line 3: bad key"); got != "line 3: bad key" {
-		t.Errorf("printable text changed: %q", got)
-	}
-	got := quoteIfBinary("a\x00b" + strings.Repeat("x", 1000))
-	if strings.ContainsRune(got, 0) || len(got) > maxQuoted+20 {
-		t.Errorf("binary text %q: want quoted and cut", got)
-	}
-	long := strings.Repeat("flag, ", 500)
-	if got := quoteIfBinary(long); got != long {
-		t.Error("long printable text was cut")
-	}
-	if got := printableLines("ok line\nbad \x1b[31m line"); !strings.HasPrefix(got, "ok line\n\"bad \\x1b") {
-		t.Errorf("printableLines = %q, want the first line kept and the second quoted", got)
-	}
-}
-
 // refusingSocket leaves a socket file nobody accepts on, as an agent that
 // stopped listening (shutting down, or crashed) does.
 func refusingSocket(t *testing.T) string {

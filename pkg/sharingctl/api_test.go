@@ -1,4 +1,4 @@
-package main
+package sharingctl
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func (f fakeAllocations) Allocations(context.Context) ([]gpuusage.Assignment, er
 func sharingMux(allocs timeslice.AllocationLister) *http.ServeMux {
 	rt := timeslice.NewRuntime(timeslice.RuntimeConfig{Inventory: sharingInventory, Allocations: allocs})
 	mux := http.NewServeMux()
-	sharingAPI{runtime: rt}.routes(mux)
+	API{Runtime: rt}.Routes(mux)
 	return mux
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/nodelabels"
+	"github.com/gpud/gpud/pkg/nodelabels/labelsync"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/k8senv"
 )
@@ -34,8 +35,8 @@ func TestNodeLabelsUnderDRARBAC(t *testing.T) {
 	if _, err := store.Rediscover(); err != nil {
 		t.Fatal(err)
 	}
-	updater := func(node string) *nodelabels.Updater {
-		u, err := nodelabels.New(nodelabels.Config{Client: client, NodeName: node, Inventory: store})
+	updater := func(node string) *labelsync.Updater {
+		u, err := labelsync.New(labelsync.Config{Client: client, NodeName: node, Inventory: store})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/gpud/gpud/pkg/scheduler/evict"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
+	"github.com/gpud/gpud/pkg/scheduler/podgroup/pgwatch"
 	"github.com/gpud/gpud/test/k8senv"
 )
 
@@ -129,11 +130,11 @@ func testPodGroups(t *testing.T, env *k8senv.Env) {
 	disco := env.Client.Discovery()
 
 	// Without the CRD the scheduler runs without coscheduling groups.
-	if ok, err := podgroup.Installed(disco); err != nil || ok {
+	if ok, err := pgwatch.Installed(disco); err != nil || ok {
 		t.Fatalf("Installed() before the CRD = %v, %v; want false, nil", ok, err)
 	}
 	// k8senv turns GenericWorkload on: the in-tree PodGroup is served.
-	if ok, err := podgroup.InTreeInstalled(disco); err != nil || !ok {
+	if ok, err := pgwatch.InTreeInstalled(disco); err != nil || !ok {
 		t.Fatalf("InTreeInstalled() = %v, %v; want true (k8senv enables GenericWorkload)", ok, err)
 	}
 
@@ -165,7 +166,7 @@ func testPodGroups(t *testing.T, env *k8senv.Env) {
 		if !established {
 			return errors.New("not established")
 		}
-		ok, err := podgroup.Installed(disco)
+		ok, err := pgwatch.Installed(disco)
 		if err != nil {
 			return err
 		}
@@ -220,8 +221,8 @@ func testPodGroups(t *testing.T, env *k8senv.Env) {
 		t.Fatalf("KeyOf(pod with schedulingGroup) = %q (spec.schedulingGroup = %+v)", k, inTreeMember.Spec.SchedulingGroup)
 	}
 
-	inf := podgroup.NewInformer(dyn, 0)
-	inTreeInf := podgroup.NewInTreeInformer(env.Client, 0)
+	inf := pgwatch.NewInformer(dyn, 0)
+	inTreeInf := pgwatch.NewInTreeInformer(env.Client, 0)
 	go inf.Run(ctx.Done())
 	go inTreeInf.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, inTreeInf.HasSynced) {
@@ -230,7 +231,7 @@ func testPodGroups(t *testing.T, env *k8senv.Env) {
 	check := func(what string, wantNginx int32) {
 		t.Helper()
 		testwait.ForErr(t, pgTimeout, what, func() error {
-			groups, errs := podgroup.Groups(inf, inTreeInf)
+			groups, errs := pgwatch.Groups(inf, inTreeInf)
 			want := map[string]plan.Group{
 				"default/workers-0": {Namespace: "default", Name: "workers-0", MinMember: 2, Created: inTree.CreationTimestamp.Time},
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/nodelabels"
+	"github.com/gpud/gpud/pkg/nodelabels/labelsync"
 )
 
 // labelsOptions is --node-labels: keep GPU Feature Discovery's labels on
@@ -119,7 +120,7 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 	if !cfg.dra.enabled() {
 		strategy = cfg.dp.migStrategy
 	}
-	u, err := nodelabels.New(nodelabels.Config{
+	u, err := labelsync.New(labelsync.Config{
 		Client: client, NodeName: src.node, Inventory: src.store,
 		Options: func() nodelabels.Options {
 			return nodelabels.Options{MIGStrategy: strategy, MIGConfigState: migState.Get(src.store.Current())}

@@ -32,6 +32,7 @@ import (
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
+	"github.com/gpud/gpud/pkg/scheduler/podgroup/pgwatch"
 )
 
 const schedulerUsage = `usage: gpud scheduler [flags]
@@ -316,20 +317,20 @@ type podGroupSource struct {
 func newPodGroupSource(client, informerClient kubernetes.Interface, informerCfg *rest.Config, log *slog.Logger) (*podGroupSource, error) {
 	src := &podGroupSource{log: log, kind: "none"}
 	var kinds []string
-	if ok, err := podgroup.Installed(client.Discovery()); err != nil {
+	if ok, err := pgwatch.Installed(client.Discovery()); err != nil {
 		return nil, err
 	} else if ok {
 		dyn, err := dynamic.NewForConfig(informerCfg)
 		if err != nil {
 			return nil, fmt.Errorf("dynamic client for PodGroups: %w", err)
 		}
-		src.infs = append(src.infs, podgroup.NewInformer(dyn, 0))
+		src.infs = append(src.infs, pgwatch.NewInformer(dyn, 0))
 		kinds = append(kinds, "scheduling.x-k8s.io")
 	}
-	if ok, err := podgroup.InTreeInstalled(client.Discovery()); err != nil {
+	if ok, err := pgwatch.InTreeInstalled(client.Discovery()); err != nil {
 		return nil, err
 	} else if ok {
-		src.infs = append(src.infs, podgroup.NewInTreeInformer(informerClient, 0))
+		src.infs = append(src.infs, pgwatch.NewInTreeInformer(informerClient, 0))
 		kinds = append(kinds, podgroup.InTreeGroupVersion)
 	}
 	if len(kinds) > 0 {
@@ -359,7 +360,7 @@ func (p *podGroupSource) groups() map[string]*plan.Group {
 	if len(p.infs) == 0 {
 		return nil
 	}
-	g, errs := podgroup.Groups(p.infs...)
+	g, errs := pgwatch.Groups(p.infs...)
 	for _, err := range errs {
 		p.log.Debug("podgroup left out", "err", err)
 	}

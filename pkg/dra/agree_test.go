@@ -14,6 +14,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpud/gpud/pkg/dra/prepared"
 	"github.com/gpud/gpud/pkg/mig"
 )
 
@@ -49,14 +50,14 @@ func liveMIG(t *testing.T, e *prepEnv, gpuUUID string) (modeOn bool, uuids []str
 // prepared.
 func checkAgree(t *testing.T, e *prepEnv, uid types.UID, gpuUUID string, allocated bool) {
 	t.Helper()
-	cp, err := readCheckpoint(e.stateDir)
+	cp, err := prepared.Read(e.stateDir)
 	if err != nil {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	modeOn, live := liveMIG(t, e, gpuUUID)
 	_, specErr := os.Stat(cdiSpecPath(e.cdiDir, uid))
 	entry, ok := cp.Claims[uid]
-	if allocated && (!ok || entry.State != statePrepared) {
+	if allocated && (!ok || entry.State != prepared.StatePrepared) {
 		t.Fatalf("claim %s is allocated but not prepared: entry %+v (in checkpoint: %v)", uid, entry, ok)
 	}
 	if !ok {
@@ -68,7 +69,7 @@ func checkAgree(t *testing.T, e *prepEnv, uid types.UID, gpuUUID string, allocat
 		}
 		return
 	}
-	if entry.State != statePrepared {
+	if entry.State != prepared.StatePrepared {
 		t.Fatalf("claim %s is %s with no call in flight", uid, entry.State)
 	}
 	if specErr != nil {

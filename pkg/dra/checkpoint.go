@@ -1,307 +1,39 @@
 package dra
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"hash/crc32"
-	"io/fs"
-	"os"
-	"path/filepath"
-
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/pkg/dra/prepared"
+)
+
+// The driver's vocabulary for what it prepared; the types and the
+// checkpoint file are pkg/dra/prepared's.
+type (
+	// DeviceRef is what a published device is on this node: what prepare
+	// needs to deliver it.
+	DeviceRef = prepared.DeviceRef
+	// Placement is where a MIG GPU instance sits.
+	Placement = prepared.Placement
+	// PreparedDevice is one allocated device of a prepared claim.
+	PreparedDevice = prepared.Device
+	// PreparedClaim is one claim in the checkpoint.
+	PreparedClaim = prepared.Claim
 )
 
 // CheckpointName is the file in the plugin directory that records prepared
 // claims.
-const CheckpointName = "checkpoint.json"
+const CheckpointName = prepared.FileName
 
-// Claim states in the checkpoint.
-const (
-	// statePreparing: prepare started (MIG devices may be half-created);
-	// a retry resumes it and unprepare cleans it up.
-	statePreparing = "Preparing"
-	statePrepared  = "Prepared"
-)
-
-// PreparedDevice is one allocated device of a prepared claim.
-type PreparedDevice struct {
-	// Requests are the claim's requests the device serves.
-	Requests []string `json:"requests"`
-	// Device is the device as published; for a MIG device prepare created,
-	// MIGUUID is filled in.
-	Device DeviceRef `json:"device"`
-	// Created is true for a MIG device this claim's prepare creates (or
-	// created): unprepare destroys it.
-	Created bool `json:"created,omitempty"`
-	// Creating is set while [MIGManager.Create] runs for it: after a crash
-	// there, the device may exist without its UUID recorded.
-	Creating bool `json:"creating,omitempty"`
-	// EnablesMIGMode is set for a MIG device whose GPU had MIG mode off
-	// when prepare went to create it: its Create turns MIG mode on (the
-	// GPU's owner is then recorded in the checkpoint, see
-	// checkpoint.MIGModeOwners).
-	EnablesMIGMode bool `json:"enablesMIGMode,omitempty"`
-	// ShareID identifies one allocation of a multi-allocatable GPU.
-	ShareID string `json:"shareID,omitempty"`
-	// MemoryBytes and CoresPercent are the consumed capacity of a whole
-	// GPU: all the memory for an exclusive GPU, less for a fraction;
-	// cores 0 means no compute limit.
-	MemoryBytes  uint64 `json:"memoryBytes,omitempty"`
-	CoresPercent int    `json:"coresPercent,omitempty"`
-	// CDIDeviceIDs are what the container runtime gets.
-	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
-}
-
-// Fraction reports whether the device is part of a whole GPU.
-func (d PreparedDevice) Fraction() bool {
-	return d.Device.Type == TypeGPU && (d.MemoryBytes < d.Device.MemoryBytes || (d.CoresPercent > 0 && d.CoresPercent < 100))
-}
-
-// PreparedClaim is one claim in the checkpoint.
-type PreparedClaim struct {
-	Namespace string           `json:"namespace"`
-	Name      string           `json:"name"`
-	State     string           `json:"state"`
-	Devices   []PreparedDevice `json:"devices"`
-}
-
-// checkpoint is the prepared claims in memory: the latest version's
-// content, whatever version the file had.
-type checkpoint struct {
-	Claims map[types.UID]PreparedClaim
-	// MIGModeOwners maps a GPU UUID to the claim whose prepare turned the
-	// GPU's MIG mode on (dynamic MIG): when gpud's last slice on that GPU
-	// goes, MIG mode goes off again so the GPU is offered whole. Kept in
-	// the checkpoint so a restarted agent still restores the GPU.
-	MIGModeOwners map[string]types.UID
-}
-
-func newCheckpoint() checkpoint {
-	return checkpoint{Claims: map[types.UID]PreparedClaim{}, MIGModeOwners: map[string]types.UID{}}
-}
-
-// The checkpoint file's versions. Each version's file type stays as it
-// was written, so a newer gpud reads every older file (converting it in
-// [decodeCheckpoint]) and never strands the claims an older one prepared.
-const (
-	// checkpointV1 (gpud before issue 24): {"version":1,"claims":{...}},
-	// no checksum, no MIG mode owners.
-	checkpointV1 = 1
-	// checkpointV2 adds the checksum and MIGModeOwners.
-	checkpointV2 = 2
-	// checkpointVersion is what this gpud writes.
-	checkpointVersion = checkpointV2
-)
-
-// checkpointFileV1 is version 1 on disk. Claims are pointers so a null
-// entry is seen (and refused) rather than read as an empty claim.
-type checkpointFileV1 struct {
-	Version int                          `json:"version"`
-	Claims  map[types.UID]*PreparedClaim `json:"claims"`
-}
-
-// checkpointFileV2 is version 2 on disk. Checksum is the CRC-32C
-// (Castagnoli) of the file's JSON encoding with Checksum zero, as the
-// kubelet's and NVIDIA's DRA driver's checkpoints carry one: a file
-// damaged on disk or edited by hand is refused rather than half-trusted.
-type checkpointFileV2 struct {
-	Version       int                          `json:"version"`
-	Checksum      uint32                       `json:"checksum"`
-	Claims        map[types.UID]*PreparedClaim `json:"claims"`
-	MIGModeOwners map[string]types.UID         `json:"migModeOwners,omitempty"`
-}
-
-var crc32c = crc32.MakeTable(crc32.Castagnoli)
-
-// sum is the file's checksum: over its encoding with Checksum zero.
-func (f checkpointFileV2) sum() (uint32, error) {
-	f.Checksum = 0
-	data, err := json.Marshal(f)
-	if err != nil {
-		return 0, err
-	}
-	return crc32.Checksum(data, crc32c), nil
-}
-
-// ErrCorruptCheckpoint is wrapped when the checkpoint cannot be trusted:
-// not JSON, a bad checksum, an unknown version, a null or invalid entry.
-var ErrCorruptCheckpoint = errors.New("dra: checkpoint unusable")
-
-func checkpointPath(dir string) string { return filepath.Join(dir, CheckpointName) }
-
-// corruptAdvice says what to do about a checkpoint gpud refuses.
-const corruptAdvice = "the agent does not start on it, so no prepared claim is lost: restore the file from a backup, " +
-	"or move it aside and restart the agent (the claims it recorded are then unknown to gpud: delete their pods, " +
-	"and remove their CDI specs gpud-dra-<claim UID>.json and any MIG devices gpud created for them)"
-
-// readCheckpoint reads the checkpoint (capped at fileio.MaxStateBytes) and
-// converts it to the latest version; a missing file is an empty
-// checkpoint. A temp file left by a write a crash cut short is removed:
-// the checkpoint itself is whole (written by rename). A checkpoint that
-// cannot be trusted is an error wrapping [ErrCorruptCheckpoint] that
-// names the file and what to do.
-func readCheckpoint(dir string) (checkpoint, error) {
-	path := checkpointPath(dir)
-	if err := os.Remove(fileio.TempName(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return checkpoint{}, fmt.Errorf("dra: remove the temp file of an interrupted checkpoint write: %w", err)
-	}
-	return loadCheckpoint(dir)
-}
+// ErrCorruptCheckpoint is wrapped when the checkpoint cannot be trusted.
+var ErrCorruptCheckpoint = prepared.ErrCorrupt
 
 // ReadPrepared returns the claims the checkpoint in stateDir records as
 // prepared (or half-prepared), for readers beside the running driver
-// (device isolation). It only reads: removing the temp file as the
-// driver does at start would race with the driver's own writes (their
-// rename then fails).
+// (device isolation). It only reads (prepared.Load).
 func ReadPrepared(stateDir string) (map[types.UID]PreparedClaim, error) {
-	cp, err := loadCheckpoint(stateDir)
+	cp, err := prepared.Load(stateDir)
 	if err != nil {
 		return nil, err
 	}
 	return cp.Claims, nil
-}
-
-// loadCheckpoint reads and converts the checkpoint, touching nothing.
-func loadCheckpoint(dir string) (checkpoint, error) {
-	path := checkpointPath(dir)
-	data, err := fileio.ReadFile(path, fileio.MaxStateBytes)
-	if errors.Is(err, fs.ErrNotExist) {
-		return newCheckpoint(), nil
-	}
-	if err != nil {
-		return checkpoint{}, fmt.Errorf("dra: read checkpoint: %w", err)
-	}
-	cp, err := decodeCheckpoint(data)
-	if err != nil {
-		return checkpoint{}, fmt.Errorf("%w: %s: %w; %s", ErrCorruptCheckpoint, path, err, corruptAdvice)
-	}
-	return cp, nil
-}
-
-// decodeCheckpoint parses a checkpoint file of any version this gpud
-// knows and converts it to the latest.
-func decodeCheckpoint(data []byte) (checkpoint, error) {
-	var head struct {
-		Version *int `json:"version"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return checkpoint{}, fmt.Errorf("not JSON: %w", err)
-	}
-	if head.Version == nil {
-		return checkpoint{}, errors.New("no version")
-	}
-	cp := newCheckpoint()
-	var claims map[types.UID]*PreparedClaim
-	switch *head.Version {
-	case checkpointV1:
-		var f checkpointFileV1
-		if err := strictJSON(data, &f); err != nil {
-			return checkpoint{}, fmt.Errorf("version 1: %w", err)
-		}
-		claims = f.Claims
-	case checkpointV2:
-		var f checkpointFileV2
-		if err := strictJSON(data, &f); err != nil {
-			return checkpoint{}, fmt.Errorf("version 2: %w", err)
-		}
-		sum, err := f.sum()
-		if err != nil {
-			return checkpoint{}, err
-		}
-		if sum != f.Checksum {
-			return checkpoint{}, fmt.Errorf("checksum %08x, want %08x (damaged or edited)", f.Checksum, sum)
-		}
-		claims = f.Claims
-		for g, uid := range f.MIGModeOwners {
-			if g == "" || uid == "" {
-				return checkpoint{}, fmt.Errorf("MIG mode owner %q of gpu %q: empty", uid, g)
-			}
-			cp.MIGModeOwners[g] = uid
-		}
-	default:
-		return checkpoint{}, fmt.Errorf("version %d unknown: this gpud reads versions %d to %d (a newer gpud wrote it: run that one, or unprepare its claims first)",
-			*head.Version, checkpointV1, checkpointVersion)
-	}
-	for uid, c := range claims {
-		if err := validClaim(uid, c); err != nil {
-			return checkpoint{}, err
-		}
-		cp.Claims[uid] = *c
-	}
-	return cp, nil
-}
-
-// strictJSON decodes one JSON value with no unknown fields and nothing
-// after it.
-func strictJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("data after the checkpoint")
-	}
-	return nil
-}
-
-// validClaim checks one entry as prepare and unprepare rely on it.
-func validClaim(uid types.UID, c *PreparedClaim) error {
-	switch {
-	case uid == "":
-		return errors.New("a claim with an empty UID")
-	case c == nil:
-		return fmt.Errorf("claim %q: null entry", uid)
-	case c.State != statePreparing && c.State != statePrepared:
-		return fmt.Errorf("claim %q: state %q unknown (want %s or %s)", uid, c.State, statePreparing, statePrepared)
-	}
-	for i, d := range c.Devices {
-		switch {
-		case d.Device.Name == "":
-			return fmt.Errorf("claim %q: device %d has no name", uid, i)
-		case d.Device.Type != TypeGPU && d.Device.Type != TypeMIG:
-			return fmt.Errorf("claim %q: device %q: type %q unknown", uid, d.Device.Name, d.Device.Type)
-		case d.Created && d.Device.Type != TypeMIG:
-			return fmt.Errorf("claim %q: device %q: created, but not a MIG device", uid, d.Device.Name)
-		case d.Device.Type == TypeMIG && d.Device.GPUUUID == "":
-			return fmt.Errorf("claim %q: MIG device %q has no GPU", uid, d.Device.Name)
-		case c.State == statePrepared && (d.Creating || (d.Device.Type == TypeMIG && d.Device.MIGUUID == "")):
-			return fmt.Errorf("claim %q: prepared, but MIG device %q was not created", uid, d.Device.Name)
-		}
-	}
-	return nil
-}
-
-// encodeCheckpoint is the checkpoint as this gpud writes it (the latest
-// version, with its checksum).
-func encodeCheckpoint(cp checkpoint) ([]byte, error) {
-	f := checkpointFileV2{Version: checkpointVersion, Claims: make(map[types.UID]*PreparedClaim, len(cp.Claims)), MIGModeOwners: cp.MIGModeOwners}
-	for uid, c := range cp.Claims {
-		f.Claims[uid] = &c
-	}
-	sum, err := f.sum()
-	if err != nil {
-		return nil, err
-	}
-	f.Checksum = sum
-	return json.Marshal(f)
-}
-
-// writeCheckpoint replaces the checkpoint atomically and durably.
-func writeCheckpoint(dir string, cp checkpoint) error {
-	data, err := encodeCheckpoint(cp)
-	if err != nil {
-		return fmt.Errorf("dra: encode checkpoint: %w", err)
-	}
-	if len(data) > fileio.MaxStateBytes {
-		return fmt.Errorf("dra: checkpoint of %d claims is larger than %d bytes", len(cp.Claims), fileio.MaxStateBytes)
-	}
-	if err := fileio.WriteFile(checkpointPath(dir), data, 0o600); err != nil {
-		return fmt.Errorf("dra: write checkpoint: %w", err)
-	}
-	return nil
 }

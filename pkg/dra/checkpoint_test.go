@@ -4,18 +4,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/pkg/dra/prepared"
 )
 
 // v1Checkpoint is a checkpoint as gpud before issue 24 wrote it (version
-// 1: no checksum, no MIG mode owners): one whole GPU and one dynamic MIG
-// device it created.
+// 1, see pkg/dra/prepared): one whole GPU and one dynamic MIG device it
+// created.
 const v1Checkpoint = `{"version":1,"claims":{"uid-a":{"namespace":"ns","name":"a","state":"Prepared","devices":[` +
 	`{"requests":["gpu"],"device":{"name":"gpu-3","type":"gpu","gpuUUID":"GPU-3","gpuIndex":3,"gpuMinor":3,"memoryBytes":85899345920,"placement":{"start":0,"size":0}},` +
 	`"memoryBytes":85899345920,"cdiDeviceIDs":["k8s.gpu.gpud.io/claim=uid-a-gpu-3"]}]},` +
@@ -23,58 +20,12 @@ const v1Checkpoint = `{"version":1,"claims":{"uid-a":{"namespace":"ns","name":"a
 	`{"requests":["mig"],"device":{"name":"gpu-1-mig-1g10gb-6","type":"mig","gpuUUID":"GPU-1","gpuIndex":1,"gpuMinor":1,"memoryBytes":10737418240,"profile":"1g.10gb","placement":{"start":6,"size":1}},` +
 	`"created":true,"creating":true,"cdiDeviceIDs":null}]}}}`
 
-func testCheckpoint() checkpoint {
-	cp := newCheckpoint()
-	cp.Claims["uid-a"] = PreparedClaim{Namespace: "ns", Name: "a", State: statePrepared, Devices: []PreparedDevice{{
-		Requests: []string{"gpu"}, Device: DeviceRef{Name: "gpu-1-mig-1g10gb-6", Type: TypeMIG, GPUUUID: "GPU-1", GPUIndex: 1, GPUMinor: 1,
-			MemoryBytes: 10 << 30, Profile: "1g.10gb", Placement: Placement{Start: 6, Size: 1}, MIGUUID: "MIG-1", GIID: 13},
-		Created: true, EnablesMIGMode: true, CDIDeviceIDs: []string{"k8s.gpu.gpud.io/claim=uid-a-gpu-1-mig-1g10gb-6"}}}}
-	cp.MIGModeOwners["GPU-1"] = "uid-a"
-	return cp
-}
-
-// TestCheckpointRoundTrip: what this gpud writes it reads back unchanged,
-// and the file carries the version and a checksum.
-func TestCheckpointRoundTrip(t *testing.T) {
+// TestPreparerUnpreparesMigratedV1: a preparer on a version 1 checkpoint
+// (what the previous gpud left) unprepares its claims as before.
+func TestPreparerUnpreparesMigratedV1(t *testing.T) {
 	dir := t.TempDir()
-	want := testCheckpoint()
-	if err := writeCheckpoint(dir, want); err != nil {
+	if err := os.WriteFile(prepared.Path(dir), []byte(v1Checkpoint), 0o600); err != nil {
 		t.Fatal(err)
-	}
-	got, err := readCheckpoint(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("read back %+v, want %+v", got, want)
-	}
-	data, _ := os.ReadFile(checkpointPath(dir))
-	if !strings.Contains(string(data), `"version":2`) || !strings.Contains(string(data), `"checksum":`) {
-		t.Fatalf("checkpoint %s has no version 2 or checksum", data)
-	}
-}
-
-// TestCheckpointMigratesV1: a version 1 checkpoint (what the previous gpud
-// left) is read, its claims kept, and written back as the latest version;
-// a preparer on it unprepares its claims as before.
-func TestCheckpointMigratesV1(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(checkpointPath(dir), []byte(v1Checkpoint), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cp, err := readCheckpoint(dir)
-	if err != nil {
-		t.Fatalf("read v1: %v", err)
-	}
-	if len(cp.Claims) != 2 || cp.Claims["uid-a"].Devices[0].Device.Name != "gpu-3" || !cp.Claims["uid-b"].Devices[0].Creating {
-		t.Fatalf("v1 converted to %+v", cp)
-	}
-	if err := writeCheckpoint(dir, cp); err != nil {
-		t.Fatal(err)
-	}
-	again, err := readCheckpoint(dir)
-	if err != nil || !reflect.DeepEqual(again, cp) {
-		t.Fatalf("v1 → v2 → read = %+v, %v; want %+v", again, err, cp)
 	}
 	f := &fakeMIG{}
 	p, err := NewPreparer(PreparerConfig{NodeName: "n", StateDir: dir, CDIDir: t.TempDir(), MIG: f, Devices: func() map[string]DeviceRef { return nil }})
@@ -92,11 +43,14 @@ func TestCheckpointMigratesV1(t *testing.T) {
 	}
 }
 
-// TestCheckpointRefused: a checkpoint that cannot be trusted stops the
-// preparer with an error naming the file and what to do, and the file is
-// left as it was (nothing recorded in it is lost).
-func TestCheckpointRefused(t *testing.T) {
-	good, err := encodeCheckpoint(testCheckpoint())
+// TestPreparerRefusesCorruptCheckpoint: a checkpoint that cannot be
+// trusted stops the preparer with an error naming the file and what to
+// do, and the file is left as it was (nothing recorded in it is lost).
+func TestPreparerRefusesCorruptCheckpoint(t *testing.T) {
+	cp := prepared.NewCheckpoint()
+	cp.Claims["uid-a"] = PreparedClaim{Namespace: "ns", Name: "a", State: prepared.StatePrepared, Devices: []PreparedDevice{{
+		Requests: []string{"gpu"}, Device: DeviceRef{Name: "gpu-1-mig-1g10gb-6", Type: TypeMIG, GPUUUID: "GPU-1", MIGUUID: "MIG-1"}}}}
+	good, err := prepared.Encode(cp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,32 +69,26 @@ func TestCheckpointRefused(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			if err := os.WriteFile(checkpointPath(dir), []byte(tc.data), 0o600); err != nil {
+			if err := os.WriteFile(prepared.Path(dir), []byte(tc.data), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			_, err := NewPreparer(PreparerConfig{NodeName: "n", StateDir: dir, CDIDir: dir, Devices: func() map[string]DeviceRef { return nil }})
-			if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), checkpointPath(dir)) ||
+			if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), prepared.Path(dir)) ||
 				!strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "move it aside") {
-				t.Fatalf("NewPreparer = %v, want ErrCorruptCheckpoint naming %s, %q and what to do", err, checkpointPath(dir), tc.want)
+				t.Fatalf("NewPreparer = %v, want ErrCorruptCheckpoint naming %s, %q and what to do", err, prepared.Path(dir), tc.want)
 			}
-			if data, _ := os.ReadFile(checkpointPath(dir)); string(data) != tc.data {
+			if data, _ := os.ReadFile(prepared.Path(dir)); string(data) != tc.data {
 				t.Fatal("the refused checkpoint was changed")
 			}
 		})
 	}
 }
 
-// TestCheckpointStaleTempRemoved: the temp file of a write a crash cut
-// short is removed when the checkpoint is read; the checkpoint is intact.
-func TestCheckpointStaleTempRemoved(t *testing.T) {
-	dir, tmp := checkpointWithTemp(t)
-	cp, err := readCheckpoint(dir)
-	if err != nil || len(cp.Claims) != 1 {
-		t.Fatalf("read = %+v, %v", cp, err)
-	}
-	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("stale temp file kept: %v", err)
-	}
+// TestPreparerRemovesStaleCDITemp: the temp file of a CDI spec write a
+// crash cut short is removed when the preparer starts; the specs and
+// other tools' files stay.
+func TestPreparerRemovesStaleCDITemp(t *testing.T) {
+	dir := t.TempDir()
 	// A CDI spec's temp file, beside a spec and another tool's temp file.
 	cdiDir := t.TempDir()
 	for _, name := range []string{".gpud-dra-uid-a.json.tmp", "gpud-dra-uid-a.json", ".nvidia.json.tmp"} {
@@ -156,102 +104,4 @@ func TestCheckpointStaleTempRemoved(t *testing.T) {
 			t.Errorf("%s exists: %v, want %v", name, err == nil, want)
 		}
 	}
-}
-
-// TestReadPreparedTouchesNothing: a reader beside the running driver
-// (device isolation) sees the prepared claims and leaves the temp file of
-// a write in flight alone; removing it made the driver's rename fail
-// ("write checkpoint: rename ... no such file or directory", seen on the
-// real node in issue 22).
-func TestReadPreparedTouchesNothing(t *testing.T) {
-	dir, tmp := checkpointWithTemp(t)
-	claims, err := ReadPrepared(dir)
-	if err != nil || len(claims) != 1 || claims["uid-a"].Name != "a" {
-		t.Fatalf("ReadPrepared = %+v, %v", claims, err)
-	}
-	if _, err := os.Stat(tmp); err != nil {
-		t.Fatalf("the temp file of a write in flight was touched: %v", err)
-	}
-	if claims, err := ReadPrepared(t.TempDir()); err != nil || len(claims) != 0 {
-		t.Errorf("no checkpoint: %+v, %v; want none, no error", claims, err)
-	}
-}
-
-// checkpointWithTemp writes testCheckpoint in a new dir, and beside it the
-// temp file of a write cut short (or in flight); it returns both paths.
-func checkpointWithTemp(t *testing.T) (dir, tmp string) {
-	t.Helper()
-	dir = t.TempDir()
-	if err := writeCheckpoint(dir, testCheckpoint()); err != nil {
-		t.Fatal(err)
-	}
-	tmp = fileio.TempName(checkpointPath(dir))
-	if err := os.WriteFile(tmp, []byte(`{"version":2,"chec`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dir, tmp
-}
-
-// FuzzCheckpoint: any bytes either decode to a checkpoint that survives a
-// write and read unchanged and whose every entry is usable, or are refused;
-// never a panic.
-func FuzzCheckpoint(f *testing.F) {
-	good, err := encodeCheckpoint(testCheckpoint())
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(good)
-	f.Add([]byte(v1Checkpoint))
-	f.Add([]byte(`{"version":1,"claims":{"u":null}}`))
-	f.Add([]byte(`{"version":2,"checksum":0,"claims":{}}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		cp, err := decodeCheckpoint(data)
-		if err != nil {
-			return
-		}
-		for uid, c := range cp.Claims {
-			if uid == "" || (c.State != statePrepared && c.State != statePreparing) {
-				t.Fatalf("accepted claim %q in state %q", uid, c.State)
-			}
-		}
-		enc, err := encodeCheckpoint(cp)
-		if err != nil {
-			t.Fatalf("encode accepted checkpoint: %v", err)
-		}
-		again, err := decodeCheckpoint(enc)
-		if err != nil {
-			t.Fatalf("re-read of a written checkpoint: %v", err)
-		}
-		if !reflect.DeepEqual(normalize(again), normalize(cp)) {
-			t.Fatalf("round trip changed it:\n%+v\n%+v", cp, again)
-		}
-	})
-}
-
-// normalize makes nil and empty slices compare equal (JSON does not keep
-// the difference).
-func normalize(cp checkpoint) checkpoint {
-	out := newCheckpoint()
-	maps := func(uid types.UID, c PreparedClaim) {
-		if len(c.Devices) == 0 {
-			c.Devices = nil
-		}
-		for i := range c.Devices {
-			d := &c.Devices[i]
-			if len(d.Requests) == 0 {
-				d.Requests = nil
-			}
-			if len(d.CDIDeviceIDs) == 0 {
-				d.CDIDeviceIDs = nil
-			}
-		}
-		out.Claims[uid] = c
-	}
-	for uid, c := range cp.Claims {
-		maps(uid, c)
-	}
-	for g, u := range cp.MIGModeOwners {
-		out.MIGModeOwners[g] = u
-	}
-	return out
 }

@@ -10,6 +10,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpud/gpud/pkg/dra/prepared"
 )
 
 // TestPrepareRefusesClaimBeyondGPU: one claim may not hold a GPU whole and
@@ -88,7 +90,7 @@ func TestPrepareRefusesClaimBeyondGPU(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cpBefore, err := os.ReadFile(checkpointPath(e.stateDir))
+			cpBefore, err := os.ReadFile(prepared.Path(e.stateDir))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +118,7 @@ func TestPrepareRefusesClaimBeyondGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			cpAfter, err := os.ReadFile(checkpointPath(e.stateDir))
+			cpAfter, err := os.ReadFile(prepared.Path(e.stateDir))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/gpud/gpud/pkg/dra/prepared"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/simnode"
 )
@@ -137,7 +138,7 @@ func recoverAndCheck(t *testing.T, killed, phase string, podGone bool) {
 	if _, ok := e.tab.pub.Devices["gpu-2"]; !ok {
 		t.Error("gpu-2 is not offered whole again")
 	}
-	if cp, err := readCheckpoint(e.stateDir); err != nil || len(cp.MIGModeOwners) != 0 {
+	if cp, err := prepared.Read(e.stateDir); err != nil || len(cp.MIGModeOwners) != 0 {
 		t.Errorf("checkpoint after the claim went: MIG mode owners %v, %v; want none", cp.MIGModeOwners, err)
 	}
 }

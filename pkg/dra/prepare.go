@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpud/gpud/pkg/devnodes"
+	"github.com/gpud/gpud/pkg/dra/prepared"
 	"log/slog"
 	"slices"
 	"sync"
@@ -117,7 +118,7 @@ type Preparer struct {
 	cfg PreparerConfig
 
 	mu     sync.Mutex // guards cp and claims; never held across a MIG call
-	cp     checkpoint
+	cp     prepared.Checkpoint
 	claims map[types.UID]*claimLock
 
 	// atStep, when set (tests only), is called at each step of prepare
@@ -143,7 +144,7 @@ func NewPreparer(cfg PreparerConfig) (*Preparer, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	cp, err := readCheckpoint(cfg.StateDir)
+	cp, err := prepared.Read(cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -235,14 +236,14 @@ func (p *Preparer) prepareLocked(ctx context.Context, c *resourceapi.ResourceCla
 func (p *Preparer) prepareClaim(ctx context.Context, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	id := c.Namespace + "/" + c.Name
 	prev, had := p.entry(c.UID)
-	if had && prev.State == statePrepared {
+	if had && prev.State == prepared.StatePrepared {
 		return p.result(prev), nil
 	}
 	planned, err := p.plan(c, prev)
 	if err != nil {
 		return nil, fmt.Errorf("dra: claim %s: %w", id, err)
 	}
-	entry := PreparedClaim{Namespace: c.Namespace, Name: c.Name, State: statePreparing, Devices: planned}
+	entry := PreparedClaim{Namespace: c.Namespace, Name: c.Name, State: prepared.StatePreparing, Devices: planned}
 	// The conflict check and the entry's save are one step, so two claims
 	// cannot both take one device.
 	p.mu.Lock()
@@ -442,7 +443,7 @@ func (p *Preparer) deliver(ctx context.Context, uid types.UID, entry *PreparedCl
 	for i := range entry.Devices {
 		entry.Devices[i].CDIDeviceIDs = []string{CDIKind + "=" + cdiDeviceName(uid, entry.Devices[i])}
 	}
-	entry.State = statePrepared
+	entry.State = prepared.StatePrepared
 	return p.save(uid, *entry)
 }
 
@@ -549,7 +550,7 @@ func (p *Preparer) undo(ctx context.Context, uid types.UID, entry PreparedClaim)
 		}
 	}
 	if len(errs) > 0 {
-		entry.Devices, entry.State = kept, statePreparing
+		entry.Devices, entry.State = kept, prepared.StatePreparing
 		if err := p.save(uid, entry); err != nil {
 			errs = append(errs, err)
 		}
@@ -609,7 +610,7 @@ func (p *Preparer) save(uid types.UID, entry PreparedClaim) error {
 func (p *Preparer) saveLocked(uid types.UID, entry PreparedClaim) error {
 	old, had := p.cp.Claims[uid]
 	p.cp.Claims[uid] = entry
-	if err := writeCheckpoint(p.cfg.StateDir, p.cp); err != nil {
+	if err := prepared.Write(p.cfg.StateDir, p.cp); err != nil {
 		if had {
 			p.cp.Claims[uid] = old
 		} else {
@@ -626,7 +627,7 @@ func (p *Preparer) forget(uid types.UID) error {
 	defer p.mu.Unlock()
 	old := p.cp.Claims[uid]
 	delete(p.cp.Claims, uid)
-	if err := writeCheckpoint(p.cfg.StateDir, p.cp); err != nil {
+	if err := prepared.Write(p.cfg.StateDir, p.cp); err != nil {
 		p.cp.Claims[uid] = old
 		return err
 	}

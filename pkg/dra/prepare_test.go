@@ -21,6 +21,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/dra/prepared"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/simnode"
 )
@@ -366,9 +367,9 @@ func TestPrepareResumesInterruptedPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref.MIGUUID, ref.GIID = created.UUID, created.GIID
-	cp := checkpoint{Claims: map[types.UID]PreparedClaim{"m3": {Namespace: "ns", Name: "m3", State: statePreparing,
+	cp := prepared.Checkpoint{Claims: map[types.UID]PreparedClaim{"m3": {Namespace: "ns", Name: "m3", State: prepared.StatePreparing,
 		Devices: []PreparedDevice{{Requests: []string{"gpu"}, Device: ref, Created: true}}}}}
-	if err := writeCheckpoint(e.stateDir, cp); err != nil {
+	if err := prepared.Write(e.stateDir, cp); err != nil {
 		t.Fatal(err)
 	}
 	c := claim("m3", "m3", alloc{pool: e.name, device: "gpu-2-mig-2g20gb-4"})
@@ -444,9 +445,9 @@ func TestUnprepareAfterCrashDuringCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := checkpoint{Claims: map[types.UID]PreparedClaim{"m4": {Namespace: "ns", Name: "m4", State: statePreparing,
+	cp := prepared.Checkpoint{Claims: map[types.UID]PreparedClaim{"m4": {Namespace: "ns", Name: "m4", State: prepared.StatePreparing,
 		Devices: []PreparedDevice{{Requests: []string{"gpu"}, Device: ref, Created: true, Creating: true}}}}}
-	if err := writeCheckpoint(e.stateDir, cp); err != nil {
+	if err := prepared.Write(e.stateDir, cp); err != nil {
 		t.Fatal(err)
 	}
 	e.st.Inventory = withMIG(e.st.Inventory, 1, gpu.MIGDevice{UUID: made.UUID, Profile: "3g.40gb", MemoryBytes: 40 << 30,
@@ -479,12 +480,12 @@ func TestCheckpointErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			if err := os.WriteFile(checkpointPath(dir), []byte(data), 0o600); err != nil {
+			if err := os.WriteFile(prepared.Path(dir), []byte(data), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			_, err := NewPreparer(PreparerConfig{NodeName: "n", StateDir: dir, CDIDir: dir, Devices: func() map[string]DeviceRef { return nil }})
-			if err == nil || !strings.Contains(err.Error(), checkpointPath(dir)) {
-				t.Errorf("NewPreparer = %v, want an error naming %s", err, checkpointPath(dir))
+			if err == nil || !strings.Contains(err.Error(), prepared.Path(dir)) {
+				t.Errorf("NewPreparer = %v, want an error naming %s", err, prepared.Path(dir))
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/gpud/gpud/pkg/dra/prepared"
 	"github.com/gpud/gpud/pkg/gpu"
 )
 
@@ -18,8 +19,8 @@ const DriverName = "gpu.gpud.io"
 
 // Values of the "type" attribute.
 const (
-	TypeGPU = "gpu"
-	TypeMIG = "mig"
+	TypeGPU = prepared.TypeGPU
+	TypeMIG = prepared.TypeMIG
 )
 
 // Capacity names. A whole GPU has both; a MIG device has memory.
@@ -27,13 +28,6 @@ const (
 	CapacityMemory resourceapi.QualifiedName = "memory"
 	CapacityCores  resourceapi.QualifiedName = "cores" // percent of the GPU's SMs
 )
-
-// Placement is where a MIG GPU instance sits: memory slices
-// [Start, Start+Size).
-type Placement struct {
-	Start int `json:"start"`
-	Size  int `json:"size"`
-}
 
 // MIGProfile is one GPU-instance profile of a GPU (a mig.Profile as plain
 // data).
@@ -76,32 +70,6 @@ type NodeState struct {
 	// GPUs without one have no resource.kubernetes.io/pcieRoot attribute.
 	PCIeRoots map[string]string
 }
-
-// DeviceRef is what a published device is on this node: what prepare needs
-// to deliver it.
-type DeviceRef struct {
-	Name     string `json:"name"`
-	Type     string `json:"type"` // TypeGPU or TypeMIG
-	GPUUUID  string `json:"gpuUUID"`
-	GPUIndex int    `json:"gpuIndex"`
-	GPUMinor int    `json:"gpuMinor"`
-	// MemoryBytes is the device's memory: the GPU's, or the MIG slice's.
-	MemoryBytes uint64 `json:"memoryBytes"`
-	// Shareable is true for a whole GPU that takes fractions.
-	Shareable bool `json:"shareable,omitempty"`
-	// MIG devices only.
-	Profile   string    `json:"profile,omitempty"`
-	Placement Placement `json:"placement"`
-	// MIGUUID, GIID and CIID are set when the MIG device exists; a
-	// dynamic one is created at prepare.
-	MIGUUID string `json:"migUUID,omitempty"`
-	GIID    int    `json:"giID,omitempty"`
-	CIID    int    `json:"ciID,omitempty"`
-}
-
-// Dynamic reports whether the device is a MIG placement that does not exist
-// yet.
-func (d DeviceRef) Dynamic() bool { return d.Type == TypeMIG && d.MIGUUID == "" }
 
 // Published is the result of [Build].
 type Published struct {

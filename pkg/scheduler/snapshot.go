@@ -101,6 +101,10 @@ func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
 		cel: cel.NewCache(256, cel.Features{EnableConsumableCapacity: true})}
 }
 
+// anydevice.State is the structured allocator decide asks for claims
+// gpud does not model.
+var _ plan.Devices = (*anydevice.State)(nil)
+
 // build makes the snapshot of one cycle at now.
 func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -63,7 +64,21 @@ type cycle struct {
 	// releasing counts the running pods (or victims) what-ifs under way
 	// have released.
 	releasing int
+	// devices is s.Devices, or noDevices when the snapshot has none, so
+	// assumes and releases need no nil check.
+	devices plan.Devices
 }
+
+// noDevices is the structured allocator of a snapshot without one: it
+// tracks nothing, and place refuses claims that need it before asking.
+type noDevices struct{}
+
+func (noDevices) Allocate(string, []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
+	return nil, errors.New("no structured allocator in this snapshot")
+}
+func (noDevices) AllocatedFits(string, []*resourceapi.ResourceClaim) string { return "" }
+func (noDevices) Assume(*resourceapi.AllocationResult)                      {}
+func (noDevices) Release(*resourceapi.AllocationResult)                     {}
 
 type journalEntry struct {
 	alloc   view.Allocation
@@ -73,7 +88,10 @@ type journalEntry struct {
 func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{},
 		others: map[*plan.Pod][]view.Other{}, never: map[*plan.Pod]string{}, pdbUsed: map[string]int{},
-		memo: map[string]*failure{}, nominated: map[string]bool{}}
+		memo: map[string]*failure{}, nominated: map[string]bool{}, devices: s.Devices}
+	if c.devices == nil {
+		c.devices = noDevices{}
+	}
 	c.measured = measure(cfg, s)
 	if cfg.Overcommit && c.measured != nil {
 		strict := cfg
@@ -91,7 +109,7 @@ func (c *cycle) assume(allocs ...view.Allocation) error {
 		if a.Result == nil {
 			continue
 		}
-		c.s.Devices.Assume(a.Result)
+		c.devices.Assume(a.Result)
 		if err := c.v.Assume(a); err != nil {
 			// Assume added what it could; undo that too at the end.
 			c.journal = append(c.journal, journalEntry{alloc: a, assumed: true})
@@ -109,7 +127,7 @@ func (c *cycle) release(allocs ...view.Allocation) {
 			continue
 		}
 		c.v.Release(a.Result)
-		c.s.Devices.Release(a.Result)
+		c.devices.Release(a.Result)
 		c.journal = append(c.journal, journalEntry{alloc: a})
 	}
 }
@@ -120,9 +138,9 @@ func (c *cycle) restore() {
 		e := c.journal[i]
 		if e.assumed {
 			c.v.Release(e.alloc.Result)
-			c.s.Devices.Release(e.alloc.Result)
+			c.devices.Release(e.alloc.Result)
 		} else {
-			c.s.Devices.Assume(e.alloc.Result)
+			c.devices.Assume(e.alloc.Result)
 			_ = c.v.Assume(e.alloc)
 		}
 	}

@@ -54,7 +54,7 @@ func (o *otherFit) refuse(node string) string {
 	if r, ok := o.alone[node]; ok {
 		return r.why
 	}
-	res, err := o.c.s.Devices.Allocate(node, o.claims())
+	res, err := o.c.devices.Allocate(node, o.claims())
 	r := otherResult{res: res}
 	if err != nil {
 		r.why = err.Error()
@@ -101,7 +101,7 @@ func (o *otherFit) place(items []*view.Item, opt view.Options) ([]view.Allocatio
 			return allocs, nil
 		}
 		node := allocs[0].Node
-		res, err := o.c.s.Devices.Allocate(node, o.claims())
+		res, err := o.c.devices.Allocate(node, o.claims())
 		if err == nil {
 			more := o.toAllocations(node, res)
 			if err := o.c.assume(more...); err != nil {

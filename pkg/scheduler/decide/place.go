@@ -305,7 +305,7 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 		if r := c.nodes.refuse(n, p); r != "" {
 			return refuse(n, r)
 		}
-		if r := c.s.Devices.AllocatedFits(n.Name, p.Claims); r != "" {
+		if r := c.devices.AllocatedFits(n.Name, p.Claims); r != "" {
 			return refuse(n, r)
 		}
 		if r := of.refuse(n.Name); r != "" {

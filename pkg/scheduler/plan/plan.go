@@ -17,7 +17,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
-	"github.com/gpud/gpud/pkg/scheduler/anydevice"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -75,7 +74,7 @@ type Snapshot struct {
 	// structured allocator allocates them on the node gpud chooses. A
 	// decider tells it each allocation it assumes or releases, as it tells
 	// the view. Nil: such claims are refused as unsupported.
-	Devices *anydevice.State
+	Devices Devices
 	// Telemetry is what each node's agent streams to the scheduler (see
 	// issue 13: health events and measured usage), by node name. A node
 	// without a live stream is absent: decisions then use ResourceSlices
@@ -211,6 +210,23 @@ const (
 	// PersistentVolumeClaim, a node name or affinity no node matches).
 	CodeUnschedulable = "unschedulable"
 )
+
+// Devices is kube-scheduler's structured allocator over every driver's
+// devices (pkg/scheduler/anydevice), for the claims gpud's policy does
+// not model. One Devices serves one Decide call.
+type Devices interface {
+	// Allocate allocates the unallocated claims on node, all or none,
+	// with the devices taken so far counted, one result per claim in
+	// claims' order; it does not assume them.
+	Allocate(node string, claims []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error)
+	// AllocatedFits says why an already allocated claim cannot be used
+	// on node ("" when it can).
+	AllocatedFits(node string, claims []*resourceapi.ResourceClaim) string
+	// Assume counts an allocation's devices as taken; Release stops
+	// counting them.
+	Assume(*resourceapi.AllocationResult)
+	Release(*resourceapi.AllocationResult)
+}
 
 // Rules are kube-scheduler's placement rules over one cycle's nodes and
 // bound pods, as the decider sees them (*rules.Cycle implements them).

@@ -5,13 +5,11 @@
 // PodGroup (feature gate GenericWorkload), both turned into
 // [plan.Group] values keyed "namespace/name".
 //
-// The runtime (pkg/scheduler) asks [Installed] and [InTreeInstalled]
-// once at start, runs [NewInformer] and/or [NewInTreeInformer] for what
-// is served, reads [Groups] each cycle and maps each pod to its group
-// with [KeyOf]. Objects that do not convert are left out with a reason
-// naming them; they never stop the scheduler.
-//
-// The package reads the API server only through the clients and
-// informers it is given; it writes nothing (PodGroup status belongs to
-// scheduler-plugins' controller).
+// This package only converts: the objects it is given ([FromObjects],
+// [FromUnstructured], [FromInTree]) become groups, and [KeyOf] maps a pod
+// to its group. Objects that do not convert are left out with a reason
+// naming them; they never stop the scheduler. Watching the API server is
+// pgwatch's: the scheduler asks it once at start which PodGroup APIs are
+// served, runs its informers and reads its Groups each cycle. Nothing
+// here writes (PodGroup status belongs to scheduler-plugins' controller).
 package podgroup

@@ -15,8 +15,6 @@ package tokenauth
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,10 +26,10 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpud/gpud/pkg/stream"
+	"github.com/gpud/gpud/pkg/stream/tokenauth/satoken"
 )
 
 // Defaults of [Config].
@@ -50,7 +48,6 @@ const (
 	extraPodName  = "authentication.kubernetes.io/pod-name"
 	extraPodUID   = "authentication.kubernetes.io/pod-uid"
 	extraNodeName = "authentication.kubernetes.io/node-name"
-	saUserPrefix  = "system:serviceaccount:"
 )
 
 // ErrConfig is an invalid [Config].
@@ -121,11 +118,11 @@ func (c Config) Validate() error {
 // ParseServiceAccount checks a "namespace/name" ServiceAccount and
 // returns its username, system:serviceaccount:namespace:name.
 func ParseServiceAccount(s string) (string, error) {
-	ns, name, ok := strings.Cut(s, "/")
-	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
-		return "", fmt.Errorf("service account %q: want namespace/name: %w", trunc(s), ErrConfig)
+	u, err := satoken.Username(s)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", err, ErrConfig)
 	}
-	return saUserPrefix + ns + ":" + name, nil
+	return u, nil
 }
 
 // Authenticator is the TokenReview [stream.Authenticator]. It is safe for
@@ -229,9 +226,9 @@ func (a *Authenticator) review(ctx context.Context, token string, now time.Time)
 	if podName == "" || podUID == "" {
 		return refuse(stream.ReasonTokenServiceAccount, "the token of %s is not bound to a pod: mount a projected token", st.User.Username)
 	}
-	ns := strings.SplitN(strings.TrimPrefix(st.User.Username, saUserPrefix), ":", 2)[0]
+	ns := satoken.Namespace(st.User.Username)
 	e.pod = ns + "/" + podName
-	if exp, ok := jwtExpiry(token); ok && exp.Before(e.expires) {
+	if exp, ok := satoken.Expiry(token); ok && exp.Before(e.expires) {
 		e.expires = exp // reviewed: its claims are the API server's
 	}
 	if e.node = one(st.User.Extra[extraNodeName]); e.node != "" {
@@ -287,26 +284,6 @@ func one(v authnv1.ExtraValue) string {
 		return ""
 	}
 	return v[0]
-}
-
-// jwtExpiry reads a JWT's exp claim without checking its signature (the
-// API server did): it only shortens how long a review is cached.
-func jwtExpiry(token string) (time.Time, bool) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return time.Time{}, false
-	}
-	var claims struct {
-		Exp *int64 `json:"exp"`
-	}
-	if json.Unmarshal(payload, &claims) != nil || claims.Exp == nil || *claims.Exp <= 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(*claims.Exp, 0), true
 }
 
 func trunc(s string) string {

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -231,37 +230,6 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := New(Config{Client: f.client}); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-}
-
-// FuzzJWTExpiry: any token parses to an expiry or none, never a panic.
-func FuzzJWTExpiry(f *testing.F) {
-	f.Add(token("x", time.Unix(1_800_000_000, 0)))
-	f.Add("a.b.c")
-	f.Add("..")
-	f.Add("eyJ.eyJleHAiOi0xfQ.x")
-	f.Fuzz(func(t *testing.T, tok string) {
-		if exp, ok := jwtExpiry(tok); ok && exp.Unix() <= 0 {
-			t.Fatalf("jwtExpiry(%q) = %v", tok, exp)
-		}
-	})
-}
-
-// FuzzParseServiceAccount: an accepted ServiceAccount makes a username
-// of exactly the form the API server gives its tokens.
-func FuzzParseServiceAccount(f *testing.F) {
-	for _, s := range []string{"gpud/gpud", "gpud", "/x", "a/b/c", "ns/name.with.dots"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		u, err := ParseServiceAccount(s)
-		if err != nil {
-			return
-		}
-		ns, name, _ := strings.Cut(s, "/")
-		if u != "system:serviceaccount:"+ns+":"+name {
-			t.Fatalf("ParseServiceAccount(%q) = %q", s, u)
-		}
-	})
 }
 
 // BenchmarkAuthenticate: a reconnect (cached review) and a new token (a

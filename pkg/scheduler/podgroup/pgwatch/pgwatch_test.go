@@ -1,4 +1,4 @@
-package podgroup
+package pgwatch
 
 import (
 	"errors"
@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,7 +16,22 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 )
+
+// coschedulingPodGroup is a valid coscheduling PodGroup as the dynamic
+// client returns it.
+func coschedulingPodGroup() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "scheduling.x-k8s.io/v1alpha1",
+		"kind":       "PodGroup",
+		"metadata": map[string]any{
+			"name": "nginx", "namespace": "default",
+			"creationTimestamp": "2026-01-02T03:04:05Z", "resourceVersion": "7",
+		},
+		"spec": map[string]any{"minMember": int64(3), "scheduleTimeoutSeconds": int64(10)},
+	}}
+}
 
 func TestInformerGroups(t *testing.T) {
 	good := coschedulingPodGroup()
@@ -29,7 +43,7 @@ func TestInformerGroups(t *testing.T) {
 	undecodable.Object["spec"].(map[string]any)["minMember"] = "three"
 
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{GVR: "PodGroupList"}, good, bad, undecodable)
+		map[schema.GroupVersionResource]string{podgroup.GVR: "PodGroupList"}, good, bad, undecodable)
 	inf := NewInformer(dyn, 0)
 	ctx := t.Context()
 	go inf.Run(ctx.Done())
@@ -39,7 +53,7 @@ func TestInformerGroups(t *testing.T) {
 	// The transform stored the good object typed, the undecodable one as it came.
 	if obj, ok, _ := inf.GetStore().GetByKey("default/nginx"); !ok {
 		t.Fatal("default/nginx not in the store")
-	} else if _, typed := obj.(*PodGroup); !typed {
+	} else if _, typed := obj.(*podgroup.PodGroup); !typed {
 		t.Fatalf("store holds %T, want *PodGroup", obj)
 	}
 	if obj, _, _ := inf.GetStore().GetByKey("default/words"); obj == nil {
@@ -49,8 +63,8 @@ func TestInformerGroups(t *testing.T) {
 	}
 
 	groups, errs := Groups(inf, nil)
-	want := plan.Group{Namespace: "default", Name: "nginx", MinMember: 3, ScheduleTimeout: 10 * time.Second, Created: created.Time}
-	if len(groups) != 3 || !same(groups["default/nginx"], &want) {
+	want := plan.Group{Namespace: "default", Name: "nginx", MinMember: 3, ScheduleTimeout: 10 * time.Second, Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	if got := groups["default/nginx"]; len(groups) != 3 || got == nil || !got.Created.Equal(want.Created) || got.MinMember != want.MinMember || got.ScheduleTimeout != want.ScheduleTimeout {
 		t.Fatalf("Groups() = %v, want default/nginx = %+v and the two invalid ones", groups, want)
 	}
 	// The invalid ones stay, saying why, so their pods can tell users.
@@ -62,37 +76,9 @@ func TestInformerGroups(t *testing.T) {
 		t.Fatalf("Groups() errors = %v, want default/words then default/zero", errs)
 	}
 	for _, err := range errs {
-		if !errors.Is(err, ErrInvalid) {
+		if !errors.Is(err, podgroup.ErrInvalid) {
 			t.Fatalf("%v is not ErrInvalid", err)
 		}
-	}
-}
-
-func TestFromObjectsBothFormats(t *testing.T) {
-	cos := pgWith(3, nil)
-	cos.Namespace, cos.Name = "ml", "same"
-	other := pgWith(2, nil)
-	other.Namespace, other.Name = "ml", "only-cos"
-	in := &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "same", CreationTimestamp: created},
-		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 8}}},
-	}
-	for _, order := range [][]any{{cos, in, other}, {in, cos, other}} {
-		groups, errs := FromObjects(order)
-		if len(groups) != 2 || groups["ml/same"].MinMember != 8 || groups["ml/only-cos"].MinMember != 2 {
-			t.Fatalf("FromObjects() = %v; want ml/same from the in-tree PodGroup (8) and ml/only-cos (2)", groups)
-		}
-		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "PodGroup ml/same: a scheduling.k8s.io/v1beta1 PodGroup has the same name") {
-			t.Fatalf("FromObjects() errors = %v", errs)
-		}
-	}
-	_, errs := FromObjects([]any{"a string"})
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "unexpected object string") {
-		t.Fatalf("FromObjects(string) errors = %v", errs)
-	}
-	if groups, errs := Groups(); len(groups) != 0 || len(errs) != 0 {
-		t.Fatalf("Groups() with no informer = %v, %v", groups, errs)
 	}
 }
 
@@ -133,7 +119,7 @@ func TestInstalled(t *testing.T) {
 	broken.PrependReactor("get", "resource", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	if ok, err := Installed(broken); ok || err == nil || !strings.Contains(err.Error(), "podgroup: discover scheduling.x-k8s.io/v1alpha1: connection refused") {
+	if ok, err := Installed(broken); ok || err == nil || !strings.Contains(err.Error(), "pgwatch: discover scheduling.x-k8s.io/v1alpha1: connection refused") {
 		t.Fatalf("Installed(broken) = %v, %v", ok, err)
 	}
 	if _, err := Installed(nil); err == nil {

@@ -1,4 +1,4 @@
-package nodelabels
+package labelsync
 
 import (
 	"context"
@@ -18,17 +18,20 @@ import (
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/nodelabels"
+	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/k8senv"
 )
 
-// options is a switchable Options source, as the agent's MIG state is.
+// options is a switchable nodelabels.Options source, as the agent's MIG state is.
 type options struct {
 	mu sync.Mutex
-	o  Options
+	o  nodelabels.Options
 }
 
-func (s *options) get() Options  { s.mu.Lock(); defer s.mu.Unlock(); return s.o }
-func (s *options) set(o Options) { s.mu.Lock(); defer s.mu.Unlock(); s.o = o }
+func (s *options) get() nodelabels.Options  { s.mu.Lock(); defer s.mu.Unlock(); return s.o }
+func (s *options) set(o nodelabels.Options) { s.mu.Lock(); defer s.mu.Unlock(); s.o = o }
 
 // runUpdater runs an updater until the returned stop is called (or the
 // test ends).
@@ -114,23 +117,23 @@ func TestUpdaterOnAPIServer(t *testing.T) {
 	h100 := simInventory(t, "dgx-h100", "")
 	migMixed := simInventory(t, "dgx-h100", "mixed")
 	store := discovery.NewStore(nil, nil)
-	opts := &options{o: Options{MIGStrategy: StrategyMixed}}
+	opts := &options{o: nodelabels.Options{MIGStrategy: nodelabels.StrategyMixed}}
 	_, stop := runUpdater(t, env, node, store, opts)
 
 	// No inventory yet: nothing is applied.
-	if n, err := env.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); err != nil || n.Labels[Present] != "" {
+	if n, err := env.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); err != nil || n.Labels[nodelabels.Present] != "" {
 		t.Fatalf("labels before the first inventory: %v, %v", n.Labels, err)
 	}
 
 	store.Set(h100)
-	want := Compute(h100, opts.get()).Labels
+	want := nodelabels.Compute(h100, opts.get()).Labels
 	got := waitLabels(t, env, node, "the dgx-h100 labels", want, foreign)
 	t.Logf("node labels on the API server, simulated dgx-h100, mig-strategy mixed:%s", format(got))
 
 	// MIG slices appear: the mixed strategy's per-profile labels follow.
 	store.Set(migMixed)
-	opts.set(Options{MIGStrategy: StrategyMixed, MIGConfigState: StateSuccess})
-	want = Compute(migMixed, opts.get()).Labels
+	opts.set(nodelabels.Options{MIGStrategy: nodelabels.StrategyMixed, MIGConfigState: nodelabels.StateSuccess})
+	want = nodelabels.Compute(migMixed, opts.get()).Labels
 	if want["nvidia.com/mig-4g.40gb.count"] != "1" {
 		t.Fatalf("computed labels lack the MIG profiles:%s", format(want))
 	}
@@ -140,9 +143,9 @@ func TestUpdaterOnAPIServer(t *testing.T) {
 	fewer := h100
 	fewer.GPUs = slices.Clone(h100.GPUs[:4])
 	store.Set(fewer)
-	want = Compute(fewer, opts.get()).Labels
-	if want[Count] != "4" {
-		t.Fatalf("count %q, want 4", want[Count])
+	want = nodelabels.Compute(fewer, opts.get()).Labels
+	if want[nodelabels.Count] != "4" {
+		t.Fatalf("count %q, want 4", want[nodelabels.Count])
 	}
 	got = waitLabels(t, env, node, "4 GPUs, MIG labels removed", want, foreign)
 	for k := range got {
@@ -160,16 +163,16 @@ func TestUpdaterOnAPIServer(t *testing.T) {
 	store2 := discovery.NewStore(nil, nil)
 	store2.Set(h100)
 	u2, _ := runUpdater(t, env, node, store2, opts2)
-	want = Compute(h100, opts2.get()).Labels
-	if _, ok := want[MIGStrategy]; ok {
-		t.Fatalf("DRA mode computes %s", MIGStrategy)
+	want = nodelabels.Compute(h100, opts2.get()).Labels
+	if _, ok := want[nodelabels.MIGStrategy]; ok {
+		t.Fatalf("DRA mode computes %s", nodelabels.MIGStrategy)
 	}
 	got = waitLabels(t, env, node, "the restarted updater's labels", want, foreign)
 	t.Logf("node labels after a restart in DRA mode (no MIG strategy):%s", format(got))
 
 	// A label of the updater removed by hand comes back at the next
 	// update, even with an unchanged inventory.
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, GPUNUMANodes)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, nodelabels.GPUNUMANodes)
 	if _, err := env.Client.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -197,4 +200,53 @@ func TestUpdaterNeverCreatesNode(t *testing.T) {
 	if _, err := env.Client.CoreV1().Nodes().Get(context.Background(), "no-such-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("node after Sync: %v, want not found", err)
 	}
+}
+
+// format prints labels one per line, sorted, for diffs.
+func format(l map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		b.WriteString("\n  " + k + "=" + l[k])
+	}
+	return b.String()
+}
+
+// mixedLayout is a mig-parted file with one layout, "mixed": two MIG
+// GPUs with different slices.
+const mixedLayout = `version: v1
+mig-configs:
+  mixed:
+    - devices: [0]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 3, "4g.40gb": 1}
+    - devices: [1]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+`
+
+// simInventory reads a simulated node as the agent does, after applying
+// layout ("" or "mixed") through the one MIG service.
+func simInventory(t testing.TB, profile, layout string) gpu.Inventory {
+	t.Helper()
+	n := simnode.NewBuiltin(profile)
+	t.Cleanup(n.Close)
+	if layout != "" {
+		f, err := mig.ParseLayoutFile([]byte(mixedLayout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := mig.NewService(mig.ServiceConfig{Lib: n, Processes: discovery.ProcessReader{Lib: n},
+			Applier: mig.NewApplier(n, nil, mig.WithResetter(n.ResetGPU))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Apply(context.Background(), f, layout, false); err != nil {
+			t.Fatalf("apply %s on %s: %v", layout, profile, err)
+		}
+	}
+	inv, err := discovery.New(n, profile, nil).Inventory()
+	if err != nil {
+		t.Fatalf("discovery of %s: %v", profile, err)
+	}
+	return inv
 }

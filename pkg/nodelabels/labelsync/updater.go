@@ -1,4 +1,7 @@
-package nodelabels
+// Package labelsync keeps a node's GPU labels (pkg/nodelabels) on its
+// Node object: server-side apply under one field manager, debounced on
+// inventory changes, resynced periodically, backing off on API errors.
+package labelsync
 
 import (
 	"context"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/nodelabels"
 )
 
 // FieldManager is the server-side apply field manager that owns the
@@ -51,7 +55,7 @@ type Config struct {
 	Inventory InventorySource
 	// Options returns the current options at each update; nil means zero
 	// Options (whole GPUs, no MIG strategy).
-	Options func() Options
+	Options func() nodelabels.Options
 	// Debounce is how long a change waits for more before the labels are
 	// recomputed; Resync is how often they are applied again even without
 	// a change (repairing a label someone removed); MinBackoff and
@@ -87,7 +91,7 @@ func New(cfg Config) (*Updater, error) {
 		return nil, errors.New("nodelabels: updater needs Client, NodeName and Inventory")
 	}
 	if cfg.Options == nil {
-		cfg.Options = func() Options { return Options{} }
+		cfg.Options = func() nodelabels.Options { return nodelabels.Options{} }
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -121,7 +125,7 @@ func (u *Updater) Sync(ctx context.Context) (map[string]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	r := Compute(inv, u.cfg.Options())
+	r := nodelabels.Compute(inv, u.cfg.Options())
 	if !slices.Equal(r.Warnings, u.warnings) {
 		for _, w := range r.Warnings {
 			u.cfg.Log.Warn("node label not as GFD would set it", "node", u.cfg.NodeName, "reason", w)

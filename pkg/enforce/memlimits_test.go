@@ -350,3 +350,46 @@ func promtoolGather(t *testing.T, reg *prometheus.Registry) {
 	}
 	promtooltest.CheckMetrics(t, buf.Bytes(), func(string) bool { return false })
 }
+
+// TestMemoryLimitsPoll: without NRI the poll sets a named container's
+// limits; when its replica moves to another GPU, the new GPU is limited
+// and the old one cleared; a container not named yet gets none (its pod's
+// fractions are not its own).
+func TestMemoryLimitsPoll(t *testing.T) {
+	ln := newLimitsNode(t, "615.40.01", true)
+	rel := "/kubepods/burstable/pod" + uidA + "/" + cid('f')
+	unnamed := "/kubepods/burstable/pod" + uidA + "/" + cid('u')
+	mkdirs(t, ln.root, rel, unnamed)
+	allocs := &fakeAllocs{as: []usage.Assignment{
+		{Namespace: "ml", Pod: "train", Container: "frac", ResourceName: "nvidia.com/gpu.shared", DeviceIDs: []string{ln.inv.GPUs[2].UUID + "::0"}},
+	}}
+	sharing := timeslice.Config{Default: &timeslice.Sharing{Shares: []timeslice.Share{{MemoryMiB: 20 << 10}, {MemoryMiB: 10 << 10}}}}
+	e, err := New(Config{Unified: ln.root, Inventory: func() gpu.Inventory { return ln.inv }, MemoryLimits: ln.m,
+		Allocations: allocs, Sharing: func() timeslice.Config { return sharing },
+		Pods: fakePods{uidA: {Namespace: "ml", Name: "train", UID: uidA}}, Containers: fakeContainers{cid('f'): {"ml", "train", "frac"}}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Reconcile(t.Context())
+	if l, ret := ln.limitsOf(2, rel); ret != nvml.SUCCESS || l.SoftLimit != 20*gib || l.HardLimit != 20*gib {
+		t.Fatalf("GPU 2 after a poll: %+v, %v; want 20 GiB", l, ret)
+	}
+	for i := range ln.devs {
+		if _, ret := ln.limitsOf(i, unnamed); ret != nvml.ERROR_NOT_FOUND {
+			t.Errorf("unnamed container, GPU %d: %v, want no limits", i, ret)
+		}
+	}
+	allocs.as[0].DeviceIDs = []string{ln.inv.GPUs[4].UUID + "::1"}
+	e.Reconcile(t.Context())
+	if l, ret := ln.limitsOf(4, rel); ret != nvml.SUCCESS || l.HardLimit != 10*gib {
+		t.Errorf("GPU 4 after the move: %+v, %v; want 10 GiB", l, ret)
+	}
+	if _, ret := ln.limitsOf(2, rel); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("GPU 2 after the move: %v, want cleared", ret)
+	}
+	allocs.as = nil
+	e.Reconcile(t.Context())
+	if _, ret := ln.limitsOf(4, rel); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("GPU 4 once the container holds no fraction: %v, want cleared", ret)
+	}
+}

@@ -169,7 +169,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		src.health.OnXid(st.OnXid)
 		tasks = append(tasks, taskgroup.Task{Name: "stream", Run: st.Run})
 	}
-	enforceTasks, enforceStatus, err := cfg.enforce.newEnforceTasks(cfg, src, src.store.Current, log.With("component", "enforce"))
+	enforceTasks, enforceStatus, err := cfg.enforce.newEnforceTasks(cfg, src, lib, metrics, src.store.Current, log.With("component", "enforce"))
 	if err != nil {
 		return nil, err
 	}

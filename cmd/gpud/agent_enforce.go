@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
@@ -18,6 +21,7 @@ import (
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/memlimit"
 	"github.com/gpud/gpud/pkg/nriplugin"
 	"github.com/gpud/gpud/pkg/procattr"
 )
@@ -64,15 +68,17 @@ func (o *enforceOptions) validate() []error {
 type enforceStatus func() string
 
 // newEnforceTask builds the enforcer on the node's cgroup mounts (read
-// from <proc-root>/self/mountinfo) and NVIDIA majors (<proc-root>/devices).
-// It returns no task when both parts are off, and the NRI plugin's task
-// next to the poll's unless --nri-socket is empty. Isolation that the node
-// cannot do is logged once and reported in the status, not an error;
-// --cpu-affinity align without a cpuset hierarchy is an error.
-func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
+// from <proc-root>/self/mountinfo) and NVIDIA majors (<proc-root>/devices),
+// with GPU memory limits on lib's GPUs (nil lib: none; their mode gauge
+// goes to metrics). It returns no task when all parts are off, and the
+// NRI plugin's task next to the poll's unless --nri-socket is empty.
+// Isolation or memory limits that the node cannot do are logged once and
+// reported in the status, not an error; --cpu-affinity align without a
+// cpuset hierarchy is an error.
+func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, lib nvml.Interface, metrics prometheus.Registerer, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
 	isolate := o.isolateDevices
 	align := o.cpuAffinity == cpuAffinityAlign
-	if !isolate && !align {
+	if !isolate && !align && lib == nil {
 		return nil, nil, nil
 	}
 	// A simulated node's GPUs are not the host's: filters and cpusets made
@@ -126,6 +132,26 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 		}
 		ecfg.CPUs, ecfg.OnlineCPUs, ecfg.CPURoot = w, online, cpuRoot(mounts)
 	}
+	limitsStatus := func() string { return "" }
+	if lib != nil {
+		ml, err := newMemoryLimits(lib, mounts.Unified, cfg.mps.enabled, log)
+		switch {
+		case err != nil:
+			log.Warn("gpu memory limits not available", "err", err)
+			limitsStatus = func() string { return "memory limits: not available: " + err.Error() }
+		default:
+			if err := registerMemoryLimits(ml, metrics, &ecfg); err != nil {
+				return nil, nil, err
+			}
+			if mounts.Unified != "" {
+				ecfg.MemoryLimits = ml
+				if src.sharing != nil {
+					ecfg.Sharing = src.sharing.Sharing
+				}
+			}
+			limitsStatus = ml.Status
+		}
+	}
 	e, err := enforce.New(ecfg, log)
 	if err != nil {
 		return nil, nil, err
@@ -137,7 +163,61 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, inv
 	if o.nriSocket != "" {
 		tasks = append(tasks, taskgroup.Task{Name: "nri", Run: nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
 	}
-	return tasks, e.Status, nil
+	status := func() string {
+		if l := limitsStatus(); l != "" {
+			return e.Status() + "\n" + l
+		}
+		return e.Status()
+	}
+	return tasks, status, nil
+}
+
+// newMemoryLimits builds the GPU memory limit manager on lib's GPUs and
+// the cgroup2 mount (empty: none, so no GPU gets driver limits), with
+// --mps saying whether fractions run under MPS, and logs each GPU's mode
+// and why.
+func newMemoryLimits(lib nvml.Interface, unified string, mps bool, log *slog.Logger) (*memlimit.Manager, error) {
+	version, ret := lib.SystemGetDriverVersion()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("driver version: %w", ret)
+	}
+	count, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("GPU count: %w", ret)
+	}
+	devs := make([]memlimit.Device, 0, count)
+	for i := range count {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d: %w", i, ret)
+		}
+		devs = append(devs, d)
+	}
+	m, err := memlimit.New(memlimit.Config{CgroupRoot: unified, DriverVersion: version, MPS: mps, Devices: devs})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range m.Decisions() {
+		log.Info("gpu memory limit mode", "gpu_uuid", d.UUID, "mode", d.Mode, "reason", d.Reason)
+	}
+	return m, nil
+}
+
+// registerMemoryLimits puts the modes' gauge and the enforcer's memory
+// limit metrics on reg (nil: nowhere).
+func registerMemoryLimits(m *memlimit.Manager, reg prometheus.Registerer, ecfg *enforce.Config) error {
+	if reg == nil {
+		return nil
+	}
+	if err := m.Register(reg); err != nil {
+		return err
+	}
+	em, err := enforce.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	ecfg.Metrics = em
+	return nil
 }
 
 func readMounts(path string) (cgroupfs.Mounts, error) {

@@ -11,12 +11,15 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpud/gpud/pkg/devcgroup"
 	"github.com/gpud/gpud/pkg/devnodes"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/memlimit"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
+	"github.com/gpud/gpud/pkg/simnode"
 )
 
 func TestEnforceFlags(t *testing.T) {
@@ -72,7 +75,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 	c, src := enforceTestConfig(t)
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +83,7 @@ func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 		t.Fatalf("no mountinfo: tasks %v, status %v; want no task and a not-available status", tasks, status)
 	}
 	c, src = enforceTestConfig(t, "--cpu-affinity", "align")
-	if _, _, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
+	if _, _, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
 		t.Fatalf("align without cgroups: %v, want an error naming --cpu-affinity", err)
 	}
 }
@@ -90,7 +93,7 @@ func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 // says so; --cpu-affinity align is refused naming the flag.
 func TestNewEnforceTaskSimulatedHost(t *testing.T) {
 	c, src := enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc/")
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,19 +103,19 @@ func TestNewEnforceTaskSimulatedHost(t *testing.T) {
 	// With its own device files, the simulated node is this node's GPUs
 	// (a kubelet's containers get them): isolation is not switched off.
 	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--sim-dev-root", t.TempDir())
-	_, status, err = c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	_, status, err = c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err == nil && status != nil && strings.Contains(status(), "simulated node") {
 		t.Fatalf("simulated with --sim-dev-root: status %q, want isolation tried", status())
 	}
 	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--cpu-affinity", "align")
-	if _, _, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "cpu-affinity") {
+	if _, _, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "cpu-affinity") {
 		t.Fatalf("align, simulated on the host's /proc: %v, want an error naming --cpu-affinity", err)
 	}
 }
 
 func TestNewEnforceTaskOff(t *testing.T) {
 	c, src := enforceTestConfig(t, "--isolate-devices=false")
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil || tasks != nil || status != nil {
 		t.Fatalf("all off: %v %v %v, want nothing", tasks, status, err)
 	}
@@ -127,7 +130,7 @@ func TestNewEnforceTaskDRA(t *testing.T) {
 		filepath.Join(c.procRoot, "self", "mountinfo"): "41 31 0:38 / " + cg + " rw,relatime - cgroup2 cgroup2 rw\n",
 		filepath.Join(c.procRoot, "devices"):           "Character devices:\n195 nvidia\n",
 	})
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +169,7 @@ func TestNewEnforceTaskMounts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(c.procRoot, "devices"), []byte("Character devices:\n195 nvidia\n508 nvidia-caps\n510 nvidia-uvm\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, noInventory, quietLog())
+	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +205,48 @@ func TestSimMajors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := simMajors(tc.in, tc.simDevFiles); got != tc.want {
 				t.Errorf("simMajors(%+v, %t) = %+v, want %+v", tc.in, tc.simDevFiles, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestNewEnforceTaskMemoryLimits: the enforcer is built with GPU memory
+// limits on the node's GPUs: each GPU's mode and why is in the /readyz
+// status and in gpud_memory_limit_mode, r615 GPUs in driver mode on a
+// cgroup2 node, older drivers' in MPS mode (--mps, the default).
+func TestNewEnforceTaskMemoryLimits(t *testing.T) {
+	tests := []struct {
+		name, driver, want string
+	}{
+		{name: "r615", driver: "615.40.01", want: "memory limits: driver on GPUs 0,1,2,3,4,5,6,7 (driver 615.40.01 limits GPU memory per cgroup)"},
+		{name: "r550", driver: "550.54.15", want: "memory limits: mps on GPUs 0,1,2,3,4,5,6,7 (no driver memory limits (driver 550.54.15 predates r615); MPS pinned-memory limits)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, src := enforceTestConfig(t, "--nri-socket", "")
+			cg := t.TempDir()
+			writeTestFiles(t, map[string]string{
+				filepath.Join(c.procRoot, "self", "mountinfo"): "41 31 0:38 / " + cg + " rw,relatime - cgroup2 cgroup2 rw\n",
+				filepath.Join(c.procRoot, "devices"):           "Character devices:\n195 nvidia\n",
+			})
+			n := simnode.NewBuiltin("dgx-h100", simnode.WithDriverVersion(tc.driver))
+			t.Cleanup(n.Close)
+			reg := prometheus.NewRegistry()
+			tasks, status, err := c.enforce.newEnforceTasks(c, src, n, reg, noInventory, quietLog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tasks) != 1 || status == nil {
+				t.Fatalf("tasks %v, status %v; want the enforce task and a status", tasks, status)
+			}
+			if s := status(); !strings.Contains(s, "\n"+tc.want) {
+				t.Errorf("status = %q, want a line %q", s, tc.want)
+			}
+			if got := testutil.CollectAndCount(reg, "gpud_memory_limit_mode"); got != 8*len(memlimit.Modes) {
+				t.Errorf("gpud_memory_limit_mode: %d series, want %d", got, 8*len(memlimit.Modes))
+			}
+			if got := testutil.CollectAndCount(reg, "gpud_memory_limit_sets_total", "gpud_memory_limit_unset_containers"); got != 3 {
+				t.Errorf("memory limit set metrics: %d series, want 3", got)
 			}
 		})
 	}

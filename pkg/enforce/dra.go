@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -41,6 +42,18 @@ var _ Resources = (*podresources.Client)(nil)
 // ClaimRef names a prepared ResourceClaim.
 type ClaimRef struct {
 	Namespace, Name string
+	// Fractions are the claim's devices that are fractions of a whole
+	// GPU, for GPU memory limits.
+	Fractions []ClaimFraction
+}
+
+// ClaimFraction is one prepared fraction of a GPU.
+type ClaimFraction struct {
+	// Device is the device's name as published (gpu-<index>), ShareID
+	// the allocation's share of it, as PodResources reports them.
+	Device, ShareID string
+	// MemoryBytes is the claim's consumed memory capacity: the request.
+	MemoryBytes uint64
 }
 
 // CheckpointClaims is a [DRA].Prepared that reads the claims the DRA
@@ -55,7 +68,13 @@ func CheckpointClaims(dir string) func() ([]ClaimRef, error) {
 		}
 		var out []ClaimRef
 		for _, c := range claims {
-			out = append(out, ClaimRef{Namespace: c.Namespace, Name: c.Name})
+			ref := ClaimRef{Namespace: c.Namespace, Name: c.Name}
+			for _, d := range c.Devices {
+				if d.Fraction() && d.MemoryBytes > 0 {
+					ref.Fractions = append(ref.Fractions, ClaimFraction{Device: d.Device.Name, ShareID: d.ShareID, MemoryBytes: d.MemoryBytes})
+				}
+			}
+			out = append(out, ref)
 		}
 		return out, nil
 	}
@@ -73,6 +92,11 @@ type snapshot struct {
 	// kubelet does not report: a container of theirs not filtered yet is
 	// left unfiltered, since it may hold a GPU nobody can see.
 	standDown map[string]bool
+	// fractions are the prepared claims' fractions (DRA mode with memory
+	// limits, when the kubelet reports shares of the driver's devices);
+	// fractionsErr is why they could not be read.
+	fractions    map[claimDevice]uint64
+	fractionsErr error
 }
 
 // draState is what the enforcer knows about the kubelet's DRA reports.
@@ -99,6 +123,19 @@ func (e *Enforcer) allocations(ctx context.Context) (snapshot, error) {
 	if !reported && e.cfg.DRA.Prepared != nil {
 		if prepared, err = e.cfg.DRA.Prepared(); err != nil {
 			return snapshot{}, fmt.Errorf("enforce: prepared claims: %w", err)
+		}
+	}
+	// Shares of the driver's devices: their memory is in the checkpoint,
+	// read through the same Prepared. An unreadable checkpoint fails only
+	// the memory limits (retried), not the device filters.
+	shared := slices.ContainsFunc(r.Claims, func(c podresources.ClaimDevice) bool { return c.Driver == dra.DriverName && c.ShareID != "" })
+	if e.cfg.MemoryLimits != nil && shared {
+		if e.cfg.DRA.Prepared == nil {
+			s.fractionsErr = errors.New("enforce: no prepared claims to read fractions' memory from")
+		} else if claims, err := e.cfg.DRA.Prepared(); err != nil {
+			s.fractionsErr = fmt.Errorf("enforce: prepared claims: %w", err)
+		} else {
+			s.fractions = preparedFractions(claims)
 		}
 	}
 	for _, c := range prepared {

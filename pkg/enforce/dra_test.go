@@ -147,7 +147,7 @@ func TestReconcileDRAKubeletSilent(t *testing.T) {
 	e, err := New(Config{V1Devices: v1Tree(t, relA, relB), Isolate: true,
 		Probe:      func() error { return devcgroup.ErrUnsupported },
 		Inventory:  func() gpu.Inventory { return inv },
-		DRA:        &DRA{Resources: res, Prepared: func() ([]ClaimRef, error) { return []ClaimRef{{"ml", "train-cuda"}}, nil }},
+		DRA:        &DRA{Resources: res, Prepared: func() ([]ClaimRef, error) { return []ClaimRef{{Namespace: "ml", Name: "train-cuda"}}, nil }},
 		Pods:       fakePods{uidA: {Namespace: "ml", Name: "train", UID: uidA}, uidB: {Namespace: "web", Name: "nginx", UID: uidB}},
 		Containers: fakeContainers{cid('a'): {"ml", "train", "cuda"}, cid('b'): {"web", "nginx", "nginx"}},
 	}, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -199,7 +199,7 @@ func TestContainerStartingDRA(t *testing.T) {
 	e, err := New(Config{V1Devices: v1Tree(t, relA, relB), Isolate: true,
 		Probe:      func() error { return devcgroup.ErrUnsupported },
 		Inventory:  migInventory,
-		DRA:        &DRA{Resources: res, Prepared: func() ([]ClaimRef, error) { return []ClaimRef{{"ml", "train-cuda"}}, nil }},
+		DRA:        &DRA{Resources: res, Prepared: func() ([]ClaimRef, error) { return []ClaimRef{{Namespace: "ml", Name: "train-cuda"}}, nil }},
 		Pods:       fakePods{},
 		Containers: fakeContainers{},
 	}, slog.New(slog.DiscardHandler))

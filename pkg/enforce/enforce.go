@@ -16,6 +16,13 @@
 // of the claims' namespaces are not filtered when they appear, since one
 // of them may hold a GPU nobody can see, and Status says so.
 //
+// With [Config.MemoryLimits], a container holding fractions of whole GPUs
+// (device plugin replicas with a memory share, DRA devices that are
+// fractions) gets the driver's per-cgroup GPU memory limits on the GPUs
+// whose driver has them (pkg/memlimit), set when the runtime starts it
+// and cleared when it goes; see [Enforcer.ContainerStarting] for what a
+// failure does.
+//
 // Containers are named through the kubelet's log links (pod UID and
 // container ID from the cgroup path, names from /var/log/pods and
 // /var/log/containers); a container not named yet is given its pod's
@@ -35,11 +42,13 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/timeslice"
 	"github.com/gpud/gpud/pkg/usage"
 )
 
@@ -102,6 +111,18 @@ type Config struct {
 	DRA        *DRA
 	Pods       Pods
 	Containers Containers
+
+	// MemoryLimits sets each container's driver-enforced GPU memory limits
+	// from its fractions (see [Enforcer.ContainerStarting]); nil leaves GPU
+	// memory to MPS and the watchdog. It needs Unified: the driver names a
+	// container by its cgroup2 directory.
+	MemoryLimits MemoryLimits
+	// Sharing is the device plugin's sharing config, which gives a
+	// replica its memory share; nil: device plugin replicas get no
+	// memory limits. Unused for DRA devices.
+	Sharing func() timeslice.Config
+	// Metrics records memory limit sets and failures; nil records nothing.
+	Metrics *Metrics
 }
 
 // Validate checks the config.
@@ -112,6 +133,9 @@ func (c Config) Validate() error {
 	}
 	if c.Inventory == nil || (c.Allocations == nil && c.DRA == nil) || c.Pods == nil || c.Containers == nil {
 		errs = append(errs, errors.New("enforce: Inventory, Allocations (or DRA), Pods and Containers are required"))
+	}
+	if c.MemoryLimits != nil && c.Unified == "" {
+		errs = append(errs, errors.New("enforce: MemoryLimits needs the cgroup2 mount (Unified)"))
 	}
 	if c.DRA != nil && c.DRA.Resources == nil {
 		errs = append(errs, errors.New("enforce: DRA.Resources is required"))
@@ -148,6 +172,12 @@ type tracked struct {
 	// ref names the container exactly when the runtime told us (NRI);
 	// nil: names come from the kubelet's log links.
 	ref *ContainerRef
+	// limits are the GPUs the container's memory limits are set on,
+	// limitsKey the fractions they were set from; limitsFailed: the last
+	// Set failed (logged once, counted in Enforcer.unlimited), retried.
+	limits       []string
+	limitsKey    string
+	limitsFailed bool
 }
 
 // Enforcer applies [Config] to every container. Create one with [New];
@@ -166,6 +196,8 @@ type Enforcer struct {
 
 	draMu sync.Mutex // guards dra; taken after mu, never before
 	dra   draState
+
+	unlimited atomic.Int64 // containers whose memory limits failed
 }
 
 // New checks cfg and probes the kernel once.
@@ -218,11 +250,14 @@ func (e *Enforcer) describe() string {
 // Status is a one-line summary for /readyz: what is enforced, or why not.
 // In DRA mode it also says when the kubelet does not report claims'
 // devices, so DRA containers are left unfiltered. Safe for concurrent use.
-func (e *Enforcer) Status() string { return e.status + e.draNote() }
+func (e *Enforcer) Status() string { return e.status + e.draNote() + e.limitsNote() }
 
 // Run polls until ctx ends, then detaches every filter it attached (the
 // filters live as long as the agent: a restarted agent attaches them
-// again within one interval).
+// again within one interval). GPU memory limits are left set: the
+// driver keeps them with the container's cgroup, so a container is not
+// unlimited while the agent restarts, and a restarted agent sets the same
+// values again.
 func (e *Enforcer) Run(ctx context.Context) error {
 	e.log.Info("enforcement starting", "status", e.Status(), "interval", e.interval)
 	t := time.NewTicker(e.interval)
@@ -292,6 +327,7 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 			}
 			e.log.Debug("device filter released", "cgroup", rel)
 		}
+		e.clearLimits(rel, t)
 		delete(e.tracked, rel)
 	}
 	if len(found) == 0 {
@@ -357,6 +393,10 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		}
 		if e.cfg.CPUs != nil && ctr != "" {
 			e.applyCPUs(rel, c, t, inv, uuids)
+		}
+		if e.cfg.MemoryLimits != nil && ctr != "" {
+			fs, err := e.fractions(inv, snap, pod.Namespace, pod.Name, ctr)
+			e.applyLimits(rel, pod.Namespace+"/"+pod.Name+"/"+ctr, t, fs, err)
 		}
 	}
 }

@@ -81,11 +81,24 @@ func (e *Enforcer) CPUSetAtCreate(ctx context.Context, c ContainerInfo) string {
 }
 
 // ContainerStarting attaches the device filter to a container that the
-// runtime created and is about to start, so its process never runs
-// unfiltered. The poll keeps it up to date afterwards and releases it with
-// the cgroup. Errors are logged, never returned.
+// runtime created and is about to start, and sets its GPU memory limits
+// ([Config.MemoryLimits]) on the GPUs in driver mode, so its process never
+// runs unfiltered or, on those GPUs, past its fraction. The poll keeps
+// both up to date afterwards and releases them with the cgroup. Errors
+// are logged, never returned.
+//
+// A memory limit that cannot be set does not stop the container. The
+// runtime hook has no way to refuse a start here (and the runtime starts
+// the container anyway once the hook's time is up), and failing every
+// start on a GPU whose driver refuses a call would take the node's
+// fractions down for a driver fault; the fraction is then held as on a
+// GPU without driver limits (the MPS limit in its environment and the
+// memory watchdog), the failure is logged with the container, counted in
+// gpud_memory_limit_sets_total{result="failure"} and
+// gpud_memory_limit_unset_containers, shown in Status, and retried every
+// poll until the driver takes it.
 func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
-	if !e.cfg.Isolate {
+	if !e.cfg.Isolate && e.cfg.MemoryLimits == nil {
 		return
 	}
 	// Ask the kubelet before taking the lock a poll pass may hold: the
@@ -103,28 +116,38 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 	}
 	t.ref = &ref
 	if err != nil {
-		e.log.Warn("device filter at start skipped, pod resources unavailable", "cgroup", rel, "err", err)
+		e.log.Warn("device filter and memory limits at start skipped, pod resources unavailable", "cgroup", rel, "err", err)
 		return
 	}
 	inv := e.cfg.Inventory()
-	allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, c.Namespace, c.Pod, c.Container))
-	if t.filter == nil && snap.standDown[c.Namespace] && len(uuids) == 0 {
-		e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", "cgroup", rel, "container", c.String())
-		t.stoodDown = true
-		return
+	if e.cfg.Isolate {
+		allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, c.Namespace, c.Pod, c.Container))
+		if t.filter == nil && snap.standDown[c.Namespace] && len(uuids) == 0 {
+			e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", "cgroup", rel, "container", c.String())
+			t.stoodDown = true
+		} else {
+			e.applyFilter(rel, t, allowed, inv)
+		}
 	}
-	e.applyFilter(rel, t, allowed, inv)
+	if e.cfg.MemoryLimits != nil {
+		fs, err := e.fractions(inv, snap, c.Namespace, c.Pod, c.Container)
+		e.applyLimits(rel, c.String(), t, fs, err)
+	}
 }
 
-// ContainerRemoved releases what the enforcer holds for a container.
+// ContainerRemoved releases what the enforcer holds for a container: its
+// device filter and its GPU memory limits.
 func (e *Enforcer) ContainerRemoved(c ContainerInfo) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	rel := c.Rel()
-	if t := e.tracked[rel]; t != nil && t.filter != nil {
-		if err := t.filter.Close(); err != nil {
-			e.log.Debug("device filter release failed", "cgroup", rel, "err", err)
+	if t := e.tracked[rel]; t != nil {
+		if t.filter != nil {
+			if err := t.filter.Close(); err != nil {
+				e.log.Debug("device filter release failed", "cgroup", rel, "err", err)
+			}
 		}
+		e.clearLimits(rel, t)
 	}
 	delete(e.tracked, rel)
 }

@@ -22,6 +22,7 @@ var (
 // nvml.Device has it.
 type Device interface {
 	GetUUID() (string, nvml.Return)
+	GetIndex() (int, nvml.Return)
 	GetMigMode() (current, pending int, ret nvml.Return)
 	GetMemoryLimits_v1(namespace string) (nvml.MemoryLimits_v1, nvml.Return)
 	SetMemoryLimits_v1(namespace string, soft, hard uint64) nvml.Return
@@ -80,6 +81,10 @@ func New(cfg Config) (*Manager, error) {
 			_, f.Probe = dev.GetMemoryLimits_v1(cfg.CgroupRoot)
 		}
 		d := Decide(f)
+		d.Index = -1
+		if idx, ret := dev.GetIndex(); ret == nvml.SUCCESS {
+			d.Index = idx
+		}
 		m.decisions = append(m.decisions, d)
 		m.gpus[uuid] = gpuEntry{dev: dev, mode: d.Mode}
 	}

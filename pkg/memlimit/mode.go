@@ -64,7 +64,10 @@ type Facts struct {
 
 // Decision is a GPU's mode and why.
 type Decision struct {
-	UUID   string
+	UUID string
+	// Index is the GPU's NVML index, for the metric's gpu label; -1
+	// when unknown. [Decide] leaves it 0; [New] fills it in.
+	Index  int
 	Mode   Mode
 	Reason string
 }

@@ -1,0 +1,261 @@
+package enforce
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpud/gpud/pkg/dra"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/memlimit"
+	"github.com/gpud/gpud/pkg/timeslice"
+)
+
+// MemoryLimits sets and clears a container's driver-enforced GPU memory
+// limits; cgroup is the container's path in the cgroup2 hierarchy
+// (*memlimit.Manager: it sets limits only on the GPUs whose mode is
+// memlimit.ModeDriver and returns those).
+type MemoryLimits interface {
+	Set(cgroup string, fractions []memlimit.Fraction) ([]string, error)
+	Clear(cgroup string, uuids []string) error
+}
+
+var _ MemoryLimits = (*memlimit.Manager)(nil)
+
+// Metrics are the enforcer's metrics on the agent's registry. A nil
+// *Metrics records nothing.
+type Metrics struct {
+	sets      *prometheus.CounterVec
+	unlimited prometheus.Gauge
+}
+
+// NewMetrics registers gpud_memory_limit_sets_total and
+// gpud_memory_limit_unset_containers on reg. Both results start at 0, so
+// the first failure is an increase that alerts can see.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		sets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpud_memory_limit_sets_total",
+			Help: "Containers' GPU memory limits set through the driver (result success), and containers whose limits the driver or the agent refused (result failure, counted once until a retry succeeds).",
+		}, []string{"result"}),
+		unlimited: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpud_memory_limit_unset_containers",
+			Help: "Containers holding GPU fractions whose memory limits could not be set: they run without the driver's limit (MPS limits and the watchdog still apply) while the agent retries every poll.",
+		}),
+	}
+	for _, r := range []string{"success", "failure"} {
+		m.sets.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.sets, m.unlimited} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("enforce: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) observeSet(ok bool) {
+	if m == nil {
+		return
+	}
+	r := "success"
+	if !ok {
+		r = "failure"
+	}
+	m.sets.WithLabelValues(r).Inc()
+}
+
+func (m *Metrics) setUnlimited(n int64) {
+	if m != nil {
+		m.unlimited.Set(float64(n))
+	}
+}
+
+// fractions are a container's shares of whole GPUs' memory, for
+// [MemoryLimits]: its device plugin replicas whose share has memory (the
+// sharing config's, [Config.Sharing]), and its DRA devices of driver
+// gpu.gpud.io that are fractions (the claim's memory capacity, from the
+// driver's checkpoint through [DRA].Prepared). The request is the soft
+// limit; the hard limit is the request (no borrowing): neither the sharing
+// config nor the claim has a separate limit yet. The GPUs come from the
+// same device IDs and device names the device filter uses. The error is
+// why a share of a DRA device could not be looked up.
+func (e *Enforcer) fractions(inv gpu.Inventory, s snapshot, ns, pod, ctr string) ([]memlimit.Fraction, error) {
+	var out []memlimit.Fraction
+	if e.cfg.Sharing != nil {
+		sharing := e.cfg.Sharing()
+		for _, id := range deviceIDs(s.assignments, ns, pod, ctr) {
+			uuid, n, ok := timeslice.ParseReplicaID(id)
+			g := wholeGPU(inv, uuid)
+			if !ok || g == nil {
+				continue
+			}
+			sh, shared := sharing.For(g.UUID, g.Index)
+			if !shared {
+				continue
+			}
+			share, err := sh.ShareOf(n, g.MemoryBytes>>20)
+			if err != nil || share.MemoryMiB == 0 {
+				continue // a replica beyond the config, or one that only time-slices
+			}
+			out = append(out, memlimit.Fraction{GPUUUID: g.UUID, RequestBytes: share.MemoryMiB << 20})
+		}
+	}
+	for _, c := range s.claims {
+		if c.Driver != dra.DriverName || c.Namespace != ns || c.Pod != pod || c.Container != ctr {
+			continue
+		}
+		uuid, ok := draDeviceUUID(inv, c.Device)
+		if !ok || wholeGPU(inv, uuid) == nil {
+			continue
+		}
+		if c.ShareID != "" && s.fractionsErr != nil {
+			return nil, s.fractionsErr
+		}
+		if b, ok := s.fractions[claimDevice{c.ClaimNamespace, c.ClaimName, c.Device, c.ShareID}]; ok {
+			out = append(out, memlimit.Fraction{GPUUUID: uuid, RequestBytes: b})
+		}
+	}
+	return out, nil
+}
+
+// claimDevice names one prepared device of one claim: a share of a GPU
+// is told apart by its share ID.
+type claimDevice struct {
+	namespace, claim, device, shareID string
+}
+
+// preparedFractions indexes the prepared claims' fractions by claim and
+// device.
+func preparedFractions(claims []ClaimRef) map[claimDevice]uint64 {
+	out := map[claimDevice]uint64{}
+	for _, c := range claims {
+		for _, f := range c.Fractions {
+			out[claimDevice{c.Namespace, c.Name, f.Device, f.ShareID}] = f.MemoryBytes
+		}
+	}
+	return out
+}
+
+// wholeGPU is the inventory's GPU with this UUID; nil for a MIG device or
+// an unknown UUID.
+func wholeGPU(inv gpu.Inventory, uuid string) *gpu.GPU {
+	for i := range inv.GPUs {
+		if inv.GPUs[i].UUID == uuid {
+			return &inv.GPUs[i]
+		}
+	}
+	return nil
+}
+
+// fractionsKey identifies a container's fractions, to set limits only when
+// they change.
+func fractionsKey(fs []memlimit.Fraction) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = f.GPUUUID + "=" + strconv.FormatUint(f.RequestBytes, 10) + "/" + strconv.FormatUint(f.LimitBytes, 10)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// applyLimits sets the container's GPU memory limits from its fractions
+// when they changed since the last Set, or when the last Set failed, and
+// clears the GPUs it no longer has a fraction of. A failure is logged
+// once per container and counted, the container is left running (see
+// [Enforcer.ContainerStarting] for why) and the next poll retries.
+// fracErr is why the fractions could not be read (the DRA checkpoint);
+// it counts as a failure. Called with e.mu held.
+func (e *Enforcer) applyLimits(rel, name string, t *tracked, fs []memlimit.Fraction, fracErr error) {
+	key := fractionsKey(fs)
+	if fracErr == nil && key == t.limitsKey && !t.limitsFailed {
+		return
+	}
+	if fracErr == nil && len(fs) == 0 && len(t.limits) == 0 {
+		t.limitsKey = key
+		e.setLimitsFailed(t, false)
+		return
+	}
+	var set []string
+	err := fracErr
+	if err == nil {
+		if _, statErr := os.Stat(filepath.Join(e.cfg.Unified, rel)); e.cfg.Unified == "" || statErr != nil {
+			err = fmt.Errorf("enforce: no cgroup2 directory for the container under %q", e.cfg.Unified)
+		} else {
+			set, err = e.cfg.MemoryLimits.Set(rel, fs)
+		}
+	}
+	if err != nil {
+		if !t.limitsFailed {
+			e.cfg.Metrics.observeSet(false)
+			e.log.Warn("gpu memory limits not set, container runs without the driver's limit, retrying every interval",
+				"cgroup", rel, "container", name, "fractions", key, "err", err)
+		}
+		e.setLimitsFailed(t, true)
+		return
+	}
+	if stale := without(t.limits, set); len(stale) > 0 {
+		if err := e.cfg.MemoryLimits.Clear(rel, stale); err != nil {
+			e.log.Warn("gpu memory limits not cleared", "cgroup", rel, "container", name, "gpus", strings.Join(stale, ","), "err", err)
+		}
+	}
+	if len(set) > 0 {
+		e.cfg.Metrics.observeSet(true)
+		e.log.Info("gpu memory limits set", "cgroup", rel, "container", name, "gpus", strings.Join(set, ","), "fractions", key)
+	}
+	t.limits, t.limitsKey = set, key
+	e.setLimitsFailed(t, false)
+}
+
+// clearLimits removes the container's limits (its cgroup went or the
+// runtime removed it). Called with e.mu held.
+func (e *Enforcer) clearLimits(rel string, t *tracked) {
+	e.setLimitsFailed(t, false)
+	if len(t.limits) == 0 || e.cfg.MemoryLimits == nil {
+		return
+	}
+	if err := e.cfg.MemoryLimits.Clear(rel, t.limits); err != nil {
+		e.log.Warn("gpu memory limits not cleared", "cgroup", rel, "gpus", strings.Join(t.limits, ","), "err", err)
+	} else {
+		e.log.Debug("gpu memory limits cleared", "cgroup", rel, "gpus", strings.Join(t.limits, ","))
+	}
+	t.limits, t.limitsKey = nil, ""
+}
+
+// setLimitsFailed records whether the container's limits are missing
+// after a failure, for Status and the gauge.
+func (e *Enforcer) setLimitsFailed(t *tracked, failed bool) {
+	if t.limitsFailed == failed {
+		return
+	}
+	t.limitsFailed = failed
+	d := int64(-1)
+	if failed {
+		d = 1
+	}
+	e.cfg.Metrics.setUnlimited(e.unlimited.Add(d))
+}
+
+// limitsNote is the memory limit part of Status.
+func (e *Enforcer) limitsNote() string {
+	if n := e.unlimited.Load(); n > 0 {
+		return fmt.Sprintf("; gpu memory limits not set on %d container(s), retrying (see the log)", n)
+	}
+	return ""
+}
+
+// without is a minus b.
+func without(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -99,7 +99,7 @@ func TestAgentStreamsXidToScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.Run(t, "scheduler end", func(ctx context.Context) error { return srv.Serve(ctx, ln, nil) })
+	testwait.Run(t, "scheduler end", func(ctx context.Context) error { return srv.Serve(ctx, ln, nil, nil) })
 
 	dir := t.TempDir()
 	args := agentArgs(dir, "--simulate", "dgx-h100", "--node-name", "node-h100", "--http-addr", "", "--scheduler-addr", ln.Addr().String(),

@@ -199,8 +199,9 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	restCfg.UserAgent = "gpud-scheduler/" + version
-	var s *scheduler.Scheduler // set below, before the telemetry server runs
-	tel, certs, err := o.telemetry.newServer(restCfg, func() bool { return s.Ready() }, func() { s.Wake() }, log)
+	// In order: the telemetry server, the scheduler that reads it, then
+	// the server runs for the scheduler (Serve's stream.Leader).
+	tel, certs, err := o.telemetry.newServer(restCfg, log)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -238,7 +239,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if tel != nil {
 		cfg.Telemetry = tel
 	}
-	s, err = scheduler.New(cfg)
+	s, err := scheduler.New(cfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -262,7 +263,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		{Run: func(ctx context.Context) error { return groups.run(ctx) }},
 	}
 	if tel != nil {
-		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs) }})
+		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs, s) }})
 		if certs != nil {
 			tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return certs.Run(ctx) }})
 		}

@@ -174,9 +174,14 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	tasks = append(tasks, enforceTasks...)
-	mpsA := cfg.mps.newMPSAgent(sim != nil, lib, src.sharing, src.store, log.With("component", "mps"))
-	tasks = append(tasks, mpsA.tasks...)
-	enforceStatus = mpsA.withStatus(enforceStatus)
+	mpsA, err := cfg.mps.newMPSAgent(sim != nil, lib, src.sharing, src.store, log.With("component", "mps"))
+	if err != nil {
+		return nil, err
+	}
+	if mpsA.Root() != "" {
+		tasks = append(tasks, taskgroup.Task{Name: "mps", Run: mpsA.Run})
+	}
+	enforceStatus = mpsA.WithStatus(enforceStatus)
 	var httpSrv *httpServer // its ready checks are added below, before it runs
 	if cfg.http.addr != "" {
 		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
@@ -205,11 +210,11 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	}
 	if cfg.dra.enabled() {
 		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State, sim: sim, sharing: src.sharing,
-			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root, files: files, driverEdits: driverEdits, log: log.With("component", "dra")})
+			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root(), files: files, driverEdits: driverEdits, log: log.With("component", "dra")})
 		if err != nil {
 			return nil, err
 		}
-		mpsA.shareFractions(preparedFractions(drv.Preparer()))
+		mpsA.ShareFractions(preparedFractions(drv.Preparer()))
 		if httpSrv != nil {
 			// A DRA agent whose slices are not in the API server offers
 			// nothing to pods: not ready, and /readyz says why.
@@ -220,7 +225,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	dp, err := cfg.dp.newDevicePlugin(struct {
 		*discovery.Store
 		*timeslice.Runtime
-	}{src.store, src.sharing}, mpsA.Root, files, driverEdits, log.With("component", "deviceplugin"))
+	}{src.store, src.sharing}, mpsA.Root(), files, driverEdits, log.With("component", "deviceplugin"))
 	if err != nil {
 		return nil, err
 	}

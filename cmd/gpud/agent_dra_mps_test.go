@@ -20,6 +20,7 @@ import (
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/mps"
+	"github.com/gpud/gpud/pkg/mps/mpsctl"
 	"github.com/gpud/gpud/pkg/mps/mpstest"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/timeslice"
@@ -59,12 +60,12 @@ func TestDRAFractionGetsMPS(t *testing.T) {
 	}
 	o := mpsOptions{enabled: true, driverRoot: driver, root: root}
 	rt := timeslice.NewRuntime(timeslice.RuntimeConfig{Inventory: w.store.Current})
-	m := o.newMPSAgent(true, w.node, rt, w.store, quietLog())
-	if len(m.tasks) != 1 || m.Root != root {
-		t.Fatalf("mps agent: %d tasks, root %q", len(m.tasks), m.Root)
+	m, err := o.newMPSAgent(true, w.node, rt, w.store, quietLog())
+	if err != nil || m.Root() != root {
+		t.Fatalf("mps agent: root %q, err %v", m.Root(), err)
 	}
-	m.shareFractions(preparedFractions(w.drv.Preparer()))
-	testwait.Run(t, "mps", m.tasks[0].Run)
+	m.ShareFractions(preparedFractions(w.drv.Preparer()))
+	testwait.Run(t, "mps", m.Run)
 
 	gpu0 := w.node.Device(0).UUID()
 	mode := func() nvml.ComputeMode {
@@ -73,7 +74,7 @@ func TestDRAFractionGetsMPS(t *testing.T) {
 		return md
 	}
 	sock := filepath.Join(mps.PipeDir(root, gpu0), "control")
-	time.Sleep(2 * mpsPollInterval) // nothing prepared: nothing shared
+	time.Sleep(2 * mpsctl.PollInterval) // nothing prepared: nothing shared
 	if _, err := os.Stat(sock); err == nil || mode() != nvml.COMPUTEMODE_DEFAULT {
 		t.Fatalf("before any fraction: daemon socket %v, mode %v; want none and DEFAULT", err, mode())
 	}
@@ -99,12 +100,12 @@ func TestDRAFractionGetsMPS(t *testing.T) {
 	})
 
 	testwait.ForErr(t, 10*time.Second, "the readyz line", func() error {
-		if got, want := m.withStatus(nil)(), "mps: 1 of 1 daemons running, 1 GPUs EXCLUSIVE_PROCESS"; got != want {
+		if got, want := m.WithStatus(nil)(), "mps: 1 of 1 daemons running, 1 GPUs EXCLUSIVE_PROCESS"; got != want {
 			return fmt.Errorf("readyz line = %q, want %q", got, want)
 		}
 		return nil
 	})
-	if got := m.withStatus(func() string { return "enforce: ok" })(); !strings.HasPrefix(got, "enforce: ok\nmps: ") {
+	if got := m.WithStatus(func() string { return "enforce: ok" })(); !strings.HasPrefix(got, "enforce: ok\nmps: ") {
 		t.Errorf("readyz lines = %q, want enforcement's then mps's", got)
 	}
 

@@ -1,17 +1,15 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/stream"
+	"github.com/gpud/gpud/pkg/stream/agentfeed"
 	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
@@ -75,17 +73,9 @@ type streamDeps struct {
 	log       *slog.Logger
 }
 
-// agentStream is the agent's stream: the client, fed by the sampler's
-// snapshots, the health monitor's Xids and the inventory's changes.
-type agentStream struct {
-	client    *stream.Client
-	deps      streamDeps
-	lastSweep uint64
-}
-
 // newStream builds the stream task; nil without --scheduler-addr. The
 // certificate files are read here, before anything starts.
-func (o *streamOptions) newStream(deps streamDeps) (*agentStream, error) {
+func (o *streamOptions) newStream(deps streamDeps) (*agentfeed.Feed, error) {
 	if o.addr == "" {
 		return nil, nil
 	}
@@ -101,217 +91,15 @@ func (o *streamOptions) newStream(deps streamDeps) (*agentStream, error) {
 			return nil, flagErr("stream-token-file", "%w", err)
 		}
 	}
-	a := &agentStream{deps: deps}
-	c, err := stream.NewClient(stream.Config{Addr: o.addr, Node: deps.node, Certs: certs, Token: token, Insecure: o.insecure, Interval: o.interval,
-		Hello: a.hello, Samples: a.samples, Version: version, Log: deps.log})
+	f, err := agentfeed.New(agentfeed.Config{Inventory: deps.inventory, Changed: deps.changed, Sharing: deps.sharing, Snapshot: deps.snapshot},
+		stream.Config{Addr: o.addr, Node: deps.node, Certs: certs, Token: token, Insecure: o.insecure, Interval: o.interval, Version: version, Log: deps.log})
 	if err != nil {
 		return nil, flagErr("scheduler-addr", "%w", err)
 	}
-	a.client = c
-	for _, col := range c.Collectors() {
+	for _, col := range f.Collectors() {
 		if err := deps.metrics.Register(col); err != nil {
 			return nil, err
 		}
 	}
-	return a, nil
-}
-
-// OnXid is the health monitor's Xid subscriber: every Xid goes out at
-// once; an ignored one (an application fault) carries no health.
-func (a *agentStream) OnXid(gpuUUID string, xid uint64) {
-	ev := &telemetryv1.Event{Kind: telemetryv1.Event_KIND_XID, DeviceUuid: gpuUUID, Xid: xid, AtUnixNanos: time.Now().UnixNano()}
-	a.client.Event(ev)
-}
-
-// Run streams until ctx ends: the client, and the watcher of inventory
-// changes that turns them into health and layout events.
-func (a *agentStream) Run(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		a.watch(ctx)
-	}()
-	err := a.client.Run(ctx)
-	<-done
-	return err
-}
-
-// hello is the node snapshot: every GPU, then its MIG devices.
-func (a *agentStream) hello() *telemetryv1.Hello {
-	return &telemetryv1.Hello{Devices: a.devices(a.deps.inventory())}
-}
-
-func protoHealth(h gpu.Health) telemetryv1.Health {
-	switch h {
-	case gpu.Healthy:
-		return telemetryv1.Health_HEALTH_HEALTHY
-	case gpu.Unhealthy:
-		return telemetryv1.Health_HEALTH_UNHEALTHY
-	case gpu.Lost:
-		return telemetryv1.Health_HEALTH_LOST
-	}
-	return telemetryv1.Health_HEALTH_UNSPECIFIED
-}
-
-func (a *agentStream) devices(inv gpu.Inventory) []*telemetryv1.Device {
-	var cfg timeslice.Config
-	if a.deps.sharing != nil {
-		cfg = a.deps.sharing.Sharing()
-	}
-	var out []*telemetryv1.Device
-	for _, g := range inv.GPUs {
-		d := &telemetryv1.Device{Uuid: g.UUID, Model: g.Name, MemoryTotalBytes: g.MemoryBytes, MigEnabled: g.MIGEnabled,
-			Health: protoHealth(g.Health), HealthReason: g.HealthReason}
-		if sh, ok := cfg.For(g.UUID, g.Index); ok && !sh.Exclusive {
-			d.Sharing, d.Replicas = "timeslice", uint32(sh.Count())
-		}
-		out = append(out, d)
-		for _, m := range g.MIGDevices {
-			h := m.Health
-			if h == "" {
-				h = g.Health // a slice without its own error shares its GPU's
-			}
-			out = append(out, &telemetryv1.Device{Uuid: m.UUID, ParentUuid: g.UUID, Model: g.Name, MemoryTotalBytes: m.MemoryBytes,
-				MigProfile: m.Profile, Health: protoHealth(h), HealthReason: m.HealthReason})
-		}
-	}
-	return out
-}
-
-// Field indexes of the values the stream carries.
-var (
-	fieldGPUUtil  = fieldIndex("DCGM_FI_DEV_GPU_UTIL")
-	fieldSMActive = fieldIndex("DCGM_FI_PROF_SM_ACTIVE")
-	fieldFBUsed   = fieldIndex("DCGM_FI_DEV_FB_USED")
-	fieldPower    = fieldIndex("DCGM_FI_DEV_POWER_USAGE")
-	fieldTemp     = fieldIndex("DCGM_FI_DEV_GPU_TEMP")
-)
-
-func fieldIndex(name string) int {
-	for i := 0; telemetry.FieldName(i) != ""; i++ {
-		if telemetry.FieldName(i) == name {
-			return i
-		}
-	}
-	return -1
-}
-
-// value returns a device's field when it was read and is finite.
-func value(d *telemetry.DeviceSnapshot, i int) (float64, bool) {
-	if i < 0 || d.Unsupported[i] || d.At[i].IsZero() {
-		return 0, false
-	}
-	v := d.Values[i]
-	return v, v == v && v-v == 0 // not NaN, not ±Inf
-}
-
-// samples converts the sampler's newest sweep; nil when there is none
-// newer than the last one sent.
-func (a *agentStream) samples() *telemetryv1.Samples {
-	snap := a.deps.snapshot()
-	if snap == nil || snap.Sweeps == a.lastSweep {
-		return nil
-	}
-	a.lastSweep = snap.Sweeps
-	return convertSnapshot(snap)
-}
-
-func convertSnapshot(snap *telemetry.Snapshot) *telemetryv1.Samples {
-	out := &telemetryv1.Samples{TakenUnixNanos: snap.Taken.UnixNano(), Devices: make([]*telemetryv1.DeviceSample, 0, len(snap.Devices))}
-	byUUID := make(map[string]*telemetryv1.DeviceSample, len(snap.Devices))
-	for i := range snap.Devices {
-		d := &snap.Devices[i]
-		s := &telemetryv1.DeviceSample{Uuid: d.UUID}
-		if v, ok := value(d, fieldSMActive); ok && d.GPM {
-			s.SmUtilPercent = ptrTo(min(max(v*100, 0), 100))
-		} else if v, ok := value(d, fieldGPUUtil); ok {
-			s.SmUtilPercent = ptrTo(min(max(v, 0), 100))
-		}
-		if v, ok := value(d, fieldFBUsed); ok && v >= 0 {
-			s.MemoryUsedBytes = ptrTo(uint64(v * (1 << 20))) // DCGM's MiB
-		}
-		if v, ok := value(d, fieldPower); ok && v >= 0 {
-			s.PowerWatts = ptrTo(v)
-		}
-		if v, ok := value(d, fieldTemp); ok {
-			s.TemperatureCelsius = ptrTo(v)
-		}
-		out.Devices = append(out.Devices, s)
-		byUUID[d.UUID] = s
-	}
-	for _, p := range snap.Processes {
-		s := byUUID[p.DeviceUUID]
-		if s == nil {
-			continue
-		}
-		s.Processes = append(s.Processes, &telemetryv1.ProcessMemory{Pid: p.PID, UsedBytes: p.UsedBytes, PodUid: p.PodUID,
-			Namespace: p.Namespace, Pod: p.Pod, Container: p.Container})
-	}
-	return out
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-// watch turns inventory changes into events: a device's health change
-// (GPU lost, ECC, other), and a new device set (MIG layout) or sharing.
-func (a *agentStream) watch(ctx context.Context) {
-	prev := a.deps.inventory()
-	var sharingChanged <-chan struct{}
-	if a.deps.sharing != nil {
-		sharingChanged = a.deps.sharing.SharingChanged()
-	}
-	for {
-		changed := a.deps.changed()
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-			cur := a.deps.inventory()
-			for _, ev := range inventoryEvents(a.devices(prev), a.devices(cur)) {
-				a.client.Event(ev)
-			}
-			prev = cur
-		case <-sharingChanged:
-			sharingChanged = a.deps.sharing.SharingChanged()
-			a.client.Event(&telemetryv1.Event{Kind: telemetryv1.Event_KIND_SHARING, AtUnixNanos: time.Now().UnixNano(), Devices: a.devices(a.deps.inventory())})
-		}
-	}
-}
-
-// inventoryEvents are the events from one device list to the next: a
-// MIG_LAYOUT event with the new list when devices came or went, then one
-// health event per device whose health or its reason changed.
-func inventoryEvents(prev, cur []*telemetryv1.Device) []*telemetryv1.Event {
-	now := time.Now().UnixNano()
-	old := make(map[string]*telemetryv1.Device, len(prev))
-	for _, d := range prev {
-		old[d.GetUuid()] = d
-	}
-	var out []*telemetryv1.Event
-	layout := len(prev) != len(cur)
-	for _, d := range cur {
-		o, ok := old[d.GetUuid()]
-		if !ok {
-			layout = true
-			continue
-		}
-		if o.GetMigEnabled() != d.GetMigEnabled() {
-			layout = true
-		}
-		if o.GetHealth() == d.GetHealth() && o.GetHealthReason() == d.GetHealthReason() {
-			continue
-		}
-		kind := telemetryv1.Event_KIND_HEALTH
-		switch {
-		case d.GetHealth() == telemetryv1.Health_HEALTH_LOST:
-			kind = telemetryv1.Event_KIND_GPU_LOST
-		case strings.Contains(strings.ToLower(d.GetHealthReason()), "ecc"):
-			kind = telemetryv1.Event_KIND_ECC
-		}
-		out = append(out, &telemetryv1.Event{Kind: kind, DeviceUuid: d.GetUuid(), AtUnixNanos: now, Health: d.GetHealth(), Reason: d.GetHealthReason()})
-	}
-	if layout {
-		out = append([]*telemetryv1.Event{{Kind: telemetryv1.Event_KIND_MIG_LAYOUT, AtUnixNanos: now, Devices: cur}}, out...)
-	}
-	return out
+	return f, nil
 }

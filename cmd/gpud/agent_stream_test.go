@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/stream"
-	"github.com/gpud/gpud/pkg/telemetry"
 )
 
 func TestAgentStreamFlags(t *testing.T) {
@@ -101,7 +99,7 @@ func TestAgentStreamsXidToScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.Run(t, "scheduler end", func(ctx context.Context) error { return srv.Serve(ctx, ln, nil) })
+	testwait.Run(t, "scheduler end", func(ctx context.Context) error { return srv.Serve(ctx, ln, nil, nil) })
 
 	dir := t.TempDir()
 	args := agentArgs(dir, "--simulate", "dgx-h100", "--node-name", "node-h100", "--http-addr", "", "--scheduler-addr", ln.Addr().String(),
@@ -158,50 +156,5 @@ func TestAgentStreamsXidToScheduler(t *testing.T) {
 	})
 	if d := time.Since(seen); d > 200*time.Millisecond+100*time.Millisecond {
 		t.Errorf("the scheduler saw the unhealthy GPU %s after the agent, want within one stream interval", d)
-	}
-}
-
-func TestInventoryEvents(t *testing.T) {
-	healthy := telemetryv1.Health_HEALTH_HEALTHY
-	prev := []*telemetryv1.Device{{Uuid: "GPU-0", Health: healthy}, {Uuid: "GPU-1", Health: healthy}, {Uuid: "GPU-2", Health: healthy}}
-	cur := []*telemetryv1.Device{{Uuid: "GPU-0", Health: telemetryv1.Health_HEALTH_LOST, HealthReason: "gpu lost"},
-		{Uuid: "GPU-1", Health: telemetryv1.Health_HEALTH_UNHEALTHY, HealthReason: "double-bit ECC error"}, {Uuid: "GPU-2", Health: healthy}}
-	evs := inventoryEvents(prev, cur)
-	var got []string
-	for _, ev := range evs {
-		got = append(got, ev.GetKind().String()+"/"+ev.GetDeviceUuid())
-	}
-	if strings.Join(got, " ") != "KIND_GPU_LOST/GPU-0 KIND_ECC/GPU-1" {
-		t.Errorf("events %v", got)
-	}
-	// A new reason on a GPU that stays unhealthy goes out too.
-	again := []*telemetryv1.Device{cur[0], {Uuid: "GPU-1", Health: telemetryv1.Health_HEALTH_UNHEALTHY, HealthReason: "xid 63"}, cur[2]}
-	if evs := inventoryEvents(cur, again); len(evs) != 1 || evs[0].GetReason() != "xid 63" {
-		t.Errorf("a new reason: events %v, want one with xid 63", evs)
-	}
-	cur = append(cur, &telemetryv1.Device{Uuid: "MIG-0", ParentUuid: "GPU-2", Health: healthy})
-	evs = inventoryEvents(prev, cur)
-	if len(evs) != 3 || evs[0].GetKind() != telemetryv1.Event_KIND_MIG_LAYOUT || len(evs[0].GetDevices()) != 4 {
-		t.Errorf("a new MIG device: events %v, want MIG_LAYOUT with 4 devices first", evs)
-	}
-}
-
-func TestConvertSnapshotSkipsUnreadValues(t *testing.T) {
-	if fieldGPUUtil < 0 || fieldFBUsed < 0 || fieldPower < 0 || fieldTemp < 0 || fieldSMActive < 0 {
-		t.Fatalf("field indexes %d %d %d %d %d: a DCGM name changed", fieldGPUUtil, fieldFBUsed, fieldPower, fieldTemp, fieldSMActive)
-	}
-	now := time.Now()
-	d := telemetry.DeviceSnapshot{UUID: "GPU-0"}
-	d.Values[fieldGPUUtil], d.At[fieldGPUUtil] = 55, now
-	d.Values[fieldFBUsed], d.At[fieldFBUsed] = 1024, now // MiB
-	d.Values[fieldPower] = 300                           // never read
-	s := convertSnapshot(&telemetry.Snapshot{Taken: now, Devices: []telemetry.DeviceSnapshot{d},
-		Processes: []telemetry.ProcessSnapshot{{DeviceUUID: "GPU-0", PID: 7, UsedBytes: 1 << 30, PodUID: "pod-1"}}})
-	got := s.GetDevices()[0]
-	if got.GetSmUtilPercent() != 55 || got.GetMemoryUsedBytes() != 1<<30 || got.PowerWatts != nil || got.TemperatureCelsius != nil {
-		t.Errorf("sample %v: want util 55, 1 GiB used, no power or temperature", got)
-	}
-	if len(got.GetProcesses()) != 1 || got.GetProcesses()[0].GetPodUid() != "pod-1" {
-		t.Errorf("processes %v", got.GetProcesses())
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpud/gpud/internal/apiwait"
+	"github.com/gpud/gpud/internal/loglevel"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
@@ -194,14 +195,15 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	log, _ := newLogger(stderr, o.logFormat, o.logLevel) // validated
 	// client-go (leader election, informers) logs through klog, at Info
 	// and above: its verbose levels would drown --log-level debug.
-	klog.SetSlogLogger(slog.New(minLevel{log.Handler(), slog.LevelInfo}).With("component", "client-go"))
+	klog.SetSlogLogger(slog.New(loglevel.AtLeast(log.Handler(), slog.LevelInfo)).With("component", "client-go"))
 	restCfg, err := o.restConfig()
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	restCfg.UserAgent = "gpud-scheduler/" + version
-	var s *scheduler.Scheduler // set below, before the telemetry server runs
-	tel, certs, err := o.telemetry.newServer(restCfg, func() bool { return s.Ready() }, func() { s.Wake() }, log)
+	// In order: the telemetry server, the scheduler that reads it, then
+	// the server runs for the scheduler (Serve's stream.Leader).
+	tel, certs, err := o.telemetry.newServer(restCfg, log)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -239,7 +241,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if tel != nil {
 		cfg.Telemetry = tel
 	}
-	s, err = scheduler.New(cfg)
+	s, err := scheduler.New(cfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -263,7 +265,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		{Run: func(ctx context.Context) error { return groups.run(ctx) }},
 	}
 	if tel != nil {
-		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs) }})
+		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs, s) }})
 		if certs != nil {
 			tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return certs.Run(ctx) }})
 		}
@@ -366,18 +368,3 @@ func (p *podGroupSource) groups() map[string]*plan.Group {
 	}
 	return g
 }
-
-// minLevel is a slog.Handler that drops records below a level.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(a []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(a), h.min}
-}
-func (h minLevel) WithGroup(g string) slog.Handler { return minLevel{h.Handler.WithGroup(g), h.min} }

@@ -81,11 +81,12 @@ func (o *schedulerTelemetryOptions) decideConfig(cfg decide.Config) decide.Confi
 }
 
 // newServer loads the certificates and returns the telemetry server; nil,
-// nil without --telemetry-addr. ready and wake are the scheduler's;
-// restCfg is its API identity, which reviews the agents' tokens (with a
+// nil without --telemetry-addr. It is built before the scheduler (which
+// reads it) and served for it ([stream.Leader]). restCfg is the
+// scheduler's API identity, which reviews the agents' tokens (with a
 // client of its own, so that 1,000 agents connecting at once do not wait
 // behind the scheduler's writes, nor it behind them).
-func (o *schedulerTelemetryOptions) newServer(restCfg *rest.Config, ready func() bool, wake func(), log *slog.Logger) (*stream.Server, *stream.Certs, error) {
+func (o *schedulerTelemetryOptions) newServer(restCfg *rest.Config, log *slog.Logger) (*stream.Server, *stream.Certs, error) {
 	if o.addr == "" {
 		return nil, nil, nil
 	}
@@ -109,7 +110,7 @@ func (o *schedulerTelemetryOptions) newServer(restCfg *rest.Config, ready func()
 			return nil, nil, err
 		}
 	}
-	srv, err := stream.NewServer(stream.ServerConfig{Ready: ready, Insecure: o.insecure, Authenticate: auth, OnHealthChange: wake, Log: log})
+	srv, err := stream.NewServer(stream.ServerConfig{Insecure: o.insecure, Authenticate: auth, Log: log})
 	if err != nil {
 		return nil, nil, err
 	}

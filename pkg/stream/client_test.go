@@ -30,7 +30,7 @@ func serveOn(t *testing.T, addr string, certs *Certs) (*Server, string, func()) 
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln, certs) }()
+	go func() { done <- srv.Serve(ctx, ln, certs, nil) }()
 	stopped := false
 	stop := func() {
 		if stopped {

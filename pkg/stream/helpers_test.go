@@ -110,12 +110,33 @@ func loadCerts(t *testing.T, f CertFiles) *Certs {
 // startServer serves srv with certs on a free port until the test ends.
 func startServer(t *testing.T, srv *Server, certs *Certs) string {
 	t.Helper()
+	return startServerFor(t, srv, certs, nil)
+}
+
+// startServerFor is startServer for a leader.
+func startServerFor(t *testing.T, srv *Server, certs *Certs, leader Leader) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.Run(t, "stream server", func(ctx context.Context) error { return srv.Serve(ctx, ln, certs) })
+	testwait.Run(t, "stream server", func(ctx context.Context) error { return srv.Serve(ctx, ln, certs, leader) })
 	return ln.Addr().String()
+}
+
+// testLeader is a Leader of two functions; nil ones are always ready and
+// wake nobody.
+type testLeader struct {
+	ready func() bool
+	wake  func()
+}
+
+func (l testLeader) Ready() bool { return l.ready == nil || l.ready() }
+
+func (l testLeader) Wake() {
+	if l.wake != nil {
+		l.wake()
+	}
 }
 
 func newTestServer(t *testing.T, cfg ServerConfig) *Server {

@@ -51,10 +51,6 @@ const (
 // ServerConfig configures a [Server]. Zero values take the documented
 // defaults.
 type ServerConfig struct {
-	// Ready reports whether this replica may take streams (it leads);
-	// streams are refused while it is false, and open ones end within
-	// half a second of it turning false. Nil: always.
-	Ready func() bool
 	// Insecure trusts the node name of the Hello without a client
 	// certificate or token (--telemetry-insecure). Otherwise every stream
 	// must come over mutual TLS (a client certificate the CA signed: a
@@ -73,9 +69,6 @@ type ServerConfig struct {
 	// HelloTimeout is how long a new stream may take to send its Hello;
 	// default [DefaultHelloTimeout].
 	HelloTimeout time.Duration
-	// OnHealthChange is called when a message changes a device's health
-	// (the scheduler decides again at once). It must not block.
-	OnHealthChange func()
 	// Log receives refused streams; nil discards.
 	Log *slog.Logger
 	// Now is the clock; nil is time.Now.
@@ -95,12 +88,6 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	if c.AuthTimeout == 0 {
 		c.AuthTimeout = DefaultAuthTimeout
 	}
-	if c.Ready == nil {
-		c.Ready = func() bool { return true }
-	}
-	if c.OnHealthChange == nil {
-		c.OnHealthChange = func() {}
-	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -109,6 +96,25 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	}
 	return c
 }
+
+// Leader is the scheduler replica a [Server] serves, given to
+// [Server.Serve]: the server is built first, the scheduler reads it as its
+// telemetry source, then the server runs for the scheduler.
+type Leader interface {
+	// Ready reports whether this replica may take streams (it leads);
+	// streams are refused while it is false, and open ones end within
+	// half a second of it turning false.
+	Ready() bool
+	// Wake is called when a message changes a device's health (the
+	// scheduler decides again at once). It must not block.
+	Wake()
+}
+
+// alwaysLeader is the Leader of a server served without one.
+type alwaysLeader struct{}
+
+func (alwaysLeader) Ready() bool { return true }
+func (alwaysLeader) Wake()       {}
 
 // Server is the scheduler's end of the stream: a gRPC Telemetry service
 // that keeps the newest state of each node. Serve it with [Server.Serve]
@@ -121,6 +127,7 @@ type Server struct {
 
 	streams atomic.Int64
 	gen     atomic.Uint64
+	leader  atomic.Pointer[Leader] // set by Serve; alwaysLeader before
 
 	mu    sync.Mutex
 	nodes map[string]*nodeState
@@ -138,14 +145,19 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("stream server: no Authenticate and not insecure: nothing proves a node: %w", ErrConfig)
 	}
 	s := &Server{cfg: cfg, nodes: map[string]*nodeState{}, handshakeLog: logLimiter{every: handshakeLogEvery}}
+	var l Leader = alwaysLeader{}
+	s.leader.Store(&l)
 	s.m = newServerMetrics(s)
 	return s, nil
 }
 
 // Serve serves the Telemetry service on ln until ctx ends, with mutual
-// TLS from certs (nil only with ServerConfig.Insecure). Open streams are
-// closed when it returns.
-func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs) error {
+// TLS from certs (nil only with ServerConfig.Insecure), for leader (nil:
+// always ready, nobody to wake). Open streams are closed when it returns.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, certs *Certs, leader Leader) error {
+	if leader != nil {
+		s.leader.Store(&leader)
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.ForceServerCodecV2(serverCodec{}),
@@ -215,7 +227,7 @@ func (s *Server) refuse(reason string, code codes.Code, err error, attrs ...any)
 // Unavailable and reconnects. Registered on another gRPC server it
 // refuses every stream.
 func (s *Server) Stream(st grpc.BidiStreamingServer[telemetryv1.AgentMessage, telemetryv1.Ack]) error {
-	if !s.cfg.Ready() {
+	if !s.ready() {
 		return s.refuse("not-leader", codes.Unavailable, errors.New("this scheduler replica does not lead; reconnect through the Service"))
 	}
 	info, ok := connOf(st.Context())
@@ -323,6 +335,11 @@ func (e *streamEnd) cause() error {
 	return nil
 }
 
+func (s *Server) ready() bool { return (*s.leader.Load()).Ready() }
+
+// wake tells the leader a device's health changed.
+func (s *Server) wake() { (*s.leader.Load()).Wake() }
+
 // watch ends every open stream within leaderCheck of Ready turning false,
 // and each stream silent for idleIntervals of its intervals (checked every
 // idleCheck), until ctx ends. One goroutine serves all streams.
@@ -336,7 +353,7 @@ func (s *Server) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		leads := s.cfg.Ready()
+		leads := s.ready()
 		now := time.Now()
 		if leads && now.Sub(lastIdleCheck) < idleCheck {
 			continue

@@ -205,8 +205,8 @@ func servedSerial(t *testing.T, addr string, p *pki) string {
 func TestHealthEventsOverrideUntilHealthy(t *testing.T) {
 	p := newPKI(t)
 	var wakes atomic.Int32
-	srv := newTestServer(t, ServerConfig{OnHealthChange: func() { wakes.Add(1) }})
-	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	srv := newTestServer(t, ServerConfig{})
+	addr := startServerFor(t, srv, loadCerts(t, p.serverFiles()), testLeader{wake: func() { wakes.Add(1) }})
 	st := rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 	sendHello(t, st, "node-a")
 	if _, err := st.Recv(); err != nil {
@@ -293,8 +293,8 @@ func TestInvalidMessagesEndTheStream(t *testing.T) {
 func TestOnlyTheLeaderTakesStreams(t *testing.T) {
 	p := newPKI(t)
 	var leading atomic.Bool
-	srv := newTestServer(t, ServerConfig{Ready: leading.Load})
-	addr := startServer(t, srv, loadCerts(t, p.serverFiles()))
+	srv := newTestServer(t, ServerConfig{})
+	addr := startServerFor(t, srv, loadCerts(t, p.serverFiles()), testLeader{ready: leading.Load})
 	st := rawStream(t, addr, p.agentFiles(), tokenFor("node-a"))
 	sendHello(t, st, "node-a")
 	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {

@@ -81,7 +81,7 @@ func (s *Server) hello(node string, gen uint64, end func(error), h *telemetryv1.
 	s.nodes[node] = n
 	s.mu.Unlock()
 	if changed {
-		s.cfg.OnHealthChange()
+		s.wake()
 	}
 }
 
@@ -147,7 +147,7 @@ func (s *Server) apply(node string, gen uint64, m *telemetryv1.AgentMessage, kno
 		*known = next
 		changed := s.event(node, gen, k.Event, now)
 		if changed {
-			s.cfg.OnHealthChange()
+			s.wake()
 		}
 		return nil
 	case *telemetryv1.AgentMessage_Hello:

@@ -161,7 +161,9 @@ const (
 )
 
 // FieldName returns the DCGM name of the i-th value in
-// DeviceSnapshot.Values (for tests and tools reading a [Snapshot]).
+// DeviceSnapshot.Values (for tests and tools reading a [Snapshot]); code
+// reads the values it needs through DeviceSnapshot's typed accessors
+// ([DeviceSnapshot.MemoryUsedMiB], ...), not by name.
 func FieldName(i int) string {
 	if i < 0 || i >= int(numFields) {
 		return ""

@@ -142,3 +142,32 @@ type XidCount struct {
 // Snapshot returns the latest published snapshot, or nil before the first
 // sweep. It never blocks on NVML.
 func (s *Sampler) Snapshot() *Snapshot { return s.snap.Load() }
+
+// value returns a field of the device when it was read and is finite.
+func (d *DeviceSnapshot) value(f field) (float64, bool) {
+	if d.Unsupported[f] || d.At[f].IsZero() {
+		return 0, false
+	}
+	v := d.Values[f]
+	return v, v == v && v-v == 0 // not NaN, not ±Inf
+}
+
+// Typed accessors of the latest values, in DCGM's units, for readers of a
+// [Snapshot] that must not depend on metric names. Each reports false
+// when the value was never read, is unsupported, or is not finite.
+
+// GPUUtilPercent is DCGM_FI_DEV_GPU_UTIL: time a kernel ran (0-100).
+func (d *DeviceSnapshot) GPUUtilPercent() (float64, bool) { return d.value(fGPUUtil) }
+
+// SMActiveRatio is DCGM_FI_PROF_SM_ACTIVE (GPM): SM cycles with a warp
+// assigned (0-1); meaningful only once [DeviceSnapshot.GPM] is true.
+func (d *DeviceSnapshot) SMActiveRatio() (float64, bool) { return d.value(fProfSMActive) }
+
+// MemoryUsedMiB is DCGM_FI_DEV_FB_USED: framebuffer memory used, in MiB.
+func (d *DeviceSnapshot) MemoryUsedMiB() (float64, bool) { return d.value(fFBUsed) }
+
+// PowerWatts is DCGM_FI_DEV_POWER_USAGE: power draw, in watts.
+func (d *DeviceSnapshot) PowerWatts() (float64, bool) { return d.value(fPower) }
+
+// TemperatureCelsius is DCGM_FI_DEV_GPU_TEMP: GPU die temperature.
+func (d *DeviceSnapshot) TemperatureCelsius() (float64, bool) { return d.value(fGPUTemp) }

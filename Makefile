@@ -39,13 +39,26 @@ run: build
 # for the ones absent before, so a node running gpud can still run it).
 HOST_PATHS := /run/gpud /var/lib/gpud /var/run/cdi /var/lib/kubelet /var/run/kubernetes
 
-## test: lint, every test with the race detector, then each fuzz test for
-## FUZZTIME_SHORT; fails if the run left anything at HOST_PATHS.
+## test: lint, every test with the race detector, pkg/simulate's
+## whole-trace replays without it, then each fuzz test for FUZZTIME_SHORT;
+## fails if the run left anything at HOST_PATHS. Each phase prints when it
+## ended.
+##
+## TEST_P is go test's -p: how many builds or test binaries run at once.
+## One more than the cores, because ./test's binary mostly waits on the
+## API servers and nodes it starts (~15 min); listed first, it starts as
+## soon as its packages are built and overlaps every other build.
 FUZZTIME_SHORT ?= 3s
+TEST_P ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 test: lint
-	@absent=""; for p in $(HOST_PATHS); do [ -e "$$p" ] || absent="$$absent $$p"; done; \
-	rc=0; { $(GO) test -race -timeout 20m $(PKGS) && \
-		$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT); } || rc=$$?; \
+	@echo "make test: lint done at $$(date +%T)"; \
+	absent=""; for p in $(HOST_PATHS); do [ -e "$$p" ] || absent="$$absent $$p"; done; \
+	rc=0; { $(GO) test -race -p $(TEST_P) -timeout 25m ./test/ $(PKGS) && \
+		echo "make test: tests with -race done at $$(date +%T)" && \
+		$(GO) test -count=1 -timeout 10m ./pkg/simulate/ && \
+		echo "make test: replays done at $$(date +%T)" && \
+		$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT) && \
+		echo "make test: fuzz done at $$(date +%T)"; } || rc=$$?; \
 	for p in $$absent; do \
 		if [ -e "$$p" ]; then echo "make test: $$p appeared during the run: a test reached outside its temp dir"; rc=1; fi; \
 	done; \

@@ -36,6 +36,7 @@ import (
 // the 39 G3 nodes hold them, and gpud fills G3 nodes earlier), and
 // constrained pods on gpuspec05 and gpuspec15-sets.
 func TestGpudBeatsFGDOnFamilies(t *testing.T) {
+	skipReplaysUnderRace(t)
 	if testing.Short() {
 		t.Skip("short: simulations")
 	}

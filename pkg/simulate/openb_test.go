@@ -20,6 +20,17 @@ var dataDir = openbdata.Dir()
 // fgd-table` prints the same comparison.
 var longRun = os.Getenv("GPUD_SIM_LONG") != ""
 
+// skipReplaysUnderRace skips a test made of whole-trace replays in a -race
+// build: they are single-threaded allocator code run by RunOpenB's worker
+// pool, which TestGpudModelConstraints races; under the detector they
+// took 5 of make test's minutes. make test runs them without -race.
+func skipReplaysUnderRace(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("whole-trace replays run without -race (make test runs this package again without it)")
+	}
+}
+
 func load(t *testing.T, workload string) ([]trace.Node, []trace.Pod, map[PublishedKey]Row) {
 	t.Helper()
 	nodes, err := trace.ReadNodesFile(filepath.Join(dataDir, "openb_node_list_gpu_node.csv"))
@@ -60,6 +71,7 @@ var tolerance = map[string]float64{
 }
 
 func TestBaselinesMatchPublished(t *testing.T) {
+	skipReplaysUnderRace(t)
 	workloads := []string{"openb_pod_list_default"}
 	policies := []string{"Random", "GpuClustering", "FGD"}
 	if longRun {
@@ -127,6 +139,7 @@ var traces = []string{"openb_pod_list_default", "openb_pod_list_cpu050", "openb_
 //
 // Multi-GPU pods turned away over the nine traces: FGD 1797, gpud 1746.
 func TestGpudBeatsFGD(t *testing.T) {
+	skipReplaysUnderRace(t)
 	if testing.Short() {
 		t.Skip("short: 36 simulations")
 	}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package simulate
+
+// raceDetector is true in a -race build: see skipReplaysUnderRace.
+const raceDetector = false

@@ -139,6 +139,7 @@ func containerResponse(set *deviceSet, strategy string, ids []string) *pluginapi
 			u.replicas++
 			u.share.ComputePercent = min(100, u.share.ComputePercent+d.Share.ComputePercent)
 			u.share.MemoryMiB += d.Share.MemoryMiB
+			u.share.MemoryLimitMiB += d.Share.LimitMiB() // MPS's pinned limit is the hard one
 		}
 	}
 	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}

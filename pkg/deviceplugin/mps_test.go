@@ -121,3 +121,32 @@ func TestValidateMPSRoot(t *testing.T) {
 		t.Error("a relative MPS root passed Validate")
 	}
 }
+
+// TestAllocateMPSLimitIsShareLimit: a share that may borrow above its
+// request (memoryLimitMiB) gets its limit as MPS's pinned memory limit, a
+// hard one; replicas of two shares add up their limits.
+func TestAllocateMPSLimitIsShareLimit(t *testing.T) {
+	cfg := testConfig()
+	cfg.Sharing = timeslice.Config{Devices: map[string]timeslice.Sharing{"GPU-0000": {Shares: []timeslice.Share{
+		{MemoryMiB: 10240, MemoryLimitMiB: 20480}, {MemoryMiB: 10240}, {MemoryMiB: 10240}}}}}
+	set := build(synthInventory(2, 0), cfg).sets["nvidia.com/gpu.shared"]
+	if set == nil {
+		t.Fatal("no gpu.shared set")
+	}
+	for _, tc := range []struct {
+		ids  []string
+		want string
+	}{
+		{ids: []string{"GPU-0000::0"}, want: "0=20480M"},
+		{ids: []string{"GPU-0000::1"}, want: "0=10240M"},
+		{ids: []string{"GPU-0000::0", "GPU-0000::1"}, want: "0=30720M"},
+	} {
+		resp, err := allocate(set, ListCDI, "", &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: tc.ids}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.ContainerResponses[0].Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]; got != tc.want {
+			t.Errorf("%v: MPS memory limit %q, want %q", tc.ids, got, tc.want)
+		}
+	}
+}

@@ -66,7 +66,8 @@ func buildCDISpec(claimUID types.UID, devs []PreparedDevice, mpsRoot string, fil
 			edits.DeviceNodes = files.MIG(d.Device.GPUMinor, d.Device.GIID, d.Device.CIID)
 		}
 		if d.Fraction() {
-			env := timeslice.Share{MemoryMiB: d.MemoryBytes >> 20, ComputePercent: d.CoresPercent}.MPSEnv(0)
+			// MPS's pinned memory limit is a hard one: the fraction's limit.
+			env := timeslice.Share{MemoryMiB: d.LimitBytes() >> 20, ComputePercent: d.CoresPercent}.MPSEnv(0)
 			names := make([]string, 0, len(env))
 			for k := range env {
 				names = append(names, k)

@@ -10,6 +10,8 @@
 //   - [Build] is the pure slice builder: [NodeState] in, ResourceSlices and
 //     a device table out.
 //   - [Preparer] implements prepare and unprepare, idempotent and crash-safe.
+//     It reads one opaque device configuration, [GPUConfig] (a fraction's
+//     memoryLimit above its request), decoded strictly by [DecodeGPUConfig].
 //   - [Driver] runs both behind the kubelet plugin helper of
 //     k8s.io/dynamic-resource-allocation (registration, the DRA gRPC
 //     service, ResourceSlice publishing, device health).
@@ -17,8 +19,9 @@
 // # State on disk
 //
 // The checkpoint (checkpoint.json in the plugin dir) is versioned and
-// checksummed: this version writes version 2 and reads 1 (converted), so an
-// upgrade keeps every prepared claim; a damaged, hand-edited or newer file
+// checksummed: this version writes version 3 (which adds a fraction's
+// memory limit) and reads 1 and 2 (converted), so an upgrade keeps every
+// prepared claim; a damaged, hand-edited or newer file
 // is refused with [ErrCorruptCheckpoint], naming the file and what to do.
 // Besides the claims it records which GPUs' MIG mode gpud turned on for
 // dynamic MIG devices, so after a restart the last such device's unprepare

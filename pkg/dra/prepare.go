@@ -8,6 +8,7 @@ import (
 	"github.com/gpud/gpud/pkg/dra/prepared"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -267,8 +268,9 @@ func (p *Preparer) prepareClaim(ctx context.Context, c *resourceapi.ResourceClai
 	return p.result(entry), nil
 }
 
-// plan resolves the claim's allocation into devices of this node, checks
-// them (each alone, then together: [checkClaimFits]), and carries over
+// plan resolves the claim's allocation into devices of this node, with
+// the memory limits of the claim's opaque configuration ([GPUConfig]),
+// checks them (each alone, then together: [checkClaimFits]), and carries over
 // what an interrupted earlier prepare created.
 //
 // The table may lag the hardware (it is republished after the MIG service
@@ -281,6 +283,10 @@ func (p *Preparer) plan(c *resourceapi.ResourceClaim, prev PreparedClaim) ([]Pre
 	results := c.Status.Allocation.Devices.Results
 	if len(results) > resourceapi.AllocationResultsMaxSize {
 		return nil, fmt.Errorf("%d allocation results, at most %d", len(results), resourceapi.AllocationResultsMaxSize)
+	}
+	configs, err := claimConfigs(c.Status.Allocation)
+	if err != nil {
+		return nil, err
 	}
 	table := p.cfg.Devices()
 	var out []PreparedDevice
@@ -322,7 +328,14 @@ func (p *Preparer) plan(c *resourceapi.ResourceClaim, prev PreparedClaim) ([]Pre
 			}
 			d.MemoryBytes, d.CoresPercent = mem, cores
 		}
+		if d.MemoryLimitBytes, err = memoryLimit(configs, r.Request, d); err != nil {
+			return nil, err
+		}
 		if j := slices.IndexFunc(out, func(o PreparedDevice) bool { return o.Device.Name == d.Device.Name && o.ShareID == d.ShareID }); j >= 0 {
+			if out[j].MemoryLimitBytes != d.MemoryLimitBytes {
+				return nil, fmt.Errorf("%w: device %q serves requests %s and %q, whose memory limits differ (%d and %d bytes)",
+					ErrBadConfig, d.Device.Name, strings.Join(out[j].Requests, ","), r.Request, out[j].MemoryLimitBytes, d.MemoryLimitBytes)
+			}
 			out[j].Requests = append(out[j].Requests, r.Request)
 			continue
 		}

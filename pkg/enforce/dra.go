@@ -52,8 +52,12 @@ type ClaimFraction struct {
 	// Device is the device's name as published (gpu-<index>), ShareID
 	// the allocation's share of it, as PodResources reports them.
 	Device, ShareID string
-	// MemoryBytes is the claim's consumed memory capacity: the request.
+	// MemoryBytes is the claim's consumed memory capacity: the request,
+	// the soft limit.
 	MemoryBytes uint64
+	// LimitBytes is the hard limit from the claim's opaque configuration
+	// (dra.GPUConfig memoryLimit); 0 means MemoryBytes, no borrowing.
+	LimitBytes uint64
 }
 
 // CheckpointClaims is a [DRA].Prepared that reads the claims the DRA
@@ -71,7 +75,8 @@ func CheckpointClaims(dir string) func() ([]ClaimRef, error) {
 			ref := ClaimRef{Namespace: c.Namespace, Name: c.Name}
 			for _, d := range c.Devices {
 				if d.Fraction() && d.MemoryBytes > 0 {
-					ref.Fractions = append(ref.Fractions, ClaimFraction{Device: d.Device.Name, ShareID: d.ShareID, MemoryBytes: d.MemoryBytes})
+					ref.Fractions = append(ref.Fractions, ClaimFraction{Device: d.Device.Name, ShareID: d.ShareID,
+						MemoryBytes: d.MemoryBytes, LimitBytes: d.MemoryLimitBytes})
 				}
 			}
 			out = append(out, ref)
@@ -95,7 +100,7 @@ type snapshot struct {
 	// fractions are the prepared claims' fractions (DRA mode with memory
 	// limits, when the kubelet reports shares of the driver's devices);
 	// fractionsErr is why they could not be read.
-	fractions    map[claimDevice]uint64
+	fractions    map[claimDevice]ClaimFraction
 	fractionsErr error
 }
 

@@ -81,10 +81,10 @@ func (m *Metrics) setUnlimited(n int64) {
 // sharing config's, [Config.Sharing]), and its DRA devices of driver
 // gpu.gpud.io that are fractions (the claim's memory capacity, from the
 // driver's checkpoint through [DRA].Prepared). The request is the soft
-// limit; the hard limit is the request (no borrowing): neither the sharing
-// config nor the claim has a separate limit yet. The GPUs come from the
-// same device IDs and device names the device filter uses. The error is
-// why a share of a DRA device could not be looked up.
+// limit; the hard limit is the share's memoryLimitMiB or the claim's
+// opaque memoryLimit, the request when they have none (no borrowing). The
+// GPUs come from the same device IDs and device names the device filter
+// uses. The error is why a share of a DRA device could not be looked up.
 func (e *Enforcer) fractions(inv gpu.Inventory, s snapshot, ns, pod, ctr string) ([]memlimit.Fraction, error) {
 	var out []memlimit.Fraction
 	if e.cfg.Sharing != nil {
@@ -103,7 +103,7 @@ func (e *Enforcer) fractions(inv gpu.Inventory, s snapshot, ns, pod, ctr string)
 			if err != nil || share.MemoryMiB == 0 {
 				continue // a replica beyond the config, or one that only time-slices
 			}
-			out = append(out, memlimit.Fraction{GPUUUID: g.UUID, RequestBytes: share.MemoryMiB << 20})
+			out = append(out, memlimit.Fraction{GPUUUID: g.UUID, RequestBytes: share.MemoryMiB << 20, LimitBytes: share.MemoryLimitMiB << 20})
 		}
 	}
 	for _, c := range s.claims {
@@ -117,8 +117,8 @@ func (e *Enforcer) fractions(inv gpu.Inventory, s snapshot, ns, pod, ctr string)
 		if c.ShareID != "" && s.fractionsErr != nil {
 			return nil, s.fractionsErr
 		}
-		if b, ok := s.fractions[claimDevice{c.ClaimNamespace, c.ClaimName, c.Device, c.ShareID}]; ok {
-			out = append(out, memlimit.Fraction{GPUUUID: uuid, RequestBytes: b})
+		if f, ok := s.fractions[claimDevice{c.ClaimNamespace, c.ClaimName, c.Device, c.ShareID}]; ok {
+			out = append(out, memlimit.Fraction{GPUUUID: uuid, RequestBytes: f.MemoryBytes, LimitBytes: f.LimitBytes})
 		}
 	}
 	return out, nil
@@ -132,11 +132,11 @@ type claimDevice struct {
 
 // preparedFractions indexes the prepared claims' fractions by claim and
 // device.
-func preparedFractions(claims []ClaimRef) map[claimDevice]uint64 {
-	out := map[claimDevice]uint64{}
+func preparedFractions(claims []ClaimRef) map[claimDevice]ClaimFraction {
+	out := map[claimDevice]ClaimFraction{}
 	for _, c := range claims {
 		for _, f := range c.Fractions {
-			out[claimDevice{c.Namespace, c.Name, f.Device, f.ShareID}] = f.MemoryBytes
+			out[claimDevice{c.Namespace, c.Name, f.Device, f.ShareID}] = f
 		}
 	}
 	return out

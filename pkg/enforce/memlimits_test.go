@@ -13,6 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpud/gpud/internal/promtooltest"
 	"github.com/gpud/gpud/pkg/discovery"
@@ -82,9 +87,11 @@ func (ln limitsNode) limitsOf(i int, rel string) (nvml.MemoryLimits_v1, nvml.Ret
 // TestMemoryLimitsAtStart: a container holding a quarter of an 80 GiB GPU
 // (a DRA claim's 20 GiB of memory capacity, or device plugin replica 1 of
 // 4 with limitMemory) gets soft = hard = its share on exactly its own
-// cgroup when it starts, before any poll: its process cannot allocate past
-// it, its pod's other container and its pod's cgroup get no limits; the
-// limits go when the container is removed.
+// cgroup when it starts, before any poll; one whose claim's opaque config
+// or sharing config sets a 30 GiB limit on its 20 GiB request gets soft 20
+// GiB, hard 30 GiB. Its process cannot allocate past the hard limit, its
+// pod's other container and its pod's cgroup get no limits; the limits go
+// when the container is removed.
 func TestMemoryLimitsAtStart(t *testing.T) {
 	rel := "/kubepods/burstable/pod" + uidA + "/" + cid('f')
 	other := "/kubepods/burstable/pod" + uidA + "/" + cid('o')
@@ -92,7 +99,7 @@ func TestMemoryLimitsAtStart(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  func(ln limitsNode, c *Config)
-		want func(ln limitsNode) uint64
+		want func(ln limitsNode) (soft, hard uint64)
 	}{
 		{name: "dra quarter", cfg: func(_ limitsNode, c *Config) {
 			frac := claim("frac", dra.DriverName, dra.GPUDeviceName(2))
@@ -103,7 +110,13 @@ func TestMemoryLimitsAtStart(t *testing.T) {
 					return []ClaimRef{{Namespace: "ml", Name: "train-frac", Fractions: []ClaimFraction{{Device: "gpu-2", ShareID: "0b5e", MemoryBytes: 20 * gib}}},
 						{Namespace: "ml", Name: "train-whole"}}, nil
 				}}
-		}, want: func(limitsNode) uint64 { return 20 * gib }},
+		}, want: func(limitsNode) (uint64, uint64) { return 20 * gib, 20 * gib }},
+		{name: "dra borrowing, from the driver's checkpoint", cfg: func(ln limitsNode, c *Config) {
+			frac := claim("frac", dra.DriverName, dra.GPUDeviceName(2))
+			frac.ShareID = "0b5e"
+			c.DRA = &DRA{Resources: &fakeResources{r: podresources.Resources{Claims: []podresources.ClaimDevice{frac, claim("whole", dra.DriverName, dra.GPUDeviceName(3))}}},
+				Prepared: CheckpointClaims(prepareBorrowing(t, ln, "30Gi"))}
+		}, want: func(limitsNode) (uint64, uint64) { return 20 * gib, 30 * gib }},
 		{name: "device plugin replica", cfg: func(ln limitsNode, c *Config) {
 			c.Allocations = &fakeAllocs{as: []usage.Assignment{
 				{Namespace: "ml", Pod: "train", Container: "frac", ResourceName: "nvidia.com/gpu.shared", DeviceIDs: []string{ln.inv.GPUs[2].UUID + "::1"}},
@@ -111,7 +124,18 @@ func TestMemoryLimitsAtStart(t *testing.T) {
 			}}
 			sharing := timeslice.Config{Devices: map[string]timeslice.Sharing{"2": {Replicas: 4, LimitMemory: true}}}
 			c.Sharing = func() timeslice.Config { return sharing }
-		}, want: func(ln limitsNode) uint64 { return (ln.inv.GPUs[2].MemoryBytes >> 20) / 4 << 20 }},
+		}, want: func(ln limitsNode) (uint64, uint64) {
+			q := (ln.inv.GPUs[2].MemoryBytes >> 20) / 4 << 20
+			return q, q
+		}},
+		{name: "device plugin share borrowing", cfg: func(ln limitsNode, c *Config) {
+			c.Allocations = &fakeAllocs{as: []usage.Assignment{
+				{Namespace: "ml", Pod: "train", Container: "frac", ResourceName: "nvidia.com/gpu.shared", DeviceIDs: []string{ln.inv.GPUs[2].UUID + "::0"}},
+				{Namespace: "ml", Pod: "train", Container: "whole", ResourceName: "nvidia.com/gpu", DeviceIDs: []string{ln.inv.GPUs[3].UUID}},
+			}}
+			sharing := timeslice.Config{Devices: map[string]timeslice.Sharing{"2": {Shares: []timeslice.Share{{MemoryMiB: 20 << 10, MemoryLimitMiB: 30 << 10}, {MemoryMiB: 20 << 10}}}}}
+			c.Sharing = func() timeslice.Config { return sharing }
+		}, want: func(limitsNode) (uint64, uint64) { return 20 * gib, 30 * gib }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,9 +155,9 @@ func TestMemoryLimitsAtStart(t *testing.T) {
 			c := ContainerInfo{Namespace: "ml", Pod: "train", Container: "frac", CgroupsPath: rel}
 			e.ContainerStarting(t.Context(), c)
 			e.ContainerStarting(t.Context(), ContainerInfo{Namespace: "ml", Pod: "train", Container: "whole", CgroupsPath: other})
-			want := tc.want(ln)
-			if l, ret := ln.limitsOf(2, rel); ret != nvml.SUCCESS || l.SoftLimit != want || l.HardLimit != want {
-				t.Fatalf("GPU 2 on %s: %+v, %v; want soft = hard = %d", rel, l, ret, want)
+			soft, want := tc.want(ln)
+			if l, ret := ln.limitsOf(2, rel); ret != nvml.SUCCESS || l.SoftLimit != soft || l.HardLimit != want {
+				t.Fatalf("GPU 2 on %s: %+v, %v; want soft %d, hard %d", rel, l, ret, soft, want)
 			}
 			for _, r := range []string{other, podRel} {
 				for i := range ln.devs {
@@ -147,7 +171,8 @@ func TestMemoryLimitsAtStart(t *testing.T) {
 					t.Errorf("GPU %d on %s: %v, want no limits", i, rel, ret)
 				}
 			}
-			// The driver holds the container to it.
+			// The driver holds the container to the hard limit (a
+			// borrower holds more than its request).
 			if err := ln.n.StartProcess(2, simnode.ProcessSpec{PID: 10, MemoryBytes: want - gib, Cgroup: filepath.Join(ln.root, rel)}); err != nil {
 				t.Fatal(err)
 			}
@@ -168,6 +193,35 @@ func TestMemoryLimitsAtStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// prepareBorrowing prepares, with pkg/dra's Preparer, a claim ml/train-frac
+// of 20 GiB of GPU 2 (share 0b5e) whose opaque config sets memoryLimit,
+// and returns the state dir holding the driver's checkpoint.
+func prepareBorrowing(t *testing.T, ln limitsNode, limit string) string {
+	t.Helper()
+	dir := t.TempDir()
+	g := ln.inv.GPUs[2]
+	p, err := dra.NewPreparer(dra.PreparerConfig{NodeName: "node-a", StateDir: dir, CDIDir: t.TempDir(),
+		Devices: func() map[string]dra.DeviceRef {
+			return map[string]dra.DeviceRef{"gpu-2": {Name: "gpu-2", Type: dra.TypeGPU, GPUUUID: g.UUID, GPUIndex: 2, MemoryBytes: g.MemoryBytes, Shareable: true}}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := types.UID("0b5e")
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-frac", UID: "u-frac"}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	c.Status.Allocation.Devices.Results = []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: dra.DriverName, Pool: "node-a", Device: "gpu-2",
+		ShareID: &share, ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityMemory: resource.MustParse("20Gi")}}}
+	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClaim,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dra.DriverName,
+			Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.gpud.io/v1alpha1","kind":"GPUConfig","memoryLimit":"` + limit + `"}`)}}}}}
+	res, err := p.Prepare(t.Context(), []*resourceapi.ResourceClaim{c})
+	if err != nil || res[c.UID].Err != nil {
+		t.Fatalf("Prepare() = %v, %v", res, err)
+	}
+	return dir
 }
 
 // TestMemoryLimitsOlderDriver: on a driver before r615 the GPUs are in MPS

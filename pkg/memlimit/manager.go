@@ -24,6 +24,7 @@ type Device interface {
 	GetUUID() (string, nvml.Return)
 	GetIndex() (int, nvml.Return)
 	GetMigMode() (current, pending int, ret nvml.Return)
+	GetMemoryInfo() (nvml.Memory, nvml.Return)
 	GetMemoryLimits_v1(namespace string) (nvml.MemoryLimits_v1, nvml.Return)
 	SetMemoryLimits_v1(namespace string, soft, hard uint64) nvml.Return
 }
@@ -58,6 +59,9 @@ type Manager struct {
 type gpuEntry struct {
 	dev  Device
 	mode Mode
+	// totalBytes is the GPU's memory, which caps a container's summed
+	// hard limits; 0 when NVML did not say.
+	totalBytes uint64
 }
 
 // New probes each GPU once: its MIG mode, and GetMemoryLimits_v1 on the
@@ -86,7 +90,11 @@ func New(cfg Config) (*Manager, error) {
 			d.Index = idx
 		}
 		m.decisions = append(m.decisions, d)
-		m.gpus[uuid] = gpuEntry{dev: dev, mode: d.Mode}
+		e := gpuEntry{dev: dev, mode: d.Mode}
+		if mem, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
+			e.totalBytes = mem.Total
+		}
+		m.gpus[uuid] = e
 	}
 	sort.Slice(m.decisions, func(i, j int) bool { return m.decisions[i].UUID < m.decisions[j].UUID })
 	return m, nil
@@ -109,7 +117,10 @@ type Fraction struct {
 // Set sets a container's limits on the GPUs of its fractions that are in
 // [ModeDriver]; cgroup is the container's path in the cgroup2 hierarchy
 // ("/kubepods.slice/..."). Fractions of one GPU add up. It returns the
-// UUIDs it set, sorted. Bad fractions fail before any limit is set; when
+// UUIDs it set, sorted. The summed hard limit of one GPU is capped at its
+// memory (several fractions may each borrow up to the whole GPU, and the
+// driver refuses a hard limit past it). Bad fractions fail before any
+// limit is set; when
 // the driver refuses one GPU, the limits this call set are cleared again,
 // so the container is limited on all of its driver-mode GPUs or on none.
 func (m *Manager) Set(cgroup string, fractions []Fraction) ([]string, error) {
@@ -144,6 +155,9 @@ func (m *Manager) Set(cgroup string, fractions []Fraction) ([]string, error) {
 	ns := m.namespace(cgroup)
 	for i, u := range uuids {
 		s := per[u]
+		if total := m.gpus[u].totalBytes; total > 0 && s.hard > total {
+			s.hard = max(total, s.soft)
+		}
 		if ret := m.gpus[u].dev.SetMemoryLimits_v1(ns, s.soft, s.hard); ret != nvml.SUCCESS {
 			err := fmt.Errorf("%w: GPU %s, cgroup %s, soft %d, hard %d bytes: %w", ErrSet, u, ns, s.soft, s.hard, ret)
 			if cerr := m.Clear(cgroup, uuids[:i]); cerr != nil {

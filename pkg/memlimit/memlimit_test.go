@@ -172,6 +172,21 @@ func TestSetAndClear(t *testing.T) {
 		t.Errorf("GPU 2 (two fractions): %+v, %v; want soft 6 GiB, hard 7 GiB", l, ret)
 	}
 
+	// Two borrowing fractions of one GPU whose limits sum past its memory:
+	// the hard limit is the GPU's memory, which the driver takes.
+	mem, ret := devs[3].GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	gpu3 := uuidOf(t, devs[3])
+	if _, err := m.Set(ctr, []Fraction{{GPUUUID: gpu3, RequestBytes: 10 * gib, LimitBytes: mem.Total}, {GPUUUID: gpu3, RequestBytes: 10 * gib, LimitBytes: mem.Total}}); err != nil {
+		t.Fatalf("limits summing past the GPU: %v", err)
+	}
+	if l, ret := limits(3); ret != nvml.SUCCESS || l.SoftLimit != 20*gib || l.HardLimit != mem.Total {
+		t.Errorf("GPU 3 (limits past its memory): %+v, %v; want soft 20 GiB, hard %d", l, ret, mem.Total)
+	}
+	set = append(set, gpu3)
+
 	if err := n.StartProcess(0, simnode.ProcessSpec{PID: 10, MemoryBytes: 10 * gib, Cgroup: ns}); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +200,7 @@ func TestSetAndClear(t *testing.T) {
 	if err := m.Clear(ctr, set); err != nil {
 		t.Fatal(err)
 	}
-	for _, i := range []int{0, 2} {
+	for _, i := range []int{0, 2, 3} {
 		if _, ret := limits(i); ret != nvml.ERROR_NOT_FOUND {
 			t.Errorf("GPU %d after Clear: %v, want ERROR_NOT_FOUND", i, ret)
 		}

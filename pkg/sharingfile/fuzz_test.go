@@ -18,6 +18,8 @@ func FuzzParseSharingConfig(f *testing.F) {
 	f.Add([]byte("default: {replicas: 4}\ndevices: {\"0\": {replicas: 8}, MIG-x: {shares: [{memoryMiB: 5, computePercent: 10}]}}\n"))
 	f.Add([]byte(`{"devices": {"GPU-a": {"replicas": 2, "limitMemory": true}}}`))
 	f.Add([]byte("devices: &a {\"0\": {replicas: 2}}\ndefault: *a\n"))
+	f.Add([]byte("devices:\n  GPU-a:\n    shares: [{memoryMiB: 20480, memoryLimitMiB: 30720}, {memoryMiB: 20480}]\n"))
+	f.Add([]byte(`{"default": {"shares": [{"memoryMiB": 1024, "memoryLimitMiB": 1023}]}}`))
 	inv := gpu.Inventory{GPUs: []gpu.GPU{{Index: 0, UUID: "GPU-a", MemoryBytes: 40 << 30}}}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseConfig(data)
@@ -32,6 +34,13 @@ func FuzzParseSharingConfig(f *testing.F) {
 		}
 		if len(cfg.Devices) > timeslice.MaxDeviceKeys {
 			t.Fatalf("accepted %d device keys", len(cfg.Devices))
+		}
+		for _, sh := range cfg.Devices {
+			for _, share := range sh.Shares {
+				if share.MemoryLimitMiB != 0 && (share.MemoryLimitMiB < share.MemoryMiB || share.MemoryLimitMiB > timeslice.MaxMemoryMiB) {
+					t.Fatalf("accepted share %+v", share)
+				}
+			}
 		}
 		_ = cfg.ValidateFor(inv)
 	})

@@ -17,7 +17,7 @@ import (
 )
 
 // hint shows the expected shape after a syntax error.
-const hint = "want default: {replicas: N} and devices: {<GPU uuid|MIG uuid|index>: {replicas: N} or {shares: [{memoryMiB: M, computePercent: P}]} or {exclusive: true}}"
+const hint = "want default: {replicas: N} and devices: {<GPU uuid|MIG uuid|index>: {replicas: N} or {shares: [{memoryMiB: M, memoryLimitMiB: L, computePercent: P}]} or {exclusive: true}}"
 
 // ParseConfig decodes a sharing config from YAML or JSON and checks its
 // syntax and bounds ([timeslice.Config.Validate] with no inventory).

@@ -36,6 +36,11 @@ var badConfigs = []struct {
 		errHas: []string{"[3:3]", `device "GPU-a"`, "exclusive keeps the device whole", "contradicts replicas"}},
 	{name: "exclusive default with shares", data: "default:\n  exclusive: true\n  shares: [{memoryMiB: 1024}]\n", errHas: []string{"[1:1]", "default", "exclusive"}},
 	{name: "exclusive not a bool", data: "devices:\n  \"1\": {exclusive: \"yes\"}\n", errHas: []string{"[2:"}},
+	{name: "limit below request", data: "devices:\n  GPU-a:\n    shares: [{memoryMiB: 20480, memoryLimitMiB: 10240}]\n",
+		errHas: []string{"[2:3]", `device "GPU-a"`, "share 0", "memoryLimitMiB 10240 is below memoryMiB 20480"}},
+	{name: "limit without request", data: "default:\n  shares: [{computePercent: 50, memoryLimitMiB: 10240}]\n", errHas: []string{"[1:1]", "default", "without memoryMiB"}},
+	{name: "limit above any GPU", data: "devices: {\"0\": {shares: [{memoryMiB: 1, memoryLimitMiB: 99999999999}]}}\n", errHas: []string{"[1:", "more than any GPU"}},
+	{name: "limit misspelt", data: "devices: {\"0\": {shares: [{memoryMiB: 1, memoryLimit: 2}]}}\n", errHas: []string{"[1:", "memoryLimit"}},
 }
 
 func TestParseConfigRefuses(t *testing.T) {
@@ -56,10 +61,10 @@ func TestParseConfigRefuses(t *testing.T) {
 
 func TestParseConfigYAMLAndJSON(t *testing.T) {
 	want := timeslice.Config{Default: &timeslice.Sharing{Replicas: 4}, Devices: map[string]timeslice.Sharing{
-		"1": {Shares: []timeslice.Share{{MemoryMiB: 20480, ComputePercent: 50}}}}}
+		"1": {Shares: []timeslice.Share{{MemoryMiB: 20480, MemoryLimitMiB: 30720, ComputePercent: 50}}}}}
 	for _, data := range []string{
-		"default: {replicas: 4}\ndevices:\n  \"1\":\n    shares:\n    - {memoryMiB: 20480, computePercent: 50}\n",
-		`{"default": {"replicas": 4}, "devices": {"1": {"shares": [{"memoryMiB": 20480, "computePercent": 50}]}}}`,
+		"default: {replicas: 4}\ndevices:\n  \"1\":\n    shares:\n    - {memoryMiB: 20480, memoryLimitMiB: 30720, computePercent: 50}\n",
+		`{"default": {"replicas": 4}, "devices": {"1": {"shares": [{"memoryMiB": 20480, "memoryLimitMiB": 30720, "computePercent": 50}]}}}`,
 	} {
 		got, err := ParseConfig([]byte(data))
 		if err != nil {
@@ -98,6 +103,10 @@ func TestLoadConfigFile(t *testing.T) {
 	big := write("big.yaml", "devices:\n  GPU-a:\n    shares: [{memoryMiB: 40000}, {memoryMiB: 2000}]\n")
 	if _, err := LoadConfigFileFor(big, inv); err == nil || !strings.Contains(err.Error(), "[2:3]") || !strings.Contains(err.Error(), "42000 MiB") {
 		t.Errorf("LoadConfigFileFor(over memory) = %v, want line 2 and the sum", err)
+	}
+	over := write("over.yaml", "devices:\n  GPU-a:\n    shares: [{memoryMiB: 20000, memoryLimitMiB: 50000}]\n")
+	if _, err := LoadConfigFileFor(over, inv); err == nil || !strings.Contains(err.Error(), "[2:3]") || !strings.Contains(err.Error(), "memoryLimitMiB 50000 is more than the device has (40960 MiB)") {
+		t.Errorf("LoadConfigFileFor(limit over memory) = %v, want line 2 and the limit", err)
 	}
 	if cfg, err := LoadConfigFileFor(write("ok.yaml", "devices: {GPU-a: {replicas: 2}}\n"), inv); err != nil || cfg.Devices["GPU-a"].Replicas != 2 {
 		t.Errorf("LoadConfigFileFor(ok) = %+v, %v", cfg, err)

@@ -67,7 +67,8 @@ func CheckChange(old, next Config, inv gpu.Inventory, allocated map[string]strin
 			// Equal replicas' compute split follows the count and only
 			// applies to new containers; explicit shares keep theirs.
 			explicit := len(was.Shares) > 0 && len(now.Shares) > 0
-			if tighter(a.MemoryMiB, b.MemoryMiB) || (explicit && tighter(uint64(a.ComputePercent), uint64(b.ComputePercent))) {
+			if tighter(a.MemoryMiB, b.MemoryMiB) || tighter(a.LimitMiB(), b.LimitMiB()) ||
+				(explicit && tighter(uint64(a.ComputePercent), uint64(b.ComputePercent))) {
 				reasons = append(reasons, fmt.Sprintf("%s is allocated to %s and the change shrinks its limits (%s -> %s)", id, holder, a, b))
 			}
 		}
@@ -82,6 +83,9 @@ func (sh Share) String() string {
 	mem, cmp := "no memory limit", "all compute"
 	if sh.MemoryMiB > 0 {
 		mem = fmt.Sprintf("%d MiB", sh.MemoryMiB)
+	}
+	if sh.MemoryLimitMiB > sh.MemoryMiB {
+		mem += fmt.Sprintf(" (limit %d MiB)", sh.MemoryLimitMiB)
 	}
 	if sh.ComputePercent > 0 {
 		cmp = fmt.Sprintf("%d%% compute", sh.ComputePercent)

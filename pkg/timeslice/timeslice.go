@@ -36,12 +36,21 @@ func ParseReplicaID(id string) (uuid string, n int, ok bool) {
 	return id[:i], n, true
 }
 
-// Share is one slice of a shared device: a memory limit and a compute
-// percentage, enforced through MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT,
-// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and watched by the memory watchdog.
+// Share is one slice of a shared device: a memory request and limit and a
+// compute percentage, enforced through MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT,
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), by the driver where it enforces
+// memory limits (soft = MemoryMiB, hard = [Share.LimitMiB]) and watched by
+// the memory watchdog.
 type Share struct {
-	// MemoryMiB is the share's framebuffer limit; 0 means no limit.
+	// MemoryMiB is the share's framebuffer request: what it is guaranteed
+	// (the shares' requests fit the device) and, without MemoryLimitMiB,
+	// its limit; 0 means no limit.
 	MemoryMiB uint64 `json:"memoryMiB,omitempty" yaml:"memoryMiB,omitempty"`
+	// MemoryLimitMiB lets the share borrow above its request up to this
+	// hard limit (the driver may evict a borrower under pressure): at least
+	// MemoryMiB, which it needs, and at most the device's memory. 0 means
+	// MemoryMiB.
+	MemoryLimitMiB uint64 `json:"memoryLimitMiB,omitempty" yaml:"memoryLimitMiB,omitempty"`
 	// ComputePercent is the share of SMs, 1 to 100; 0 means no limit.
 	ComputePercent int `json:"computePercent,omitempty" yaml:"computePercent,omitempty"`
 }
@@ -98,6 +107,9 @@ func (s Sharing) Validate(memoryMiB uint64) error {
 		if sh.MemoryMiB > MaxMemoryMiB {
 			return fmt.Errorf("%w: share %d: memoryMiB %d is more than any GPU has (at most %d)", ErrInvalid, i, sh.MemoryMiB, MaxMemoryMiB)
 		}
+		if err := sh.validateLimit(memoryMiB); err != nil {
+			return fmt.Errorf("%w: share %d: %w", ErrInvalid, i, err)
+		}
 		var ok bool
 		if mem, ok = sumMiB(mem, sh.MemoryMiB); !ok {
 			return fmt.Errorf("%w: share %d: the shares' memoryMiB overflows", ErrInvalid, i)
@@ -112,6 +124,28 @@ func (s Sharing) Validate(memoryMiB uint64) error {
 	}
 	return nil
 }
+
+// validateLimit checks the share's memoryLimitMiB against its request and
+// the device's memory (0: unknown).
+func (sh Share) validateLimit(memoryMiB uint64) error {
+	switch l := sh.MemoryLimitMiB; {
+	case l == 0:
+		return nil
+	case sh.MemoryMiB == 0:
+		return fmt.Errorf("memoryLimitMiB %d without memoryMiB: set the request it borrows above", l)
+	case l < sh.MemoryMiB:
+		return fmt.Errorf("memoryLimitMiB %d is below memoryMiB %d: set it to at least the request, or leave it out", l, sh.MemoryMiB)
+	case l > MaxMemoryMiB:
+		return fmt.Errorf("memoryLimitMiB %d is more than any GPU has (at most %d)", l, MaxMemoryMiB)
+	case memoryMiB > 0 && l > memoryMiB:
+		return fmt.Errorf("memoryLimitMiB %d is more than the device has (%d MiB)", l, memoryMiB)
+	}
+	return nil
+}
+
+// LimitMiB is the share's hard memory limit: MemoryLimitMiB, or MemoryMiB
+// when it has none (0: no limit).
+func (sh Share) LimitMiB() uint64 { return max(sh.MemoryLimitMiB, sh.MemoryMiB) }
 
 // Validate checks every entry; each problem is a [*KeyError]. memoryMiB
 // maps device keys (GPU UUID, GPU index, MIG UUID) to their memory; when it
@@ -229,13 +263,14 @@ const (
 // MPSEnv is the container environment that enforces a share through MPS.
 // deviceIndex is the device's index in the container (its
 // NVIDIA_VISIBLE_DEVICES order), used by the per-device memory limit.
+// MPS's pinned memory limit is a hard one, so it is [Share.LimitMiB].
 func (sh Share) MPSEnv(deviceIndex int) map[string]string {
 	env := map[string]string{}
 	if sh.ComputePercent > 0 {
 		env[EnvMPSActiveThreadPercentage] = strconv.Itoa(sh.ComputePercent)
 	}
-	if sh.MemoryMiB > 0 {
-		env[EnvMPSPinnedDeviceMemLimit] = fmt.Sprintf("%d=%dM", deviceIndex, sh.MemoryMiB)
+	if l := sh.LimitMiB(); l > 0 {
+		env[EnvMPSPinnedDeviceMemLimit] = fmt.Sprintf("%d=%dM", deviceIndex, l)
 	}
 	return env
 }

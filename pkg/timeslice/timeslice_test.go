@@ -39,6 +39,12 @@ func TestSharingValidate(t *testing.T) {
 		{name: "exclusive and replicas", s: Sharing{Exclusive: true, Replicas: 2}, wantErr: true},
 		{name: "exclusive and shares", s: Sharing{Exclusive: true, Shares: []Share{{ComputePercent: 50}}}, wantErr: true},
 		{name: "exclusive and limitMemory", s: Sharing{Exclusive: true, LimitMemory: true}, wantErr: true},
+		{name: "limits above requests fit", s: Sharing{Shares: []Share{{MemoryMiB: 20480, MemoryLimitMiB: 30720}, {MemoryMiB: 61440, MemoryLimitMiB: 81920}}}, memMiB: 81920},
+		{name: "limit equal to request", s: Sharing{Shares: []Share{{MemoryMiB: 20480, MemoryLimitMiB: 20480}}}, memMiB: 81920},
+		{name: "limit below request", s: Sharing{Shares: []Share{{MemoryMiB: 20480, MemoryLimitMiB: 10240}}}, memMiB: 81920, wantErr: true},
+		{name: "limit without request", s: Sharing{Shares: []Share{{MemoryLimitMiB: 10240}}}, wantErr: true},
+		{name: "limit above the device", s: Sharing{Shares: []Share{{MemoryMiB: 20480, MemoryLimitMiB: 81921}}}, memMiB: 81920, wantErr: true},
+		{name: "limit above any GPU", s: Sharing{Shares: []Share{{MemoryMiB: 20480, MemoryLimitMiB: MaxMemoryMiB + 1}}}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -68,6 +74,14 @@ func TestShareOfAndMPSEnv(t *testing.T) {
 	}
 	if _, err := s.ShareOf(4, 81920); err == nil {
 		t.Fatal("ShareOf(4) of 4 replicas succeeded")
+	}
+	// MPS's pinned limit is hard: a share that may borrow gets its limit.
+	borrow := Share{MemoryMiB: 20480, MemoryLimitMiB: 30720}
+	if got := borrow.MPSEnv(1)[EnvMPSPinnedDeviceMemLimit]; got != "1=30720M" || borrow.LimitMiB() != 30720 {
+		t.Fatalf("borrowing share: MPS limit %q, LimitMiB %d; want 1=30720M, 30720", got, borrow.LimitMiB())
+	}
+	if l := (Share{MemoryMiB: 20480}).LimitMiB(); l != 20480 {
+		t.Fatalf("LimitMiB without a limit = %d, want the request", l)
 	}
 }
 

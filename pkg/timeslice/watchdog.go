@@ -372,7 +372,7 @@ func (w *Watchdog) holdings(as []Assignment) map[string][]holding {
 			if _, seen := sum[k]; !seen {
 				order = append(order, k)
 			}
-			sum[k] += share.MemoryMiB << 20
+			sum[k] += share.LimitMiB() << 20 // borrowing up to the limit is allowed
 			unlimited[k] = unlimited[k] || share.MemoryMiB == 0
 		}
 	}

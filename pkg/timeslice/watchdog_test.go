@@ -211,3 +211,45 @@ func TestParseEnforce(t *testing.T) {
 		t.Error("kill mode without sources or Kill accepted")
 	}
 }
+
+// TestWatchdogBorrowing: a share with memoryLimitMiB may use memory above
+// its request up to the limit; only past the limit is it a violation.
+func TestWatchdogBorrowing(t *testing.T) {
+	const gib = 1 << 30
+	n := simnode.NewBuiltin("dgx-h100")
+	t.Cleanup(n.Close)
+	inv, err := discovery.New(n, "sim", nil).Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu0 := inv.GPUs[0].UUID
+	sharing := timeslice.Config{Devices: map[string]timeslice.Sharing{
+		"0": {Shares: []timeslice.Share{{MemoryMiB: 10240, MemoryLimitMiB: 16384}, {MemoryMiB: 40960}}}}}
+	if err := n.AddProcess(0, 11, 12*gib); err != nil { // above the request, below the limit
+		t.Fatal(err)
+	}
+	w, err := timeslice.NewWatchdog(timeslice.WatchdogConfig{
+		Mode:       timeslice.EnforceReport,
+		Sharing:    func() timeslice.Config { return sharing },
+		Inventory:  func() gpu.Inventory { return inv },
+		Processes:  nvmlProcs(n),
+		Containers: fakeCgroups{11: "uid-small", 12: "uid-small"},
+		Pods:       fakePods{"uid-small": {Namespace: "ml", Name: "small"}},
+		Assignments: fakeAssignments{{Namespace: "ml", Pod: "small", Container: "main", ResourceName: "nvidia.com/gpu.shared",
+			DeviceIDs: []string{timeslice.ReplicaID(gpu0, 0)}}},
+		Kill: func(uint32) error { return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := w.Check(t.Context()); err != nil || len(vs) != 0 {
+		t.Fatalf("borrowing below the limit: %v, %v; want no violation", vs, err)
+	}
+	if err := n.AddProcess(0, 12, 6*gib); err != nil { // 18 GiB in all: past the 16 GiB limit
+		t.Fatal(err)
+	}
+	vs, err := w.Check(t.Context())
+	if err != nil || len(vs) != 1 || vs[0].LimitBytes != 16*gib {
+		t.Fatalf("past the limit: %v, %v; want one violation at the 16 GiB limit", vs, err)
+	}
+}

@@ -43,8 +43,12 @@ const (
 	checkpointV1 = 1
 	// checkpointV2 adds the checksum and MIGModeOwners.
 	checkpointV2 = 2
+	// checkpointV3 adds a device's memoryLimitBytes (issue 23), which a
+	// gpud reading version 2 refuses as an unknown field: the new version
+	// makes that gpud say a newer one wrote the file instead.
+	checkpointV3 = 3
 	// checkpointVersion is what this gpud writes.
-	checkpointVersion = checkpointV2
+	checkpointVersion = checkpointV3
 )
 
 // checkpointFileV1 is version 1 on disk. Claims are pointers so a null
@@ -54,7 +58,8 @@ type checkpointFileV1 struct {
 	Claims  map[types.UID]*Claim `json:"claims"`
 }
 
-// checkpointFileV2 is version 2 on disk. Checksum is the CRC-32C
+// checkpointFileV2 is version 2 and 3 on disk: version 3 has the same
+// shape, its devices may carry memoryLimitBytes. Checksum is the CRC-32C
 // (Castagnoli) of the file's JSON encoding with Checksum zero, as the
 // kubelet's and NVIDIA's DRA driver's checkpoints carry one: a file
 // damaged on disk or edited by hand is refused rather than half-trusted.
@@ -144,10 +149,10 @@ func Decode(data []byte) (Checkpoint, error) {
 			return Checkpoint{}, fmt.Errorf("version 1: %w", err)
 		}
 		claims = f.Claims
-	case checkpointV2:
+	case checkpointV2, checkpointV3:
 		var f checkpointFileV2
 		if err := strictJSON(data, &f); err != nil {
-			return Checkpoint{}, fmt.Errorf("version 2: %w", err)
+			return Checkpoint{}, fmt.Errorf("version %d: %w", *head.Version, err)
 		}
 		sum, err := f.sum()
 		if err != nil {
@@ -170,6 +175,14 @@ func Decode(data []byte) (Checkpoint, error) {
 	for uid, c := range claims {
 		if err := validClaim(uid, c); err != nil {
 			return Checkpoint{}, err
+		}
+		if *head.Version < checkpointV3 {
+			for _, d := range c.Devices {
+				if d.MemoryLimitBytes != 0 {
+					return Checkpoint{}, fmt.Errorf("claim %q: device %q: memoryLimitBytes in a version %d checkpoint (version %d added it)",
+						uid, d.Device.Name, *head.Version, checkpointV3)
+				}
+			}
 		}
 		cp.Claims[uid] = *c
 	}
@@ -212,6 +225,9 @@ func validClaim(uid types.UID, c *Claim) error {
 			return fmt.Errorf("claim %q: MIG device %q has no GPU", uid, d.Device.Name)
 		case c.State == StatePrepared && (d.Creating || (d.Device.Type == TypeMIG && d.Device.MIGUUID == "")):
 			return fmt.Errorf("claim %q: prepared, but MIG device %q was not created", uid, d.Device.Name)
+		case d.MemoryLimitBytes != 0 && (d.Device.Type != TypeGPU || d.MemoryLimitBytes < d.MemoryBytes || d.MemoryLimitBytes > d.Device.MemoryBytes):
+			return fmt.Errorf("claim %q: device %q: memory limit %d bytes outside the request %d to the GPU's %d",
+				uid, d.Device.Name, d.MemoryLimitBytes, d.MemoryBytes, d.Device.MemoryBytes)
 		}
 	}
 	return nil

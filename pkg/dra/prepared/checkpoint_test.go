@@ -1,6 +1,7 @@
 package prepared
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"reflect"
@@ -22,12 +23,21 @@ const v1Checkpoint = `{"version":1,"claims":{"uid-a":{"namespace":"ns","name":"a
 	`{"requests":["mig"],"device":{"name":"gpu-1-mig-1g10gb-6","type":"mig","gpuUUID":"GPU-1","gpuIndex":1,"gpuMinor":1,"memoryBytes":10737418240,"profile":"1g.10gb","placement":{"start":6,"size":1}},` +
 	`"created":true,"creating":true,"cdiDeviceIDs":null}]}}}`
 
+// v2Checkpoint is a checkpoint as gpud before memory limits (issue 23)
+// wrote it (version 2, checksummed): a 20 GiB fraction of an 80 GiB GPU.
+const v2Checkpoint = `{"version":2,"checksum":3156628447,"claims":{"uid-f":{"namespace":"ns","name":"frac","state":"Prepared","devices":[` +
+	`{"requests":["gpu"],"device":{"name":"gpu-0","type":"gpu","gpuUUID":"GPU-0","gpuIndex":0,"gpuMinor":0,"memoryBytes":85899345920,"shareable":true,"placement":{"start":0,"size":0}},` +
+	`"shareID":"a1b2","memoryBytes":21474836480,"coresPercent":25,"cdiDeviceIDs":["k8s.gpu.gpud.io/claim=uid-f-gpu-0-a1b2"]}]}}}`
+
 func testCheckpoint() Checkpoint {
 	cp := NewCheckpoint()
 	cp.Claims["uid-a"] = Claim{Namespace: "ns", Name: "a", State: StatePrepared, Devices: []Device{{
 		Requests: []string{"gpu"}, Device: DeviceRef{Name: "gpu-1-mig-1g10gb-6", Type: TypeMIG, GPUUUID: "GPU-1", GPUIndex: 1, GPUMinor: 1,
 			MemoryBytes: 10 << 30, Profile: "1g.10gb", Placement: Placement{Start: 6, Size: 1}, MIGUUID: "MIG-1", GIID: 13},
 		Created: true, EnablesMIGMode: true, CDIDeviceIDs: []string{"k8s.gpu.gpud.io/claim=uid-a-gpu-1-mig-1g10gb-6"}}}}
+	cp.Claims["uid-f"] = Claim{Namespace: "ns", Name: "frac", State: StatePrepared, Devices: []Device{{
+		Requests: []string{"gpu"}, Device: DeviceRef{Name: "gpu-0", Type: TypeGPU, GPUUUID: "GPU-0", MemoryBytes: 80 << 30, Shareable: true},
+		ShareID: "c3d4", MemoryBytes: 20 << 30, MemoryLimitBytes: 30 << 30, CDIDeviceIDs: []string{"k8s.gpu.gpud.io/claim=uid-f-gpu-0-c3d4"}}}}
 	cp.MIGModeOwners["GPU-1"] = "uid-a"
 	return cp
 }
@@ -48,8 +58,9 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Fatalf("read back %+v, want %+v", got, want)
 	}
 	data, _ := os.ReadFile(Path(dir))
-	if !strings.Contains(string(data), `"version":2`) || !strings.Contains(string(data), `"checksum":`) {
-		t.Fatalf("checkpoint %s has no version 2 or checksum", data)
+	if !strings.Contains(string(data), `"version":3`) || !strings.Contains(string(data), `"checksum":`) ||
+		!strings.Contains(string(data), `"memoryLimitBytes":32212254720`) {
+		t.Fatalf("checkpoint %s has no version 3, checksum or memory limit", data)
 	}
 }
 
@@ -76,6 +87,31 @@ func TestCheckpointMigratesV1(t *testing.T) {
 	}
 }
 
+// TestCheckpointReadsV2: a version 2 checkpoint (before memory limits)
+// still loads; its fraction has no limit beyond its request, and it is
+// written back as version 3 and read again unchanged.
+func TestCheckpointReadsV2(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(Path(dir), []byte(v2Checkpoint), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := Read(dir)
+	if err != nil {
+		t.Fatalf("read v2: %v", err)
+	}
+	d := cp.Claims["uid-f"].Devices
+	if len(d) != 1 || d[0].MemoryBytes != 20<<30 || d[0].MemoryLimitBytes != 0 || d[0].LimitBytes() != 20<<30 || !d[0].Fraction() {
+		t.Fatalf("v2 fraction read as %+v", d)
+	}
+	if err := Write(dir, cp); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Read(dir)
+	if err != nil || !reflect.DeepEqual(again, cp) {
+		t.Fatalf("v2 → v3 → read = %+v, %v; want %+v", again, err, cp)
+	}
+}
+
 // TestCheckpointRefused: a checkpoint that cannot be trusted is an error
 // wrapping ErrCorrupt that names the file, what is wrong and what to do.
 func TestCheckpointRefused(t *testing.T) {
@@ -92,6 +128,10 @@ func TestCheckpointRefused(t *testing.T) {
 		{name: "unknown field v1", data: `{"version":1,"claims":{},"extra":1}`, want: "unknown field"},
 		{name: "device without name", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"type":"gpu"}}]}}}`, want: "has no name"},
 		{name: "prepared MIG without UUID", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"name":"m","type":"mig","gpuUUID":"G"},"created":true}]}}}`, want: "was not created"},
+		{name: "limit in v1", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"name":"g","type":"gpu","memoryBytes":100},"memoryBytes":10,"memoryLimitBytes":20}]}}}`, want: "memoryLimitBytes in a version 1 checkpoint"},
+		{name: "limit in v2", data: resum(t, strings.Replace(v2Checkpoint, `"coresPercent":25`, `"coresPercent":25,"memoryLimitBytes":32212254720`, 1)), want: "memoryLimitBytes in a version 2 checkpoint"},
+		{name: "limit below request", data: resum(t, strings.Replace(string(good), `"memoryLimitBytes":32212254720`, `"memoryLimitBytes":1`, 1)), want: "memory limit 1 bytes outside"},
+		{name: "limit above GPU", data: resum(t, strings.Replace(string(good), `"memoryLimitBytes":32212254720`, `"memoryLimitBytes":85899345921`, 1)), want: "memory limit 85899345921 bytes outside"},
 		{name: "bad checksum", data: strings.Replace(string(good), `"MIG-1"`, `"MIG-2"`, 1), want: "checksum"},
 		{name: "trailing data", data: string(good) + "{}", want: "not JSON"},
 	}
@@ -110,12 +150,32 @@ func TestCheckpointRefused(t *testing.T) {
 	}
 }
 
+// resum gives a checkpoint file edited by a test the checksum of its
+// new content, so that what the test changed is what gets refused.
+func resum(t *testing.T, data string) string {
+	t.Helper()
+	var f checkpointFileV2
+	if err := json.Unmarshal([]byte(data), &f); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := f.sum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Checksum = sum
+	out, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
 // TestCheckpointStaleTempRemoved: the temp file of a write a crash cut
 // short is removed when the checkpoint is read; the checkpoint is intact.
 func TestCheckpointStaleTempRemoved(t *testing.T) {
 	dir, tmp := checkpointWithTemp(t)
 	cp, err := Read(dir)
-	if err != nil || len(cp.Claims) != 1 {
+	if err != nil || len(cp.Claims) != 2 {
 		t.Fatalf("read = %+v, %v", cp, err)
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
@@ -131,7 +191,7 @@ func TestCheckpointStaleTempRemoved(t *testing.T) {
 func TestLoadTouchesNothing(t *testing.T) {
 	dir, tmp := checkpointWithTemp(t)
 	cp, err := Load(dir)
-	if err != nil || len(cp.Claims) != 1 || cp.Claims["uid-a"].Name != "a" {
+	if err != nil || len(cp.Claims) != 2 || cp.Claims["uid-a"].Name != "a" {
 		t.Fatalf("Load = %+v, %v", cp, err)
 	}
 	if _, err := os.Stat(tmp); err != nil {
@@ -169,6 +229,9 @@ func FuzzCheckpoint(f *testing.F) {
 	f.Add([]byte(v1Checkpoint))
 	f.Add([]byte(`{"version":1,"claims":{"u":null}}`))
 	f.Add([]byte(`{"version":2,"checksum":0,"claims":{}}`))
+	f.Add([]byte(v2Checkpoint))
+	f.Add([]byte(`{"version":3,"checksum":0,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"name":"g","type":"gpu","memoryBytes":100},"memoryBytes":10,"memoryLimitBytes":20}]}}}`))
+	f.Add([]byte(`{"version":3,"checksum":0,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"name":"m","type":"mig","gpuUUID":"G","migUUID":"M"},"memoryLimitBytes":20}]}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cp, err := Decode(data)
 		if err != nil {

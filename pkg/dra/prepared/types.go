@@ -76,6 +76,11 @@ type Device struct {
 	// cores 0 means no compute limit.
 	MemoryBytes  uint64 `json:"memoryBytes,omitempty"`
 	CoresPercent int    `json:"coresPercent,omitempty"`
+	// MemoryLimitBytes is a fraction's hard memory limit, from the claim's
+	// opaque configuration (memoryLimit): at least MemoryBytes (the
+	// request, the soft limit) and at most the GPU's memory. 0 means the
+	// request: no borrowing. Checkpoint version 3 and later.
+	MemoryLimitBytes uint64 `json:"memoryLimitBytes,omitempty"`
 	// CDIDeviceIDs are what the container runtime gets.
 	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
 }
@@ -84,6 +89,10 @@ type Device struct {
 func (d Device) Fraction() bool {
 	return d.Device.Type == TypeGPU && (d.MemoryBytes < d.Device.MemoryBytes || (d.CoresPercent > 0 && d.CoresPercent < 100))
 }
+
+// LimitBytes is the device's hard memory limit: MemoryLimitBytes, or the
+// request when there is none.
+func (d Device) LimitBytes() uint64 { return max(d.MemoryLimitBytes, d.MemoryBytes) }
 
 // Claim is one claim in the checkpoint.
 type Claim struct {

@@ -10,39 +10,6 @@ import (
 	"github.com/gpud/gpud/pkg/dra/prepared"
 )
 
-// v1Checkpoint is a checkpoint as gpud before issue 24 wrote it (version
-// 1, see pkg/dra/prepared): one whole GPU and one dynamic MIG device it
-// created.
-const v1Checkpoint = `{"version":1,"claims":{"uid-a":{"namespace":"ns","name":"a","state":"Prepared","devices":[` +
-	`{"requests":["gpu"],"device":{"name":"gpu-3","type":"gpu","gpuUUID":"GPU-3","gpuIndex":3,"gpuMinor":3,"memoryBytes":85899345920,"placement":{"start":0,"size":0}},` +
-	`"memoryBytes":85899345920,"cdiDeviceIDs":["k8s.gpu.gpud.io/claim=uid-a-gpu-3"]}]},` +
-	`"uid-b":{"namespace":"ns","name":"b","state":"Preparing","devices":[` +
-	`{"requests":["mig"],"device":{"name":"gpu-1-mig-1g10gb-6","type":"mig","gpuUUID":"GPU-1","gpuIndex":1,"gpuMinor":1,"memoryBytes":10737418240,"profile":"1g.10gb","placement":{"start":6,"size":1}},` +
-	`"created":true,"creating":true,"cdiDeviceIDs":null}]}}}`
-
-// TestPreparerUnpreparesMigratedV1: a preparer on a version 1 checkpoint
-// (what the previous gpud left) unprepares its claims as before.
-func TestPreparerUnpreparesMigratedV1(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(prepared.Path(dir), []byte(v1Checkpoint), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeMIG{}
-	p, err := NewPreparer(PreparerConfig{NodeName: "n", StateDir: dir, CDIDir: t.TempDir(), MIG: f, Devices: func() map[string]DeviceRef { return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unprepareOne(t, p, "uid-a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := unprepareOne(t, p, "uid-b"); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(p.Prepared()); n != 0 {
-		t.Fatalf("%d claims left after unpreparing the migrated ones", n)
-	}
-}
-
 // TestPreparerRefusesCorruptCheckpoint: a checkpoint that cannot be
 // trusted stops the preparer with an error naming the file and what to
 // do, and the file is left as it was (nothing recorded in it is lost).

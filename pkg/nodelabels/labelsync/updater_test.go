@@ -18,7 +18,6 @@ import (
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
-	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/nodelabels"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/k8senv"
@@ -114,8 +113,8 @@ func TestUpdaterOnAPIServer(t *testing.T) {
 	foreign := map[string]string{"team": "a", "nvidia.com/gpu.deploy.driver": "true"}
 	env.CreateNode(t, node, foreign)
 
-	h100 := simInventory(t, "dgx-h100", "")
-	migMixed := simInventory(t, "dgx-h100", "mixed")
+	h100 := simInventory(t, "dgx-h100")
+	migMixed := withMIG(h100)
 	store := discovery.NewStore(nil, nil)
 	opts := &options{o: nodelabels.Options{MIGStrategy: nodelabels.StrategyMixed}}
 	_, stop := runUpdater(t, env, node, store, opts)
@@ -189,7 +188,7 @@ func TestUpdaterOnAPIServer(t *testing.T) {
 func TestUpdaterNeverCreatesNode(t *testing.T) {
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	store := discovery.NewStore(nil, nil)
-	store.Set(simInventory(t, "pcie-l40s", ""))
+	store.Set(simInventory(t, "pcie-l40s"))
 	u, err := New(Config{Client: env.Client, NodeName: "no-such-node", Inventory: store})
 	if err != nil {
 		t.Fatal(err)
@@ -211,42 +210,29 @@ func format(l map[string]string) string {
 	return b.String()
 }
 
-// mixedLayout is a mig-parted file with one layout, "mixed": two MIG
-// GPUs with different slices.
-const mixedLayout = `version: v1
-mig-configs:
-  mixed:
-    - devices: [0]
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 3, "4g.40gb": 1}
-    - devices: [1]
-      mig-enabled: true
-      mig-devices: {"3g.40gb": 2}
-`
-
-// simInventory reads a simulated node as the agent does, after applying
-// layout ("" or "mixed") through the one MIG service.
-func simInventory(t testing.TB, profile, layout string) gpu.Inventory {
+// simInventory reads a simulated node as the agent does.
+func simInventory(t testing.TB, profile string) gpu.Inventory {
 	t.Helper()
 	n := simnode.NewBuiltin(profile)
 	t.Cleanup(n.Close)
-	if layout != "" {
-		f, err := mig.ParseLayoutFile([]byte(mixedLayout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc, err := mig.NewService(mig.ServiceConfig{Lib: n, Processes: discovery.ProcessReader{Lib: n},
-			Applier: mig.NewApplier(n, nil, mig.WithResetter(n.ResetGPU))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := svc.Apply(context.Background(), f, layout, false); err != nil {
-			t.Fatalf("apply %s on %s: %v", layout, profile, err)
-		}
-	}
 	inv, err := discovery.New(n, profile, nil).Inventory()
 	if err != nil {
 		t.Fatalf("discovery of %s: %v", profile, err)
+	}
+	return inv
+}
+
+// withMIG is inv with GPU 0 in MIG mode holding one 4g.40gb and three
+// 1g.10gb slices, as discovery reports a mixed layout (pkg/nodelabels
+// tests the labels of layouts applied through the MIG service).
+func withMIG(inv gpu.Inventory) gpu.Inventory {
+	inv.GPUs = slices.Clone(inv.GPUs)
+	g := &inv.GPUs[0]
+	g.MIGEnabled = true
+	g.MIGDevices = []gpu.MIGDevice{{UUID: "MIG-a", Profile: "4g.40gb", MemoryBytes: 40 << 30, GPUInstanceID: 1, PlacementSize: 4}}
+	for i := range 3 {
+		g.MIGDevices = append(g.MIGDevices, gpu.MIGDevice{UUID: fmt.Sprintf("MIG-b%d", i), Profile: "1g.10gb", MemoryBytes: 10 << 30,
+			GPUInstanceID: 2 + i, PlacementStart: 4 + i, PlacementSize: 1})
 	}
 	return inv
 }

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -32,7 +31,6 @@ import (
 	"github.com/gpud/gpud/pkg/scheduler"
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
-	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/pgwatch"
 )
 
@@ -220,14 +218,14 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("scheduler: API client: %w", err)
 	}
-	groups, err := newPodGroupSource(client, informerClient, informerCfg, log)
+	groups, err := pgwatch.NewSource(client.Discovery(), func() (dynamic.Interface, error) { return dynamic.NewForConfig(informerCfg) }, informerClient, log)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	cfg := scheduler.Config{
 		Client: client, InformerClient: informerClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
 		Decider: decide.New(o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel})),
-		Groups:  groups.groups, GroupsSynced: groups.synced,
+		Groups:  groups.Groups, GroupsSynced: groups.Synced,
 		Log: log, Resync: o.resync,
 	}
 	if o.leaderElect {
@@ -259,10 +257,10 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		log.Info("telemetry stream listening", "addr", telLn.Addr().String(), "mtls", certs != nil)
 	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
-		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.kind)
+		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs())
 	tasks := []taskgroup.Task{
 		{Run: func(ctx context.Context) error { return serveHTTP(ctx, ln, s.Handler(), log) }},
-		{Run: func(ctx context.Context) error { return groups.run(ctx) }},
+		{Run: groups.Run},
 	}
 	if tel != nil {
 		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs, s) }})
@@ -303,68 +301,4 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.L
 		return fmt.Errorf("shutdown --metrics-addr: %w", err)
 	}
 	return nil
-}
-
-// podGroupSource feeds PodGroups to the scheduler from whichever PodGroup
-// APIs the server has: scheduler-plugins' CRD (scheduling.x-k8s.io) and
-// Kubernetes' own scheduling.k8s.io/v1beta1. Neither: no groups.
-type podGroupSource struct {
-	infs []cache.SharedIndexInformer
-	kind string
-	log  *slog.Logger
-}
-
-// newPodGroupSource asks client which PodGroup APIs the server has; the
-// informers read through informerClient and informerCfg.
-func newPodGroupSource(client, informerClient kubernetes.Interface, informerCfg *rest.Config, log *slog.Logger) (*podGroupSource, error) {
-	src := &podGroupSource{log: log, kind: "none"}
-	var kinds []string
-	if ok, err := pgwatch.Installed(client.Discovery()); err != nil {
-		return nil, err
-	} else if ok {
-		dyn, err := dynamic.NewForConfig(informerCfg)
-		if err != nil {
-			return nil, fmt.Errorf("dynamic client for PodGroups: %w", err)
-		}
-		src.infs = append(src.infs, pgwatch.NewInformer(dyn, 0))
-		kinds = append(kinds, "scheduling.x-k8s.io")
-	}
-	if ok, err := pgwatch.InTreeInstalled(client.Discovery()); err != nil {
-		return nil, err
-	} else if ok {
-		src.infs = append(src.infs, pgwatch.NewInTreeInformer(informerClient, 0))
-		kinds = append(kinds, podgroup.InTreeGroupVersion)
-	}
-	if len(kinds) > 0 {
-		src.kind = strings.Join(kinds, ",")
-	}
-	return src, nil
-}
-
-func (p *podGroupSource) run(ctx context.Context) error {
-	for _, inf := range p.infs {
-		go inf.Run(ctx.Done())
-	}
-	<-ctx.Done()
-	return nil
-}
-
-func (p *podGroupSource) synced() bool {
-	for _, inf := range p.infs {
-		if !inf.HasSynced() {
-			return false
-		}
-	}
-	return true
-}
-
-func (p *podGroupSource) groups() map[string]*plan.Group {
-	if len(p.infs) == 0 {
-		return nil
-	}
-	g, errs := pgwatch.Groups(p.infs...)
-	for _, err := range errs {
-		p.log.Debug("podgroup left out", "err", err)
-	}
-	return g
 }

@@ -5,8 +5,11 @@
 package pgwatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -112,4 +115,81 @@ func Groups(infs ...cache.SharedIndexInformer) (map[string]*plan.Group, []error)
 		}
 	}
 	return podgroup.FromObjects(objs)
+}
+
+// Source feeds the scheduler the PodGroups of whichever PodGroup APIs the
+// server has: scheduler-plugins' CRD (scheduling.x-k8s.io) and Kubernetes'
+// own scheduling.k8s.io/v1beta1. Neither: no groups.
+type Source struct {
+	infs []cache.SharedIndexInformer
+	apis string
+	log  *slog.Logger
+}
+
+// NewSource asks disco which PodGroup APIs the server serves and makes an
+// informer (not yet running) for each: the CRD's through dyn, the in-tree
+// one through client. log (may be nil) hears of PodGroups left out.
+func NewSource(disco discovery.DiscoveryInterface, dyn func() (dynamic.Interface, error), client kubernetes.Interface, log *slog.Logger) (*Source, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{log: log, apis: "none"}
+	var apis []string
+	if ok, err := Installed(disco); err != nil {
+		return nil, err
+	} else if ok {
+		d, err := dyn()
+		if err != nil {
+			return nil, fmt.Errorf("pgwatch: dynamic client for PodGroups: %w", err)
+		}
+		s.infs = append(s.infs, NewInformer(d, 0))
+		apis = append(apis, podgroup.GroupVersion.Group)
+	}
+	if ok, err := InTreeInstalled(disco); err != nil {
+		return nil, err
+	} else if ok {
+		s.infs = append(s.infs, NewInTreeInformer(client, 0))
+		apis = append(apis, podgroup.InTreeGroupVersion)
+	}
+	if len(apis) > 0 {
+		s.apis = strings.Join(apis, ",")
+	}
+	return s, nil
+}
+
+// APIs names the PodGroup APIs the source reads, comma-separated, or
+// "none".
+func (s *Source) APIs() string { return s.apis }
+
+// Run runs the informers until ctx ends.
+func (s *Source) Run(ctx context.Context) error {
+	for _, inf := range s.infs {
+		go inf.Run(ctx.Done())
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Synced reports whether every informer has synced.
+func (s *Source) Synced() bool {
+	for _, inf := range s.infs {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Groups is the plan's groups now (Groups over the informers); PodGroups
+// left out are logged at debug level (their pods' pending reason names
+// them).
+func (s *Source) Groups() map[string]*plan.Group {
+	if len(s.infs) == 0 {
+		return nil
+	}
+	g, errs := Groups(s.infs...)
+	for _, err := range errs {
+		s.log.Debug("podgroup left out", "err", err)
+	}
+	return g
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	discoveryfake "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -124,5 +125,50 @@ func TestInstalled(t *testing.T) {
 	}
 	if _, err := Installed(nil); err == nil {
 		t.Fatal("Installed(nil) did not fail")
+	}
+}
+
+// TestSource: the source reads what the server serves (the CRD here, not
+// the in-tree API), syncs, and hands the scheduler valid groups and the
+// invalid ones with their reason; with neither API it has no groups and
+// is synced at once.
+func TestSource(t *testing.T) {
+	cos := &metav1.APIResourceList{GroupVersion: "scheduling.x-k8s.io/v1alpha1",
+		APIResources: []metav1.APIResource{{Name: "podgroups", Namespaced: true, Kind: "PodGroup"}}}
+	bad := coschedulingPodGroup()
+	bad.SetName("zero")
+	bad.Object["spec"].(map[string]any)["minMember"] = int64(0)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{podgroup.GVR: "PodGroupList"}, coschedulingPodGroup(), bad)
+	disco := &discoveryfake.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{cos}}}
+	src, err := NewSource(disco, func() (dynamic.Interface, error) { return dyn, nil }, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.APIs() != "scheduling.x-k8s.io" {
+		t.Errorf("APIs() = %q, want scheduling.x-k8s.io", src.APIs())
+	}
+	go func() { _ = src.Run(t.Context()) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !src.Synced() {
+		if time.Now().After(deadline) {
+			t.Fatal("source did not sync")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	groups := src.Groups()
+	if g := groups["default/nginx"]; len(groups) != 2 || g == nil || g.MinMember != 3 || g.Invalid != "" {
+		t.Fatalf("Groups() = %v, want default/nginx (3) and default/zero invalid", groups)
+	}
+	if g := groups["default/zero"]; g == nil || !strings.Contains(g.Invalid, "spec.minMember 0") {
+		t.Errorf("default/zero = %+v, want Invalid naming spec.minMember", g)
+	}
+
+	none, err := NewSource(&discoveryfake.FakeDiscovery{Fake: &clienttesting.Fake{}}, func() (dynamic.Interface, error) {
+		t.Fatal("a dynamic client was made for an API the server does not serve")
+		return nil, nil
+	}, nil, nil)
+	if err != nil || none.APIs() != "none" || !none.Synced() || none.Groups() != nil {
+		t.Fatalf("no PodGroup API: %v, APIs %q, synced %v, groups %v", err, none.APIs(), none.Synced(), none.Groups())
 	}
 }

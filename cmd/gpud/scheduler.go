@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpud/gpud/internal/apiwait"
+	"github.com/gpud/gpud/internal/httpserve"
 	"github.com/gpud/gpud/internal/loglevel"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/allocator"
@@ -259,7 +259,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs())
 	tasks := []taskgroup.Task{
-		{Run: func(ctx context.Context) error { return serveHTTP(ctx, ln, s.Handler(), log) }},
+		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), "--metrics-addr", log) }},
 		{Run: groups.Run},
 	}
 	if tel != nil {
@@ -282,23 +282,5 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		return err
 	}
 	log.Info("scheduler stopped")
-	return nil
-}
-
-// serveHTTP serves h on ln until ctx ends, then shuts down within 5s.
-func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve --metrics-addr: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown --metrics-addr: %w", err)
-	}
 	return nil
 }

@@ -21,17 +21,11 @@ func TestPreparerRefusesCorruptCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every way a checkpoint is refused is pkg/dra/prepared's to test;
+	// here, that the preparer stops on one and keeps the file.
 	tests := []struct{ name, data, want string }{
 		{name: "garbage", data: "{not json", want: "not JSON"},
-		{name: "no version", data: `{"claims":{}}`, want: "no version"},
-		{name: "newer version", data: `{"version":99,"claims":{}}`, want: "version 99 unknown"},
-		{name: "null entry v1", data: `{"version":1,"claims":{"u":null}}`, want: `claim "u": null entry`},
-		{name: "unknown state v1", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Exploded","devices":[]}}}`, want: `state "Exploded" unknown`},
-		{name: "unknown field v1", data: `{"version":1,"claims":{},"extra":1}`, want: "unknown field"},
-		{name: "device without name", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"type":"gpu"}}]}}}`, want: "has no name"},
-		{name: "prepared MIG without UUID", data: `{"version":1,"claims":{"u":{"namespace":"n","name":"c","state":"Prepared","devices":[{"device":{"name":"m","type":"mig","gpuUUID":"G"},"created":true}]}}}`, want: "was not created"},
 		{name: "bad checksum", data: strings.Replace(string(good), `"MIG-1"`, `"MIG-2"`, 1), want: "checksum"},
-		{name: "trailing data", data: string(good) + "{}", want: "not JSON"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

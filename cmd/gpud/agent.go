@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/deviceplugin"
@@ -269,7 +270,7 @@ func rediscoverAfterMIG(store *discovery.Store, log *slog.Logger) {
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, flagErr("log-level", "%s: want debug, info, warn or error", quoteTrunc(level))
+		return nil, flagErr("log-level", "%s: want debug, info, warn or error", printable.Quote(level))
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(format) {
@@ -278,5 +279,5 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, flagErr("log-format", "%s: want text or json", quoteTrunc(format))
+	return nil, flagErr("log-format", "%s: want text or json", printable.Quote(format))
 }

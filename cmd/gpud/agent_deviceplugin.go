@@ -10,6 +10,7 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/devnodes"
 )
@@ -44,7 +45,7 @@ func (o *devicePluginOptions) validate() []error {
 	switch o.migStrategy {
 	case deviceplugin.MIGNone, deviceplugin.MIGSingle, deviceplugin.MIGMixed:
 	default:
-		errs = append(errs, flagErr("mig-strategy", "%s: want none, single or mixed", quoteTrunc(o.migStrategy)))
+		errs = append(errs, flagErr("mig-strategy", "%s: want none, single or mixed", printable.Quote(o.migStrategy)))
 	}
 	switch o.listStrategy {
 	case deviceplugin.ListCDI, deviceplugin.ListBoth:
@@ -53,10 +54,10 @@ func (o *devicePluginOptions) validate() []error {
 		}
 	case deviceplugin.ListEnvvar:
 	default:
-		errs = append(errs, flagErr("device-list-strategy", "%s: want cdi, envvar or both", quoteTrunc(o.listStrategy)))
+		errs = append(errs, flagErr("device-list-strategy", "%s: want cdi, envvar or both", printable.Quote(o.listStrategy)))
 	}
 	if strings.Contains(o.prefix, "/") || !strings.Contains(o.prefix, ".") {
-		errs = append(errs, flagErr("resource-prefix", "%s: want a domain such as nvidia.com", quoteTrunc(o.prefix)))
+		errs = append(errs, flagErr("resource-prefix", "%s: want a domain such as nvidia.com", printable.Quote(o.prefix)))
 	}
 	if len(errs) > 0 || o.pluginDir == "" {
 		return errs

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/devnodes"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
@@ -83,7 +84,7 @@ func (o *draOptions) validate(nodeName, cdiDir string) []error {
 		return nil
 	case kubeletAPIDRA:
 	default:
-		return []error{flagErr("kubelet-api", "%s: want device-plugin or dra", quoteTrunc(o.kubeletAPI))}
+		return []error{flagErr("kubelet-api", "%s: want device-plugin or dra", printable.Quote(o.kubeletAPI))}
 	}
 	var errs []error
 	// --node-name is checked with the other NVML flags (nvmlFlags.validate).
@@ -198,7 +199,7 @@ type draDeps struct {
 func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 	if msgs := validation.IsDNS1123Subdomain(deps.node); len(msgs) > 0 {
 		return nil, flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
-			quoteTrunc(deps.node), strings.Join(msgs, "; "))
+			printable.Quote(deps.node), strings.Join(msgs, "; "))
 	}
 	client := deps.client
 	if client == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
@@ -56,7 +57,7 @@ func (o *enforceOptions) validate() []error {
 	switch o.cpuAffinity {
 	case cpuAffinityOff, cpuAffinityAlign:
 	default:
-		errs = append(errs, flagErr("cpu-affinity", "%s: want align or off", quoteTrunc(o.cpuAffinity)))
+		errs = append(errs, flagErr("cpu-affinity", "%s: want align or off", printable.Quote(o.cpuAffinity)))
 	}
 	if o.interval <= 0 || o.interval > enforce.MaxInterval {
 		errs = append(errs, flagErr("enforce-interval", "%s: want more than 0 and at most %s", o.interval, enforce.MaxInterval))

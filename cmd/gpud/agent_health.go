@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/discovery"
 )
 
@@ -48,7 +49,7 @@ func parseXids(s string) ([]uint64, error) {
 		}
 		x, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return nil, flagErr("health-ignore-xids", "%s is not an Xid number", quoteTrunc(f))
+			return nil, flagErr("health-ignore-xids", "%s is not an Xid number", printable.Quote(f))
 		}
 		out = append(out, x)
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/nodelabels"
@@ -105,7 +106,7 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 	}
 	if msgs := validation.IsDNS1123Subdomain(src.node); len(msgs) > 0 {
 		return off(flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
-			quoteTrunc(src.node), strings.Join(msgs, "; ")))
+			printable.Quote(src.node), strings.Join(msgs, "; ")))
 	}
 	rc, err := cfg.dra.restConfig()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"slices"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/mig/migctl"
 )
@@ -32,14 +33,14 @@ func (o *migOptions) validate() []error {
 		return nil
 	}
 	if o.layoutFile == "" {
-		return []error{flagErr("mig-config", "%s needs --mig-config-file", quoteTrunc(o.layoutName))}
+		return []error{flagErr("mig-config", "%s needs --mig-config-file", printable.Quote(o.layoutName))}
 	}
 	f, err := mig.LoadLayoutFile(o.layoutFile)
 	if err != nil {
 		return []error{flagErr("mig-config-file", "%w", err)}
 	}
 	if !slices.Contains(f.Names(), o.layoutName) {
-		return []error{flagErr("mig-config", "%s is not a layout of %s (it has %v)", quoteTrunc(o.layoutName), o.layoutFile, f.Names())}
+		return []error{flagErr("mig-config", "%s is not a layout of %s (it has %v)", printable.Quote(o.layoutName), o.layoutFile, f.Names())}
 	}
 	return nil
 }

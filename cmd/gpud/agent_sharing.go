@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/sharingctl"
 	"github.com/gpud/gpud/pkg/sharingfile"
@@ -31,7 +32,7 @@ func (o *sharingOptions) register(fs *flag.FlagSet) {
 func (o *sharingOptions) validate() []error {
 	var errs []error
 	if _, err := timeslice.ParseEnforce(o.enforce); err != nil {
-		errs = append(errs, flagErr("enforce-memory", "%s: want off, report or kill", quoteTrunc(o.enforce)))
+		errs = append(errs, flagErr("enforce-memory", "%s: want off, report or kill", printable.Quote(o.enforce)))
 	}
 	if o.interval < timeslice.MinWatchdogInterval {
 		errs = append(errs, flagErr("memory-watchdog-interval", "%s: want at least %s", o.interval, timeslice.MinWatchdogInterval))

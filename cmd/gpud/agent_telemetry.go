@@ -4,6 +4,7 @@ import (
 	"flag"
 	"time"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/telemetry"
 )
 
@@ -32,7 +33,7 @@ func (o *telemetryOptions) sweepInterval() time.Duration {
 func (o *telemetryOptions) validate() []error {
 	var errs []error
 	if _, err := telemetry.ParseCompat(o.compat); err != nil {
-		errs = append(errs, flagErr("metrics-compat", "%s: want dcgm, native or both", quoteTrunc(o.compat)))
+		errs = append(errs, flagErr("metrics-compat", "%s: want dcgm, native or both", printable.Quote(o.compat)))
 	}
 	if o.interval < telemetry.MinInterval {
 		errs = append(errs, flagErr("sample-interval", "%s: want at least %s", o.interval, telemetry.MinInterval))

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/stream"
 	"github.com/gpud/gpud/pkg/stream/certsecret"
 )
@@ -80,21 +81,21 @@ func splitList(s string) []string {
 func (o *certsOptions) validate() []error {
 	var errs []error
 	if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
-		errs = append(errs, flagErr("namespace", "%s: %s", quoteTrunc(o.namespace), strings.Join(msgs, "; ")))
+		errs = append(errs, flagErr("namespace", "%s: %s", printable.Quote(o.namespace), strings.Join(msgs, "; ")))
 	}
 	for _, f := range []struct{ name, v string }{{"ca-secret", o.caSecret}, {"scheduler-secret", o.schedulerSecret}, {"agent-secret", o.agentSecret}} {
 		if msgs := validation.IsDNS1123Subdomain(f.v); len(msgs) > 0 {
-			errs = append(errs, flagErr(f.name, "%s: %s", quoteTrunc(f.v), strings.Join(msgs, "; ")))
+			errs = append(errs, flagErr(f.name, "%s: %s", printable.Quote(f.v), strings.Join(msgs, "; ")))
 		}
 	}
 	for _, f := range []struct{ name, v string }{{"nodes", o.nodes}, {"node-selector", o.nodeSelector}} {
 		if f.v != "" {
-			errs = append(errs, flagErr(f.name, "%s: agents no longer get per-node certificates: each proves its node with its pod's ServiceAccount token, and one agent certificate serves all; drop the flag", quoteTrunc(f.v)))
+			errs = append(errs, flagErr(f.name, "%s: agents no longer get per-node certificates: each proves its node with its pod's ServiceAccount token, and one agent certificate serves all; drop the flag", printable.Quote(f.v)))
 		}
 	}
 	for _, n := range splitList(o.serverNames) {
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
-			errs = append(errs, flagErr("scheduler-names", "%s: %s", quoteTrunc(n), strings.Join(msgs, "; ")))
+			errs = append(errs, flagErr("scheduler-names", "%s: %s", printable.Quote(n), strings.Join(msgs, "; ")))
 		}
 	}
 	if o.validity < time.Hour || o.validity > 10*365*24*time.Hour {
@@ -127,7 +128,7 @@ func runCerts(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("certs: unexpected argument %s (flags only)", quoteTrunc(fs.Arg(0)))
+		return fmt.Errorf("certs: unexpected argument %s (flags only)", printable.Quote(fs.Arg(0)))
 	}
 	if err := errors.Join(o.validate()...); err != nil {
 		return fmt.Errorf("certs: %w", err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/internal/flagfile"
-	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
@@ -175,11 +174,3 @@ func validateSocketPath(name, path string) error {
 	}
 	return flagErr(name, "%s exists and is not a socket; refusing to replace it", path)
 }
-
-// quoteTrunc, quoteIfBinary and printableLines keep user text in messages
-// printable (internal/printable).
-var (
-	quoteTrunc     = printable.Quote
-	quoteIfBinary  = printable.Text
-	printableLines = printable.Lines
-)

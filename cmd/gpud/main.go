@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/gpud/gpud/internal/printable"
 )
 
 const usage = `gpud: GPU node agent and allocator for Kubernetes
@@ -39,7 +41,7 @@ func main() {
 	stop()
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		// Errors may quote user files; binary bytes are never echoed raw.
-		fmt.Fprintln(os.Stderr, "gpud:", printableLines(err.Error()))
+		fmt.Fprintln(os.Stderr, "gpud:", printable.Lines(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -67,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runCerts(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		if len(rest) > 0 {
-			return fmt.Errorf("version: unexpected argument %s: the command takes none", quoteTrunc(rest[0]))
+			return fmt.Errorf("version: unexpected argument %s: the command takes none", printable.Quote(rest[0]))
 		}
 		fmt.Fprintln(stdout, "gpud", version)
 		return nil
@@ -87,7 +89,7 @@ func parseOnlyFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %s: the command takes flags only (flags after it were not read)", quoteTrunc(fs.Arg(0)))
+		return fmt.Errorf("unexpected argument %s: the command takes flags only (flags after it were not read)", printable.Quote(fs.Arg(0)))
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpud/gpud/internal/fileio"
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/wait"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/discovery"
@@ -91,7 +92,7 @@ func runMig(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	layouts, err := mig.ParseLayoutFile(data)
 	if err != nil {
-		return fmt.Errorf("%s: %s", c.file, quoteIfBinary(err.Error()))
+		return fmt.Errorf("%s: %s", c.file, printable.Text(err.Error()))
 	}
 	if c.nvml.simulate == "" {
 		res, err := c.viaAgent(ctx, data)
@@ -130,7 +131,7 @@ func parseMigArgs(args []string, stdout, stderr io.Writer) (*migCLI, error) {
 		return nil, nil
 	default:
 		fmt.Fprintln(stderr, migUsage)
-		return nil, fmt.Errorf("mig: unknown subcommand %s", quoteTrunc(c.sub))
+		return nil, fmt.Errorf("mig: unknown subcommand %s", printable.Quote(c.sub))
 	}
 	fs := flag.NewFlagSet("gpud mig "+c.sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -148,7 +149,7 @@ func parseMigArgs(args []string, stdout, stderr io.Writer) (*migCLI, error) {
 		return nil, fmt.Errorf("mig %s: %w", c.sub, err)
 	}
 	if c.output != "text" && c.output != "json" {
-		return nil, fmt.Errorf("mig: -o %s: want text or json", quoteTrunc(c.output))
+		return nil, fmt.Errorf("mig: -o %s: want text or json", printable.Quote(c.output))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -182,7 +183,7 @@ func (c *migCLI) viaAgent(ctx context.Context, layouts []byte) (mig.Result, erro
 	}
 	var ae *adminapi.Error
 	if errors.As(err, &ae) {
-		return res, fmt.Errorf("mig %s via the agent: %s", c.sub, quoteIfBinary(ae.Message))
+		return res, fmt.Errorf("mig %s via the agent: %s", c.sub, printable.Text(ae.Message))
 	}
 	return res, fmt.Errorf("mig %s via the agent on %s: %w", c.sub, c.socket, err)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/devnodes"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/simnode"
@@ -123,7 +124,7 @@ func (f nvmlFlags) validate() []error {
 // checkNodeName fails for a name that is not a Kubernetes node name.
 func checkNodeName(name string) error {
 	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-		return fmt.Errorf("%s: not a Kubernetes node name: %s", quoteTrunc(name), strings.Join(msgs, "; "))
+		return fmt.Errorf("%s: not a Kubernetes node name: %s", printable.Quote(name), strings.Join(msgs, "; "))
 	}
 	return nil
 }

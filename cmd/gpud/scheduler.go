@@ -24,6 +24,7 @@ import (
 	"github.com/gpud/gpud/internal/apiwait"
 	"github.com/gpud/gpud/internal/httpserve"
 	"github.com/gpud/gpud/internal/loglevel"
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
@@ -97,10 +98,10 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error) {
 	var errs []error
 	if msgs := validation.IsDNS1123Subdomain(o.schedulerName); len(msgs) > 0 {
-		errs = append(errs, flagErr("scheduler-name", "%s: %s", quoteTrunc(o.schedulerName), strings.Join(msgs, "; ")))
+		errs = append(errs, flagErr("scheduler-name", "%s: %s", printable.Quote(o.schedulerName), strings.Join(msgs, "; ")))
 	}
 	if !slices.Contains(allocator.PolicyNames, o.policy) {
-		errs = append(errs, flagErr("policy", "%s: want one of %s", quoteTrunc(o.policy), strings.Join(allocator.PolicyNames, ", ")))
+		errs = append(errs, flagErr("policy", "%s: want one of %s", printable.Quote(o.policy), strings.Join(allocator.PolicyNames, ", ")))
 	}
 	var queues []jobs.Queue
 	var res []jobs.Reservation
@@ -111,7 +112,7 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 		}
 	}
 	if msgs := validation.IsQualifiedName(o.rackLabel); len(msgs) > 0 {
-		errs = append(errs, flagErr("rack-label", "%s: not a label key: %s", quoteTrunc(o.rackLabel), strings.Join(msgs, "; ")))
+		errs = append(errs, flagErr("rack-label", "%s: not a label key: %s", printable.Quote(o.rackLabel), strings.Join(msgs, "; ")))
 	}
 	if o.metricsAddr == "" {
 		errs = append(errs, flagErr("metrics-addr", "empty: the probes need it; want host:port (:9402)"))
@@ -120,7 +121,7 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 	}
 	if o.leaderElect {
 		if msgs := validation.IsDNS1123Label(o.leaseNamespace); len(msgs) > 0 {
-			errs = append(errs, flagErr("leader-elect-namespace", "%s: not a namespace name: %s", quoteTrunc(o.leaseNamespace), strings.Join(msgs, "; ")))
+			errs = append(errs, flagErr("leader-elect-namespace", "%s: not a namespace name: %s", printable.Quote(o.leaseNamespace), strings.Join(msgs, "; ")))
 		}
 		switch {
 		case o.leaseDuration <= 0 || o.renewDeadline <= 0 || o.retryPeriod <= 0:
@@ -173,7 +174,7 @@ func parseSchedulerFlags(args []string, podNamespace string, stderr io.Writer) (
 		return nil, nil, nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, nil, nil, fmt.Errorf("scheduler: unexpected argument %s (flags only)", quoteTrunc(fs.Arg(0)))
+		return nil, nil, nil, fmt.Errorf("scheduler: unexpected argument %s (flags only)", printable.Quote(fs.Arg(0)))
 	}
 	queues, res, errs := o.validate()
 	if err := errors.Join(errs...); err != nil {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/stream"
 	"github.com/gpud/gpud/pkg/stream/tokenauth"
@@ -61,7 +62,7 @@ func (o *schedulerTelemetryOptions) validate() []error {
 		errs = append(errs, flagErr("telemetry-agent-service-accounts", "or --telemetry-token-audience: %w", err))
 	}
 	if len(splitList(o.agentSAs)) == 0 {
-		errs = append(errs, flagErr("telemetry-agent-service-accounts", "%s: no ServiceAccount", quoteTrunc(o.agentSAs)))
+		errs = append(errs, flagErr("telemetry-agent-service-accounts", "%s: no ServiceAccount", printable.Quote(o.agentSAs)))
 	}
 	switch {
 	case o.insecure && anyTLS:

@@ -35,9 +35,18 @@ func (a *Allocator) SetTieOrder(rank []int) error {
 	return nil
 }
 
+// A cached verdict is computed with the request's memory left out, so
+// that requests differing only in memory share it; the scan checks memory
+// against [Cluster] memFree, in the filter's order.
 type cached struct {
 	version uint32
-	score   float64
+	// fail is 0 when the node fits (score is its score), else 1 + the
+	// [reasons] index of why it does not.
+	fail uint8
+	// beforeMem: fail is decided before memory is checked (CPU, or a
+	// memory-sized fraction on a node with no known GPU memory).
+	beforeMem bool
+	score     float64
 }
 
 // New returns an allocator over c. rng breaks ties and drives random
@@ -73,40 +82,31 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 	_, random := a.p.(randomPolicy)
 	best, n, pick := math.Inf(-1), 0, -1
 	clear(a.fails[:])
-	rn := &r
-	var adj request
+	vers, memFree := a.c.versions, a.c.memFree
 	for i := range a.c.state {
-		s := &a.c.state[i]
-		var sc float64
-		if r.gmem > 0 && !s.memUniform {
-			// GPUs of different memory: the best of sizing r for each.
-			var why string
-			if sc, _, why = a.bestVariant(s, &r); why != "" {
-				a.fail(why)
-				continue
-			}
-		} else {
-			if r.gmem > 0 {
-				adj, _ = atNode(s, &r)
-				rn = &adj
-			}
-			if why := fit(s, rn); why != "" {
-				a.fail(why)
-				continue
-			}
-			if cache != nil && cache[i].version == s.version {
-				sc = cache[i].score
+		e := cachedAt(cache, i)
+		if e == nil || e.version != vers[i] {
+			// Changed since this request type last saw it, or no cache.
+			v := a.evaluate(&a.c.state[i], &r)
+			if e == nil {
+				e = &v
 			} else {
-				if r.mig != 0 {
-					sc = migScore(s, rn)
-				} else {
-					sc = a.p.score(s, rn)
-				}
-				if cache != nil {
-					cache[i] = cached{version: s.version, score: sc}
-				}
+				*e = v
+				e.version = vers[i]
 			}
 		}
+		switch {
+		case e.fail != 0 && e.beforeMem:
+			a.fails[e.fail-1]++
+			continue
+		case memFree[i] < r.mem:
+			a.fails[reasonIndex(ReasonMemory)]++
+			continue
+		case e.fail != 0:
+			a.fails[e.fail-1]++
+			continue
+		}
+		sc := e.score
 		switch {
 		case sc > best:
 			best, n, pick = sc, 1, i
@@ -140,6 +140,45 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 		d.GPUs = a.p.selectGPUs(s, &r, a.rng, make([]int, 0, r.num))
 	}
 	return d, nil
+}
+
+// cachedAt is the cache entry of node i, nil without a cache.
+func cachedAt(cache []cached, i int) *cached {
+	if cache == nil {
+		return nil
+	}
+	return &cache[i]
+}
+
+// evaluate filters and scores node s for r with r's memory left out (see
+// [cached]). It depends on s and r alone, so stable policies cache it per
+// node version.
+func (a *Allocator) evaluate(s *nodeState, r *request) cached {
+	r0 := *r
+	r0.mem = 0
+	verdict := func(score float64, why string, beforeMem bool) cached {
+		if why == "" {
+			return cached{score: score}
+		}
+		return cached{fail: uint8(reasonIndex(why)) + 1, beforeMem: beforeMem}
+	}
+	if r0.gmem > 0 && !s.memUniform {
+		// GPUs of different memory: the best of sizing r for each.
+		sc, _, why := a.bestVariant(s, &r0)
+		return verdict(sc, why, why == ReasonCPU || len(s.memKinds) == 0)
+	}
+	rn := &r0
+	if r0.gmem > 0 {
+		adj, _ := atNode(s, &r0)
+		rn = &adj
+	}
+	if why := fit(s, rn); why != "" {
+		return verdict(0, why, why == ReasonCPU)
+	}
+	if r0.mig != 0 {
+		return verdict(migScore(s, rn), "", false)
+	}
+	return verdict(a.p.score(s, rn), "", false)
 }
 
 // variant is memory-sized fraction r on node s restricted to the node's
@@ -204,26 +243,25 @@ func (a *Allocator) Place(q Request) (Decision, error) {
 // reasons are the filter's failure reasons, indexed by [Allocator.fail].
 var reasons = [...]string{ReasonCPU, ReasonMemory, ReasonModel, ReasonGPU, ReasonNoGPU, ReasonMIG, ReasonGPUMemory}
 
-// fail counts a node that failed the filter for why, one of [reasons]:
-// a switch on the constants, not a map update, as most nodes may fail.
-func (a *Allocator) fail(why string) {
-	i := 0
+// reasonIndex is why's index in [reasons]: a switch on the constants,
+// not a map lookup, as most nodes may fail.
+func reasonIndex(why string) int {
 	switch why {
 	case ReasonCPU:
+		return 0
 	case ReasonMemory:
-		i = 1
+		return 1
 	case ReasonModel:
-		i = 2
+		return 2
 	case ReasonGPU:
-		i = 3
+		return 3
 	case ReasonNoGPU:
-		i = 4
+		return 4
 	case ReasonMIG:
-		i = 5
+		return 5
 	default:
-		i = 6
+		return 6
 	}
-	a.fails[i]++
 }
 
 func (a *Allocator) noFit() error {

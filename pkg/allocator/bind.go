@@ -117,6 +117,7 @@ func (c *Cluster) Bind(d Decision, req Request) error {
 	}
 	s.cpuFree -= r.cpu
 	s.memFree -= r.mem
+	c.memFree[d.Node] = s.memFree
 	for _, g := range d.GPUs {
 		s.gpuFree[g] -= r.milli
 	}
@@ -128,7 +129,7 @@ func (c *Cluster) Bind(d Decision, req Request) error {
 		}
 		s.affinity[r.tag]++
 	}
-	s.version++
+	c.versions[d.Node]++
 	return nil
 }
 
@@ -154,6 +155,7 @@ func (c *Cluster) Unbind(d Decision, req Request) error {
 	}
 	s.cpuFree += r.cpu
 	s.memFree += r.mem
+	c.memFree[d.Node] = s.memFree
 	for _, g := range d.GPUs {
 		s.gpuFree[g] += r.milli
 	}
@@ -165,6 +167,6 @@ func (c *Cluster) Unbind(d Decision, req Request) error {
 			s.nTags--
 		}
 	}
-	s.version++
+	c.versions[d.Node]++
 	return nil
 }

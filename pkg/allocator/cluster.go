@@ -29,7 +29,6 @@ type nodeState struct {
 	// ascending; memUniform: there is one and every non-MIG GPU has it.
 	memKinds   []int64
 	memUniform bool
-	version    uint32 // bumped on every change; starts at 1
 	// topo is set when some GPU carries an NVLink domain label; domain is
 	// then each GPU's domain index (unlabeled GPUs are their own domain).
 	topo     bool
@@ -55,6 +54,15 @@ const noModel = 0
 type Cluster struct {
 	nodes    []Node
 	state    []nodeState
+	// versions[i] is bumped on every change of state[i] (starts at 1), so
+	// that an [Allocator] can tell which of its cached verdicts still
+	// hold. Kept apart from the large nodeState so that the scan over
+	// cached nodes reads one dense slice.
+	versions []uint32
+	// memFree[i] mirrors state[i].memFree for the same scan: cached
+	// verdicts leave memory out (requests that differ only in memory
+	// share them), so the scan checks it here.
+	memFree []int64
 	classes  []gpuClass // id -> class; id 0 is "no GPU"
 	classIDs map[gpuClass]classID
 	hasMIG   bool // some class is in MIG mode
@@ -79,6 +87,8 @@ func NewCluster(nodes []Node) (*Cluster, error) {
 	c := &Cluster{
 		nodes:    slices.Clone(nodes),
 		state:    make([]nodeState, len(nodes)),
+		versions: make([]uint32, len(nodes)),
+		memFree:  make([]int64, len(nodes)),
 		classes:  []gpuClass{{}},
 		classIDs: map[gpuClass]classID{{}: noModel},
 	}
@@ -97,7 +107,7 @@ func NewCluster(nodes []Node) (*Cluster, error) {
 		k := len(n.GPUs)
 		s.gpuFree, s.usable, s.gpuModel = make([]int64, k), make([]bool, k), make([]classID, k)
 		s.domain, s.migUsed, s.migCompute = make([]uint8, k), make([]uint8, k), make([]uint8, k)
-		s.version = 1
+		c.versions[i], c.memFree[i] = 1, n.MemoryMiB
 		domains := map[string]int{}
 		for g, gpu := range n.GPUs {
 			cls := gpuClass{model: gpu.Model, memMiB: gpu.MemoryMiB, mig: gpu.Labels[LabelMIG] == "true"}

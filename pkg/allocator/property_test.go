@@ -150,3 +150,112 @@ func fitsAnyVariant(a *Allocator, s *nodeState, r *request) bool {
 	rn, ok := atNode(s, r)
 	return ok && fit(s, &rn) == ""
 }
+
+// TestCachedVerdictsMatchFresh: an allocator whose per-node verdicts are
+// cached from earlier decisions decides exactly as a fresh one on the
+// same cluster state: the same node and GPUs, or the same refusal with the
+// same per-reason node counts. Requests repeat with only their memory
+// changed, which cached verdicts leave out and the scan checks apart.
+func TestCachedVerdictsMatchFresh(t *testing.T) {
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		c, err := NewCluster(randomCluster(rng))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rank := rng.Perm(c.Len())
+		for _, pol := range PolicyNames {
+			if pol == PolicyRandom {
+				continue // its ties draw from the rng, which a fresh allocator restarts
+			}
+			p, err := NewPolicy(pol, c.Workload(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			warm := New(c, p, rand.New(rand.NewPCG(1, 1)))
+			if err := warm.SetTieOrder(rank); err != nil {
+				t.Fatal(err)
+			}
+			var placed []struct {
+				d Decision
+				q Request
+			}
+			var prev Request
+			for step := range 60 {
+				q := randomRequest(rng)
+				switch step % 3 {
+				case 1:
+					q = prev
+					q.MemoryMiB = int64(rng.IntN(600 * 1024)) // beyond some nodes' memory
+				case 2:
+					// Short of both CPU and memory somewhere: CPU is the reason.
+					q.CPUMilli, q.MemoryMiB = int64(rng.IntN(200_000)), int64(rng.IntN(600*1024))
+				}
+				prev = q
+				fresh := New(c, p, rand.New(rand.NewPCG(1, 1)))
+				if err := fresh.SetTieOrder(rank); err != nil {
+					t.Fatal(err)
+				}
+				dw, errw := warm.Decide(q)
+				df, errf := fresh.Decide(q)
+				if fmt.Sprint(dw, errw) != fmt.Sprint(df, errf) {
+					t.Fatalf("seed %d %s step %d %+v: warm %+v, %v; fresh %+v, %v", seed, pol, step, q, dw, errw, df, errf)
+				}
+				var nw, nf *NoFitError
+				if errors.As(errw, &nw) && errors.As(errf, &nf) {
+					if fmt.Sprint(nw.Counts) != fmt.Sprint(nf.Counts) {
+						t.Fatalf("seed %d %s step %d: counts warm %v fresh %v", seed, pol, step, nw.Counts, nf.Counts)
+					}
+					if want := filterCounts(warm, q); fmt.Sprint(nw.Counts) != fmt.Sprint(want) {
+						t.Fatalf("seed %d %s step %d %+v: counts %v, the filter says %v", seed, pol, step, q, nw.Counts, want)
+					}
+				}
+				switch {
+				case errw == nil && rng.IntN(3) > 0:
+					if err := c.Bind(dw, q); err != nil {
+						t.Fatalf("bind %+v: %v", dw, err)
+					}
+					placed = append(placed, struct {
+						d Decision
+						q Request
+					}{dw, q})
+				case len(placed) > 0 && rng.IntN(4) == 0:
+					k := rng.IntN(len(placed))
+					if err := c.Unbind(placed[k].d, placed[k].q); err != nil {
+						t.Fatal(err)
+					}
+					placed = slices.Delete(placed, k, k+1)
+				}
+			}
+			for _, pl := range placed {
+				if err := c.Unbind(pl.d, pl.q); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// filterCounts is the reference for a refusal's counts: each node's reason
+// from the filter run on the whole request, memory included.
+func filterCounts(a *Allocator, q Request) map[string]int {
+	r, err := a.c.normalize(q)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	for i := range a.c.state {
+		s := &a.c.state[i]
+		var why string
+		if r.gmem > 0 && !s.memUniform {
+			_, _, why = a.bestVariant(s, &r)
+		} else {
+			rn, _ := atNode(s, &r)
+			why = fit(s, &rn)
+		}
+		if why != "" {
+			out[why]++
+		}
+	}
+	return out
+}

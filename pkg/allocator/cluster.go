@@ -52,8 +52,8 @@ const noModel = 0
 // Cluster is the free state of a set of nodes. It is not safe for concurrent
 // use.
 type Cluster struct {
-	nodes    []Node
-	state    []nodeState
+	nodes []Node
+	state []nodeState
 	// versions[i] is bumped on every change of state[i] (starts at 1), so
 	// that an [Allocator] can tell which of its cached verdicts still
 	// hold. Kept apart from the large nodeState so that the scan over
@@ -62,7 +62,7 @@ type Cluster struct {
 	// memFree[i] mirrors state[i].memFree for the same scan: cached
 	// verdicts leave memory out (requests that differ only in memory
 	// share them), so the scan checks it here.
-	memFree []int64
+	memFree  []int64
 	classes  []gpuClass // id -> class; id 0 is "no GPU"
 	classIDs map[gpuClass]classID
 	hasMIG   bool // some class is in MIG mode

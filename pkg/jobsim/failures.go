@@ -67,13 +67,13 @@ func (o *FailureOptions) defaults() error {
 
 // FailureStats is what injected failures cost.
 type FailureStats struct {
-	Events      int // failure events (a burst is one)
-	GPUsFailed  int
-	JobsHit     int // job restarts caused by failures
-	Restarts    int
-	LostGPUHrs  float64 // GPU-hours of jobs on failed GPUs: hang time + work since the last checkpoint
-	HangGPUHrs  float64 // of LostGPUHrs, GPU-hours held while hung
-	RepairGPUHr float64 // GPU-hours failed GPUs were out for repair
+	Events         int // failure events (a burst is one)
+	GPUsFailed     int
+	JobsHit        int // job restarts caused by failures
+	Restarts       int
+	LostGPUHours   float64 // GPU-hours of jobs on failed GPUs: hang time + work since the last checkpoint
+	HangGPUHours   float64 // of LostGPUHours, GPU-hours held while hung
+	RepairGPUHours float64 // GPU-hours failed GPUs were out for repair
 }
 
 // gpuRef names one GPU of the cluster.
@@ -138,7 +138,7 @@ func (f *faults) victims() []gpuRef {
 		}
 	}
 	f.stats.GPUsFailed += len(out)
-	f.stats.RepairGPUHr += float64(len(out)) * float64(f.o.RepairSeconds) / 3600
+	f.stats.RepairGPUHours += float64(len(out)) * float64(f.o.RepairSeconds) / 3600
 	return out
 }
 

@@ -156,8 +156,8 @@ func TestGPUFailures(t *testing.T) {
 	if h.Failures.JobsHit < 5 || m.Failures.JobsHit < 5 {
 		t.Fatalf("jobs hit: heal %d, manual %d: too few failures to compare", h.Failures.JobsHit, m.Failures.JobsHit)
 	}
-	if h.Failures.LostGPUHrs >= m.Failures.LostGPUHrs {
-		t.Errorf("healing lost %.1f GPU-h, no more than manual's %.1f", h.Failures.LostGPUHrs, m.Failures.LostGPUHrs)
+	if h.Failures.LostGPUHours >= m.Failures.LostGPUHours {
+		t.Errorf("healing lost %.1f GPU-h, no more than manual's %.1f", h.Failures.LostGPUHours, m.Failures.LostGPUHours)
 	}
 	if h.AvgJCT >= m.AvgJCT {
 		t.Errorf("healing avg JCT %.0f s not below manual's %.0f s", h.AvgJCT, m.AvgJCT)
@@ -172,12 +172,12 @@ func TestGPUFailures(t *testing.T) {
 		}
 		// Every job of this trace holds 1, 4 or 16 GPUs: the hang is a
 		// whole number of GPU×delay units.
-		units := c.r.Failures.HangGPUHrs * 3600 / c.delay
+		units := c.r.Failures.HangGPUHours * 3600 / c.delay
 		if math.Abs(units-math.Round(units)) > 1e-6 || units < float64(c.r.Failures.JobsHit) || units > 16*float64(c.r.Failures.JobsHit) {
-			t.Errorf("hang %.3f GPU-h is not GPUs × %v s for %d jobs", c.r.Failures.HangGPUHrs, c.delay, c.r.Failures.JobsHit)
+			t.Errorf("hang %.3f GPU-h is not GPUs × %v s for %d jobs", c.r.Failures.HangGPUHours, c.delay, c.r.Failures.JobsHit)
 		}
 		// Checkpointed every 1800 s, a job loses less than that per hit.
-		if lost := (c.r.Failures.LostGPUHrs - c.r.Failures.HangGPUHrs) * 3600; lost > 16*1800*float64(c.r.Failures.JobsHit) {
+		if lost := (c.r.Failures.LostGPUHours - c.r.Failures.HangGPUHours) * 3600; lost > 16*1800*float64(c.r.Failures.JobsHit) {
 			t.Errorf("%.0f GPU-s of work lost in %d hits of checkpointable jobs", lost, c.r.Failures.JobsHit)
 		}
 		if c.r.Completed != len(tr) {

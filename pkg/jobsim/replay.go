@@ -296,7 +296,7 @@ func (rp *replay) fail(t int64) error {
 			j.hung, j.hungAt = true, t
 			j.epoch++
 			rp.faults.stats.JobsHit++
-			rp.faults.stats.LostGPUHrs += j.gpus * float64(elapsed-kept) / 3600
+			rp.faults.stats.LostGPUHours += j.gpus * float64(elapsed-kept) / 3600
 			heap.Push(&rp.events, finishEvent{t: t + rp.faults.delay(), id: rp.index[id], epoch: j.epoch, kind: evRestart})
 		}
 	}
@@ -306,8 +306,8 @@ func (rp *replay) fail(t int64) error {
 // unhang ends j's hang at t, counting the GPU-hours it held.
 func (rp *replay) unhang(j *simJob, t int64) {
 	h := j.gpus * float64(t-j.hungAt) / 3600
-	rp.faults.stats.HangGPUHrs += h
-	rp.faults.stats.LostGPUHrs += h
+	rp.faults.stats.HangGPUHours += h
+	rp.faults.stats.LostGPUHours += h
 	j.hung = false
 	j.epoch++
 }

@@ -318,9 +318,9 @@ func extraMetrics(rs []*Report) []metric {
 			metric{"GPU failure events", f(func(s *FailureStats) float64 { return float64(s.Events) }), "%14.0f", true},
 			metric{"GPUs failed", f(func(s *FailureStats) float64 { return float64(s.GPUsFailed) }), "%14.0f", true},
 			metric{"jobs hit by a failure", f(func(s *FailureStats) float64 { return float64(s.JobsHit) }), "%14.0f", true},
-			metric{"GPU-h lost to failures", f(func(s *FailureStats) float64 { return s.LostGPUHrs }), "%14.1f", false},
-			metric{"  of which hung (h)", f(func(s *FailureStats) float64 { return s.HangGPUHrs }), "%14.1f", false},
-			metric{"GPU-h out for repair", f(func(s *FailureStats) float64 { return s.RepairGPUHr }), "%14.1f", true})
+			metric{"GPU-h lost to failures", f(func(s *FailureStats) float64 { return s.LostGPUHours }), "%14.1f", false},
+			metric{"  of which hung (h)", f(func(s *FailureStats) float64 { return s.HangGPUHours }), "%14.1f", false},
+			metric{"GPU-h out for repair", f(func(s *FailureStats) float64 { return s.RepairGPUHours }), "%14.1f", true})
 	}
 	return out
 }

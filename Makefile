@@ -176,7 +176,7 @@ fgd-families:
 
 # predict-table generates a job trace from the openb pod list
 # (PREDICT_JOBS jobs, PREDICT_SEED) and replays it under gpud's policy with
-# no, user, learned and oracle runtime estimates (backfill's wait and JCT,
+# no, user, learned, user+learned and oracle runtime estimates (backfill's wait and JCT,
 # prediction error), then with GPU failures at PREDICT_FAILURES per GPU-day
 # and at PREDICT_FAILURES_HIGH with 10 % node bursts, healing vs manual
 # (docs/job-trace.md). About 8 replays: minutes.
@@ -189,7 +189,7 @@ predict-table:
 	@./bin/gpud-sim sim jobs-gen --pods $(FGD_DATA)/openb_pod_list_default.csv --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv \
 		--seed $(PREDICT_SEED) --jobs $(PREDICT_JOBS) -o bin/predict-jobs.csv
 	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \
-		--policies gpud --estimates none,user,learned,oracle
+		--policies gpud --estimates none,user,learned,user+learned,oracle
 	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \
 		--policies gpud --gpu-failures $(PREDICT_FAILURES)
 	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \

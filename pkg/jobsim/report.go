@@ -320,6 +320,8 @@ func extraMetrics(rs []*Report) []metric {
 			metric{"jobs hit by a failure", f(func(s *FailureStats) float64 { return float64(s.JobsHit) }), "%14.0f", true},
 			metric{"GPU-h lost to failures", f(func(s *FailureStats) float64 { return s.LostGPUHours }), "%14.1f", false},
 			metric{"  of which hung (h)", f(func(s *FailureStats) float64 { return s.HangGPUHours }), "%14.1f", false},
+			// A longer run sees more failures: compare per event too.
+			metric{"  per failure event (h)", f(func(s *FailureStats) float64 { return s.LostGPUHours / float64(max(s.Events, 1)) }), "%14.2f", false},
 			metric{"GPU-h out for repair", f(func(s *FailureStats) float64 { return s.RepairGPUHours }), "%14.1f", true})
 	}
 	return out

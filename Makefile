@@ -179,16 +179,26 @@ fgd-families:
 # no, user, learned, user+learned and oracle runtime estimates (backfill's wait and JCT,
 # prediction error), then with GPU failures at PREDICT_FAILURES per GPU-day
 # and at PREDICT_FAILURES_HIGH with 10 % node bursts, healing vs manual
-# (docs/job-trace.md). About 8 replays: minutes.
+# (docs/job-trace.md). The whole openb cluster is rarely full, so the
+# estimate table is repeated on its first PREDICT_SMALL_NODES nodes with a
+# PREDICT_SMALL_JOBS trace sized to them, where backfill matters more.
+# About 14 replays: 10-20 minutes.
 PREDICT_JOBS ?= 20000
 PREDICT_SEED ?= 42
 PREDICT_FAILURES ?= 0.001
 PREDICT_FAILURES_HIGH ?= 0.01
+PREDICT_SMALL_NODES ?= 200
+PREDICT_SMALL_JOBS ?= 10000
 predict-table:
 	@mkdir -p bin && $(GO) build -o bin/gpud-sim ./cmd/gpud
 	@./bin/gpud-sim sim jobs-gen --pods $(FGD_DATA)/openb_pod_list_default.csv --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv \
 		--seed $(PREDICT_SEED) --jobs $(PREDICT_JOBS) -o bin/predict-jobs.csv
 	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \
+		--policies gpud --estimates none,user,learned,user+learned,oracle
+	@head -n $$(( $(PREDICT_SMALL_NODES) + 1 )) $(FGD_DATA)/openb_node_list_gpu_node.csv > bin/predict-nodes-small.csv
+	@./bin/gpud-sim sim jobs-gen --pods $(FGD_DATA)/openb_pod_list_default.csv --nodes bin/predict-nodes-small.csv \
+		--seed $(PREDICT_SEED) --jobs $(PREDICT_SMALL_JOBS) -o bin/predict-jobs-small.csv
+	./bin/gpud-sim sim jobs --nodes bin/predict-nodes-small.csv --jobs bin/predict-jobs-small.csv -q \
 		--policies gpud --estimates none,user,learned,user+learned,oracle
 	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \
 		--policies gpud --gpu-failures $(PREDICT_FAILURES)

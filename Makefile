@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: traces k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families
+.PHONY: traces k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table
 
 all: build
 
@@ -123,7 +123,7 @@ test-short:
 lint: fmt-check vet staticcheck purity
 
 ## purity: the pure packages import only the standard library and each other.
-PURE_PKGS := ./pkg/gpu/... ./pkg/topology/... ./pkg/allocator/... ./pkg/timeslice/...
+PURE_PKGS := ./pkg/gpu/... ./pkg/topology/... ./pkg/allocator/... ./pkg/timeslice/... ./pkg/predict/...
 purity:
 	@bad="$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(PURE_PKGS) | grep -v '^github.com/gpud/gpud/' || true)"; \
 	if [ -n "$$bad" ]; then echo "pure packages import non-stdlib packages:"; echo "$$bad"; exit 1; fi
@@ -173,6 +173,37 @@ fgd-families:
 		END { printf "%-42s %4s %8s %8s %8s\n", "workload", "arr%", "FGD", "gpud", "gpud-FGD"; \
 			for (i = 1; i <= n; i++) { split(o[i], p, " "); printf "%-42s %4s %8.3f %8.3f %+8.3f\n", p[1], p[2], f[o[i]], g[o[i]], g[o[i]] - f[o[i]] } }' bin/fgd-families.csv
 	GPUD_SIM_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestGpudBeatsFGDOnFamilies' ./pkg/simulate
+
+# predict-table generates a job trace from the openb pod list
+# (PREDICT_JOBS jobs, PREDICT_SEED) and replays it under gpud's policy with
+# no, user, learned, user+learned and oracle runtime estimates (backfill's wait and JCT,
+# prediction error), then with GPU failures at PREDICT_FAILURES per GPU-day
+# and at PREDICT_FAILURES_HIGH with 10 % node bursts, healing vs manual
+# (docs/job-trace.md). The whole openb cluster is rarely full, so the
+# estimate table is repeated on its first PREDICT_SMALL_NODES nodes with a
+# PREDICT_SMALL_JOBS trace sized to them, where backfill matters more.
+# About 14 replays: 10-20 minutes.
+PREDICT_JOBS ?= 20000
+PREDICT_SEED ?= 42
+PREDICT_FAILURES ?= 0.001
+PREDICT_FAILURES_HIGH ?= 0.01
+PREDICT_SMALL_NODES ?= 200
+PREDICT_SMALL_JOBS ?= 10000
+predict-table:
+	@mkdir -p bin && $(GO) build -o bin/gpud-sim ./cmd/gpud
+	@./bin/gpud-sim sim jobs-gen --pods $(FGD_DATA)/openb_pod_list_default.csv --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv \
+		--seed $(PREDICT_SEED) --jobs $(PREDICT_JOBS) -o bin/predict-jobs.csv
+	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \
+		--policies gpud --estimates none,user,learned,user+learned,oracle
+	@head -n $$(( $(PREDICT_SMALL_NODES) + 1 )) $(FGD_DATA)/openb_node_list_gpu_node.csv > bin/predict-nodes-small.csv
+	@./bin/gpud-sim sim jobs-gen --pods $(FGD_DATA)/openb_pod_list_default.csv --nodes bin/predict-nodes-small.csv \
+		--seed $(PREDICT_SEED) --jobs $(PREDICT_SMALL_JOBS) -o bin/predict-jobs-small.csv
+	./bin/gpud-sim sim jobs --nodes bin/predict-nodes-small.csv --jobs bin/predict-jobs-small.csv -q \
+		--policies gpud --estimates none,user,learned,user+learned,oracle
+	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \
+		--policies gpud --gpu-failures $(PREDICT_FAILURES)
+	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \
+		--policies gpud --gpu-failures $(PREDICT_FAILURES_HIGH) --failure-bursts 0.1
 
 # sched-bench runs gpud scheduler and kube-scheduler in turn on one real API
 # server (test/schedbench; binaries from make k8s-bins), with the same nodes,

@@ -7,17 +7,21 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/jobsim"
+	"github.com/gpud/gpud/pkg/predict"
 	"github.com/gpud/gpud/pkg/trace"
 )
 
 const simJobsUsage = `usage:
   gpud sim jobs     --nodes FILE --jobs FILE [--queues FILE] [--policies gpud,fifo,no-backfill] [--checkpoint-s 1800]
+                    [--estimates user|none,learned,oracle,...] [--learn-quantile 0.8] [--learn-half-life 100] [--learn-min-jobs 3] [--learn-max-keys 2048]
+                    [--gpu-failures RATE] [--failure-bursts 0] [--failure-seed 1] [--healing heal,manual] [--detect-s 60] [--manual-s 14400] [--repair-s 86400]
   gpud sim jobs-gen --pods FILE --nodes FILE [--seed 42] [--jobs 20000] [--load 0.9] [--gang-fraction 0.05] [-o jobs.csv]
 
 The job-trace format is documented in docs/job-trace.md.`
@@ -36,6 +40,18 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	perZone := fs.Int("racks-per-zone", 8, "racks per zone when the node file has no zone column")
 	queuesPath := fs.String("queues", "", "queue tree and reservations, YAML (docs/job-trace.md); default: the trace's queues with prod 40%, research 30%, dev 20%, batch 10% guaranteed")
 	quiet := fs.Bool("q", false, "no progress on stderr")
+	estimates := fs.String("estimates", jobsim.EstimateUser, "runtime estimates to compare, each a column: "+strings.Join(jobsim.EstimateNames, ", "))
+	lq := fs.Float64("learn-quantile", jobsim.DefaultQuantile, "quantile of the learned runtime distribution used as a job's estimate")
+	lhalf := fs.Float64("learn-half-life", predict.DefaultHalfLife, "jobs of a key after which a learned runtime counts half")
+	lmin := fs.Float64("learn-min-jobs", predict.DefaultMinWeight, "recent jobs a key needs before it predicts (coarser keys answer until then)")
+	lkeys := fs.Int("learn-max-keys", predict.DefaultMaxKeys, "keys the predictor keeps (least recently used evicted)")
+	rate := fs.Float64("gpu-failures", 0, "GPU failures per GPU-day to inject (0: none), e.g. 0.001")
+	bursts := fs.Float64("failure-bursts", 0, "fraction of failure events that fail every GPU of the node")
+	fseed := fs.Uint64("failure-seed", 1, "seed of the failure process")
+	healing := fs.String("healing", jobsim.HealingOn+","+jobsim.HealingManual, "with --gpu-failures, modes to compare: heal (restart after --detect-s), manual (hang until --manual-s)")
+	detect := fs.Int64("detect-s", jobsim.DefaultDetectSeconds, "heal: seconds from a GPU failure to the restart of the jobs on it")
+	manual := fs.Int64("manual-s", jobsim.DefaultManualSeconds, "manual: seconds a job on a failed GPU hangs, holding its GPUs, before a person restarts it")
+	repair := fs.Int64("repair-s", jobsim.DefaultRepairSeconds, "seconds a failed GPU stays out")
 	if err := parseOnlyFlags(fs, args); err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
@@ -52,7 +68,34 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
+	ests, err := parsePolicies("--estimates", *estimates, func(n string) (string, error) {
+		if !slices.Contains(jobsim.EstimateNames, n) {
+			return "", fmt.Errorf("estimates %q: want one of %s", n, strings.Join(jobsim.EstimateNames, ", "))
+		}
+		return n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
+	}
+	heals, err := parsePolicies("--healing", *healing, func(n string) (string, error) {
+		if n != jobsim.HealingOn && n != jobsim.HealingManual {
+			return "", fmt.Errorf("healing %q: want heal or manual", n)
+		}
+		return n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
+	}
 	if err := errors.Join(
+		fractionFlag("--learn-quantile", *lq, 0.999),
+		fractionFlag("--learn-half-life", *lhalf, predict.MaxHalfLife),
+		fractionFlag("--learn-min-jobs", *lmin, 2*(*lhalf)),
+		positiveFlag("--learn-max-keys", int64(*lkeys), predict.MaxMaxKeys),
+		rangeFlag("--gpu-failures", *rate, jobsim.MaxFailureRate),
+		rangeFlag("--failure-bursts", *bursts, 1),
+		positiveFlag("--detect-s", *detect, jobsim.MaxDelaySeconds),
+		positiveFlag("--manual-s", *manual, jobsim.MaxDelaySeconds),
+		positiveFlag("--repair-s", *repair, jobsim.MaxDelaySeconds),
 		positiveFlag("--checkpoint-s", *ckpt, jobsim.MaxCheckpointSeconds),
 		positiveFlag("--buckets", int64(*buckets), jobsim.MaxBuckets),
 		positiveFlag("--nodes-per-rack", int64(*perRack), trace.MaxRows),
@@ -68,7 +111,11 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *quiet {
 		progress = nil
 	}
-	reports, err := in.replay(ctx, names, jobsim.ReplayOptions{CheckpointSeconds: *ckpt, Buckets: *buckets}, progress)
+	base := jobsim.ReplayOptions{CheckpointSeconds: *ckpt, Buckets: *buckets,
+		Learn: jobsim.LearnOptions{Quantile: *lq, Predictor: predict.Options{HalfLife: *lhalf, MinWeight: *lmin, MaxKeys: *lkeys}},
+		Failures: jobsim.FailureOptions{RatePerGPUDay: *rate, BurstFraction: *bursts, Seed: *fseed,
+			DetectSeconds: *detect, ManualSeconds: *manual, RepairSeconds: *repair}}
+	reports, err := in.replay(ctx, jobsim.Variants(base, names, ests, heals), progress)
 	if err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
@@ -115,13 +162,13 @@ func loadSimJobs(nodesPath, jobsPath, queuesPath string, no jobsim.NodeOptions) 
 	return in, nil
 }
 
-// replay runs the input once per policy with base's checkpoint interval
-// and buckets, writing progress lines to progress unless it is nil.
-func (in *simJobsInput) replay(ctx context.Context, policies []string, base jobsim.ReplayOptions, progress io.Writer) ([]*jobsim.Report, error) {
+// replay runs the input once per variant (see [jobsim.Variants]), writing
+// progress lines to progress unless it is nil.
+func (in *simJobsInput) replay(ctx context.Context, variants []jobsim.ReplayOptions, progress io.Writer) ([]*jobsim.Report, error) {
 	var reports []*jobsim.Report
-	for _, name := range policies {
-		o := base
-		o.Policy, o.Options, o.Queues, o.Reservations = name, jobsim.Policies[name], in.queues, in.reservations
+	for _, o := range variants {
+		name := o.Policy
+		o.Queues, o.Reservations = in.queues, in.reservations
 		start := time.Now()
 		if progress != nil {
 			fmt.Fprintf(progress, "sim jobs: %s: replaying %d jobs on %d nodes\n", name, len(in.trace), len(in.nodes))
@@ -218,6 +265,14 @@ func newSimFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 func positiveFlag(name string, v, hi int64) error {
 	if v < 1 || v > hi {
 		return fmt.Errorf("%s %d: want 1..%d", name, v, hi)
+	}
+	return nil
+}
+
+// rangeFlag checks 0 <= v <= hi (NaN and infinities fail).
+func rangeFlag(name string, v, hi float64) error {
+	if !(v >= 0 && v <= hi) {
+		return fmt.Errorf("%s %v: want a number in [0, %v]", name, v, hi)
 	}
 	return nil
 }

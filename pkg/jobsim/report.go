@@ -10,22 +10,26 @@ import (
 
 // Report is what one replay measured. Times are seconds.
 type Report struct {
-	Policy                 string
-	Jobs, Completed        int
-	Unfinished             int
-	AvgJCT, P95JCT         float64
-	AvgWait, P95Wait       float64
-	GangJobs               int
-	AvgGangWait, P95Gang   float64
-	Utilization            float64   // time-average allocated GPUs / capacity
-	Timeline               []float64 // utilization per equal time bucket
-	Makespan               int64
-	Preemptions            int
-	LostGPUHours           float64
-	Backfilled             int
-	Queues                 []QueueShare
-	PendingReasons         map[string]int
-	PendingExamples        []string
+	Policy               string
+	Jobs, Completed      int
+	Unfinished           int
+	AvgJCT, P95JCT       float64
+	AvgWait, P95Wait     float64
+	GangJobs             int
+	AvgGangWait, P95Gang float64
+	Utilization          float64   // time-average allocated GPUs / capacity
+	Timeline             []float64 // utilization per equal time bucket
+	Makespan             int64
+	Preemptions          int
+	LostGPUHours         float64
+	Backfilled           int
+	Queues               []QueueShare
+	PendingReasons       map[string]int
+	PendingExamples      []string
+	// Estimates describes the runtime estimates jobs were submitted with.
+	Estimates EstimateStats
+	// Failures is what injected GPU failures cost; nil without failures.
+	Failures               *FailureStats
 	capGPUs, gpuSecondsUse float64
 }
 
@@ -182,27 +186,23 @@ func WriteReports(w io.Writer, rs []*Report) error {
 		fmt.Fprintf(&b, " %14s", r.Policy)
 	}
 	b.WriteString("\n")
-	type metric struct {
-		name string
-		get  func(r *Report) float64
-		f    string
-	}
 	metrics := []metric{
-		{"jobs completed", func(r *Report) float64 { return float64(r.Completed) }, "%14.0f"},
-		{"jobs never started/finished", func(r *Report) float64 { return float64(r.Unfinished) }, "%14.0f"},
-		{"avg JCT (h)", func(r *Report) float64 { return r.AvgJCT / 3600 }, "%14.3f"},
-		{"p95 JCT (h)", func(r *Report) float64 { return r.P95JCT / 3600 }, "%14.3f"},
-		{"avg queueing delay (h)", func(r *Report) float64 { return r.AvgWait / 3600 }, "%14.3f"},
-		{"p95 queueing delay (h)", func(r *Report) float64 { return r.P95Wait / 3600 }, "%14.3f"},
-		{"gang jobs", func(r *Report) float64 { return float64(r.GangJobs) }, "%14.0f"},
-		{"avg gang wait (h)", func(r *Report) float64 { return r.AvgGangWait / 3600 }, "%14.3f"},
-		{"p95 gang wait (h)", func(r *Report) float64 { return r.P95Gang / 3600 }, "%14.3f"},
-		{"GPU utilization (time avg)", func(r *Report) float64 { return r.Utilization }, "%14.3f"},
-		{"makespan (h)", func(r *Report) float64 { return float64(r.Makespan) / 3600 }, "%14.1f"},
-		{"preemptions", func(r *Report) float64 { return float64(r.Preemptions) }, "%14.0f"},
-		{"GPU-hours lost to preemption", func(r *Report) float64 { return r.LostGPUHours }, "%14.1f"},
-		{"backfilled starts", func(r *Report) float64 { return float64(r.Backfilled) }, "%14.0f"},
+		{"jobs completed", func(r *Report) float64 { return float64(r.Completed) }, "%14.0f", false},
+		{"jobs never started/finished", func(r *Report) float64 { return float64(r.Unfinished) }, "%14.0f", false},
+		{"avg JCT (h)", func(r *Report) float64 { return r.AvgJCT / 3600 }, "%14.3f", false},
+		{"p95 JCT (h)", func(r *Report) float64 { return r.P95JCT / 3600 }, "%14.3f", false},
+		{"avg queueing delay (h)", func(r *Report) float64 { return r.AvgWait / 3600 }, "%14.3f", false},
+		{"p95 queueing delay (h)", func(r *Report) float64 { return r.P95Wait / 3600 }, "%14.3f", false},
+		{"gang jobs", func(r *Report) float64 { return float64(r.GangJobs) }, "%14.0f", false},
+		{"avg gang wait (h)", func(r *Report) float64 { return r.AvgGangWait / 3600 }, "%14.3f", false},
+		{"p95 gang wait (h)", func(r *Report) float64 { return r.P95Gang / 3600 }, "%14.3f", false},
+		{"GPU utilization (time avg)", func(r *Report) float64 { return r.Utilization }, "%14.3f", false},
+		{"makespan (h)", func(r *Report) float64 { return float64(r.Makespan) / 3600 }, "%14.1f", false},
+		{"preemptions", func(r *Report) float64 { return float64(r.Preemptions) }, "%14.0f", false},
+		{"GPU-hours lost to preemption", func(r *Report) float64 { return r.LostGPUHours }, "%14.1f", false},
+		{"backfilled starts", func(r *Report) float64 { return float64(r.Backfilled) }, "%14.0f", false},
 	}
+	metrics = append(metrics, extraMetrics(rs)...)
 	for _, m := range metrics {
 		fmt.Fprintf(&b, "%-28s", m.name)
 		for _, r := range rs {
@@ -238,7 +238,7 @@ func WriteReports(w io.Writer, rs []*Report) error {
 		}
 		b.WriteString("\n")
 		for _, m := range metrics {
-			if m.name == "gang jobs" || m.name == "jobs completed" || m.name == "backfilled starts" {
+			if m.name == "gang jobs" || m.name == "jobs completed" || m.name == "backfilled starts" || m.noRatio {
 				continue
 			}
 			fmt.Fprintf(&b, "%-28s", m.name)
@@ -280,4 +280,49 @@ func ratio(a, b float64) string {
 		return fmt.Sprintf("%.4g vs 0", a)
 	}
 	return fmt.Sprintf("%.3f", a/b)
+}
+
+type metric struct {
+	name    string
+	get     func(r *Report) float64
+	f       string
+	noRatio bool
+}
+
+// extraMetrics are the estimate rows (when any report's estimates are not
+// the trace's own) and failure rows (when any report injected failures).
+func extraMetrics(rs []*Report) []metric {
+	var est, fail bool
+	for _, r := range rs {
+		est = est || r.Estimates.Source != EstimateUser
+		fail = fail || r.Failures != nil
+	}
+	var out []metric
+	if est {
+		out = append(out,
+			metric{"jobs with an estimate", func(r *Report) float64 { return r.Estimates.Coverage }, "%14.3f", true},
+			metric{"median |est-run|/run", func(r *Report) float64 { return r.Estimates.MedianError }, "%14.3f", true},
+			metric{"p90 |est-run|/run", func(r *Report) float64 { return r.Estimates.P90Error }, "%14.3f", true},
+			metric{"estimates below runtime", func(r *Report) float64 { return r.Estimates.Under }, "%14.3f", true})
+	}
+	if fail {
+		f := func(get func(*FailureStats) float64) func(*Report) float64 {
+			return func(r *Report) float64 {
+				if r.Failures == nil {
+					return 0
+				}
+				return get(r.Failures)
+			}
+		}
+		out = append(out,
+			metric{"GPU failure events", f(func(s *FailureStats) float64 { return float64(s.Events) }), "%14.0f", true},
+			metric{"GPUs failed", f(func(s *FailureStats) float64 { return float64(s.GPUsFailed) }), "%14.0f", true},
+			metric{"jobs hit by a failure", f(func(s *FailureStats) float64 { return float64(s.JobsHit) }), "%14.0f", true},
+			metric{"GPU-h lost to failures", f(func(s *FailureStats) float64 { return s.LostGPUHours }), "%14.1f", false},
+			metric{"  of which hung (h)", f(func(s *FailureStats) float64 { return s.HangGPUHours }), "%14.1f", false},
+			// A longer run sees more failures: compare per event too.
+			metric{"  per failure event (h)", f(func(s *FailureStats) float64 { return s.LostGPUHours / float64(max(s.Events, 1)) }), "%14.2f", false},
+			metric{"GPU-h out for repair", f(func(s *FailureStats) float64 { return s.RepairGPUHours }), "%14.1f", true})
+	}
+	return out
 }

@@ -75,13 +75,17 @@ func newCluster(nodes []allocator.Node) (*cluster, error) {
 			}
 			s := gpuSpec{model: id, memMiB: gpu.MemoryMiB, mig: gpu.Labels[LabelMIG] == "true", healthy: !gpu.Unhealthy}
 			inf.gpus[g] = s
+			if !s.mig {
+				// Free even if unhealthy, so [Scheduler.SetGPUHealth] can
+				// bring it back; the counters skip unhealthy GPUs.
+				fr.gpus[g] = gpuFree{milli: allocator.MilliPerGPU, mem: s.memMiB}
+			}
 			if !s.healthy {
 				continue
 			}
 			if s.mig {
 				c.capacity.MIGSlices += MIGSlicesPerGPU
 			} else {
-				fr.gpus[g] = gpuFree{milli: allocator.MilliPerGPU, mem: s.memMiB}
 				fr.wholeFree++
 				fr.milliFree += allocator.MilliPerGPU
 				c.capacity.GPUMilli += allocator.MilliPerGPU
@@ -215,4 +219,26 @@ func (c *cluster) clone() *cluster {
 		out.free[i].gpus = gpus[start:len(gpus):len(gpus)]
 	}
 	return &out
+}
+
+// setHealth marks GPU g of node i healthy or not, keeping the free
+// counters (which count healthy GPUs only) in step.
+func (c *cluster) setHealth(i, g int, healthy bool) {
+	sp := &c.info[i].gpus[g]
+	if sp.healthy == healthy {
+		return
+	}
+	sp.healthy = healthy
+	if sp.mig {
+		return
+	}
+	f := &c.free[i]
+	sign := int64(1)
+	if !healthy {
+		sign = -1
+	}
+	f.milliFree += sign * f.gpus[g].milli
+	if f.gpus[g].milli == allocator.MilliPerGPU {
+		f.wholeFree += int(sign)
+	}
 }

@@ -151,12 +151,15 @@ func (c *cluster) bind(p *PodPlacement, d *demand) {
 			gf.migCompute += d.mig.Compute
 			continue
 		}
-		if gf.milli == allocator.MilliPerGPU {
+		healthy := inf.gpus[g].healthy // the counters count healthy GPUs only
+		if gf.milli == allocator.MilliPerGPU && healthy {
 			f.wholeFree--
 		}
 		gf.milli -= p.MilliPerGPU
 		gf.mem -= takenMem(p, d, inf.gpus[g].memMiB)
-		f.milliFree -= p.MilliPerGPU
+		if healthy {
+			f.milliFree -= p.MilliPerGPU
+		}
 	}
 }
 
@@ -174,9 +177,11 @@ func (c *cluster) unbind(p *PodPlacement, d *demand) {
 		}
 		gf.milli += p.MilliPerGPU
 		gf.mem += takenMem(p, d, inf.gpus[g].memMiB)
-		f.milliFree += p.MilliPerGPU
-		if gf.milli == allocator.MilliPerGPU {
-			f.wholeFree++
+		if inf.gpus[g].healthy { // a job leaving a failed GPU frees nothing usable
+			f.milliFree += p.MilliPerGPU
+			if gf.milli == allocator.MilliPerGPU {
+				f.wholeFree++
+			}
 		}
 	}
 }

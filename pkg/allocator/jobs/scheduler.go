@@ -145,6 +145,41 @@ func (s *Scheduler) Finish(id string) error {
 	return nil
 }
 
+// SetGPUHealth marks GPU gpu (a device index) of node healthy or not: an
+// unhealthy GPU takes no new pods and is left out of preemption searches; it
+// keeps what runs on it, so the caller decides what happens to those jobs
+// (they are returned, in start order) and finishes them when it does. The
+// cluster's [Scheduler.Capacity], queue shares and the never-fits check stay
+// those of [New] (a failure is taken to be transient), except that a GPU
+// unhealthy at New and marked healthy here counts from then on.
+func (s *Scheduler) SetGPUHealth(node string, gpu int, healthy bool) ([]string, error) {
+	i, ok := s.c.byName[node]
+	if !ok || gpu < 0 || gpu >= len(s.c.info[i].gpus) {
+		return nil, fmt.Errorf("%w: GPU %d of node %q: no such GPU", ErrInvalid, gpu, node)
+	}
+	s.c.setHealth(i, gpu, healthy)
+	if healthy && !s.empty.info[i].gpus[gpu].healthy {
+		// Unhealthy since New: the empty cluster grows, and pending jobs
+		// that never fitted may fit now.
+		s.empty.setHealth(i, gpu, true)
+		for _, j := range s.pending {
+			if !j.fits {
+				s.checkNever(j)
+			}
+		}
+	}
+	var on []string
+	for _, j := range s.running {
+		for _, p := range j.pods {
+			if p.Node == i && slices.Contains(p.GPUs, gpu) {
+				on = append(on, j.job.ID)
+				break
+			}
+		}
+	}
+	return on, nil
+}
+
 // Running lists the running jobs' IDs in start order.
 func (s *Scheduler) Running() []string {
 	out := make([]string, len(s.running))

@@ -24,7 +24,7 @@ const (
 )
 
 // maxQuote bounds how much of a bad value an error repeats.
-const maxQuote = 64
+const maxQuote = 32
 
 // ParseAction parses an [Annotation] value; "" (absent) is def. Case and
 // surrounding spaces are ignored. A bad value is an error that names the

@@ -78,8 +78,9 @@ func TestPlan(t *testing.T) {
 			want: []string{"default/a"}, wantAction: []Action{Delete}},
 		{name: "bad annotation: reported, default applies", pods: []Pod{annotated(pod("a", "n1", badUUID), "kep")},
 			want: []string{"default/a"}, wantAction: []Action{Evict}, wantInvalid: `annotation gpud.io/on-gpu-failure "kep" is not one of evict, delete, keep`},
+		// plain started a minute ago (loses least) and still goes last.
 		{name: "checkpointable first, least work lost first",
-			pods: []Pod{pod("plain", "n1", badUUID), ckpt(pod("old-ckpt", "n1", badUUID), 50*time.Minute),
+			pods: []Pod{func() Pod { p := pod("plain", "n1", badUUID); p.Started = t0.Add(-time.Minute); return p }(), ckpt(pod("old-ckpt", "n1", badUUID), 50*time.Minute),
 				ckpt(pod("new-ckpt", "n1", badUUID), 5*time.Minute), ckpt(pod("no-ckpt-time", "n1", badUUID), 0)},
 			want: []string{"default/new-ckpt", "default/old-ckpt", "default/no-ckpt-time", "default/plain"}},
 		{name: "terminating pods are left to go", pods: []Pod{func() Pod { p := pod("a", "n1", badUUID); p.Terminating = true; return p }()}},

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,9 +13,15 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/nodetaint"
+	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/k8senv"
 )
 
@@ -187,5 +194,113 @@ func TestSchedulerHealsGangOnFailedGPU(t *testing.T) {
 	}
 	if m := scrape(t, sched.addr); !strings.Contains(m, `gpud_heal_evictions_total{action="evict",reason="device"} 1`) {
 		t.Errorf("evictions after the new gang bound:\n%s", grepLines(m, "gpud_heal_"))
+	}
+}
+
+// TestNodeTaintUnderDRARBAC: the agent's node taint (pkg/nodetaint) under
+// deploy/dra/rbac.yaml's identity and admission policy. A GPU that fails,
+// recovers and fails again taints the agent's own Node
+// gpu.gpud.io/unhealthy-node=gpu-failed-again:NoSchedule with the reason
+// annotated, another taint on the Node is kept, and the taint goes after
+// the GPUs stay healthy for the clear period. The agent may not make it
+// NoExecute, nor touch another taint.
+func TestNodeTaintUnderDRARBAC(t *testing.T) {
+	env := k8senv.Start(t, k8senv.WithoutScheduler())
+	env.CreateNode(t, "gpu-a", nil)
+	ctx := t.Context()
+	maint := corev1.Taint{Key: "example.com/maintenance", Value: "planned", Effect: corev1.TaintEffectPreferNoSchedule}
+	node, err := env.Client.CoreV1().Nodes().Get(ctx, "gpu-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = append(node.Spec.Taints, maint)
+	if _, err := env.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(draAgentConfig(t, env, "gpu-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := simnode.NewBuiltin("dgx-a100")
+	t.Cleanup(n.Close)
+	store := discovery.NewStore(discovery.New(n, "dgx-a100", nil), nil)
+	inv, err := store.Rediscover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: "gpu-a", Inventory: store, Now: func() time.Time { return now },
+		Tracker: nodetaint.Config{MaxGPUs: 3, ClearAfter: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() *corev1.Node {
+		t.Helper()
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, "gpu-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ours := func(n *corev1.Node) *corev1.Taint {
+		for i := range n.Spec.Taints {
+			if n.Spec.Taints[i].Key == nodetaint.TaintKey {
+				return &n.Spec.Taints[i]
+			}
+		}
+		return nil
+	}
+	bad := inv.GPUs[3].UUID
+	step := func(after time.Duration, h gpu.Health) {
+		t.Helper()
+		now = now.Add(after)
+		store.SetHealth(bad, h, "Xid 48")
+		if _, err := s.Sync(ctx); err != nil {
+			t.Fatalf("sync as the agent: %v", err)
+		}
+	}
+	step(0, gpu.Unhealthy)
+	step(5*time.Minute, gpu.Healthy)
+	if tn := ours(read()); tn != nil {
+		t.Fatalf("node tainted %v after one failure", tn)
+	}
+	step(10*time.Minute, gpu.Unhealthy)
+	nd := read()
+	tn := ours(nd)
+	if tn == nil || tn.Value != nodetaint.ValueRepeated || tn.Effect != corev1.TaintEffectNoSchedule {
+		t.Fatalf("taints %+v after the GPU failed again, want %s=%s:NoSchedule", nd.Spec.Taints, nodetaint.TaintKey, nodetaint.ValueRepeated)
+	}
+	if !slices.Contains(nd.Spec.Taints, maint) {
+		t.Errorf("taints %+v: the maintenance taint is gone", nd.Spec.Taints)
+	}
+	if r := nd.Annotations[nodetaint.ReasonAnnotation]; !strings.Contains(r, bad+" failed again after recovering (Xid 48)") {
+		t.Errorf("reason annotation %q", r)
+	}
+	t.Logf("node tainted: %s=%s:%s, %s", tn.Key, tn.Value, tn.Effect, nd.Annotations[nodetaint.ReasonAnnotation])
+
+	// The policy lets the agent change this taint only, and only as
+	// NoSchedule.
+	for _, patch := range []string{
+		fmt.Sprintf(`[{"op":"add","path":"/spec/taints/-","value":{"key":%q,"effect":"NoExecute"}}]`, nodetaint.TaintKey),
+		`[{"op":"remove","path":"/spec/taints/0"}]`,
+	} {
+		_, err := client.CoreV1().Nodes().Patch(ctx, "gpu-a", types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		if err == nil || !strings.Contains(err.Error(), "only its Node's labels and annotations") {
+			t.Errorf("patch %s as the agent: err %v, want a denial", patch, err)
+		}
+	}
+
+	step(time.Second, gpu.Healthy)
+	step(30*time.Second, gpu.Healthy)
+	if ours(read()) == nil {
+		t.Fatal("taint removed before the GPUs stayed healthy for the clear period")
+	}
+	step(31*time.Second, gpu.Healthy)
+	nd = read()
+	if tn := ours(nd); tn != nil {
+		t.Fatalf("taint %+v after a minute healthy, want it removed", tn)
+	}
+	if _, ok := nd.Annotations[nodetaint.ReasonAnnotation]; ok || !slices.Contains(nd.Spec.Taints, maint) {
+		t.Errorf("after clearing: taints %+v annotations %v, want the maintenance taint alone and no reason", nd.Spec.Taints, nd.Annotations)
 	}
 }

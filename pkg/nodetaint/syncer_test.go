@@ -14,7 +14,7 @@ import (
 // fakeInventory is an InventorySource the test sets.
 type fakeInventory struct{ inv gpu.Inventory }
 
-func (f *fakeInventory) Inventory() (gpu.Inventory, bool) { return f.inv, true }
+func (f *fakeInventory) Inventory() (gpu.Inventory, bool)  { return f.inv, true }
 func (f *fakeInventory) InventoryChanged() <-chan struct{} { return make(chan struct{}) }
 
 func (f *fakeInventory) set(bad ...int) {

@@ -93,7 +93,15 @@ func (s *Scheduler) heal(ctx context.Context, sn *snapshot, slices []*resourceap
 	if hs == nil {
 		return
 	}
-	in := healInput(sn.Bound, slices, sn.Telemetry, now)
+	in, failed := healInput(sn.Bound, slices, sn.Telemetry, now)
+	if !failed && !hs.h.Pending() {
+		// Nothing failed and nothing left to finish: the common cycle.
+		if len(hs.told) > 0 {
+			hs.told = map[types.UID]string{}
+		}
+		hs.m.left.Reset()
+		return
+	}
 	p := hs.h.Plan(in)
 	byUID := make(map[string]*corev1.Pod, len(sn.Bound))
 	for _, b := range sn.Bound {
@@ -190,8 +198,9 @@ type healDevice struct {
 }
 
 // healInput turns the bound pods, gpud's slices (DeviceTaintRules
-// applied) and the telemetry into the healer's input.
-func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[string]*plan.NodeTelemetry, now time.Time) heal.Input {
+// applied) and the telemetry into the healer's input; failed reports
+// whether any device failed (without one, the pods are left out).
+func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[string]*plan.NodeTelemetry, now time.Time) (in heal.Input, failed bool) {
 	type devKey struct{ pool, name string }
 	devs := map[devKey]healDevice{}
 	for _, sl := range slices {
@@ -209,18 +218,23 @@ func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[s
 			for _, t := range d.Taints {
 				if t.Effect == resourceapi.DeviceTaintEffectNoExecute {
 					hd.taints = append(hd.taints, t)
+					failed = true
 				}
 			}
 			devs[devKey{sl.Spec.Pool.Name, d.Name}] = hd
 		}
 	}
-	in := heal.Input{Now: now, Unhealthy: map[heal.DeviceKey]string{}}
+	in = heal.Input{Now: now, Unhealthy: map[heal.DeviceKey]string{}}
 	for node, nt := range tel {
 		for uuid, d := range nt.Devices {
 			if d.Unhealthy {
 				in.Unhealthy[heal.DeviceKey{Node: node, UUID: uuid}] = d.HealthReason
+				failed = true
 			}
 		}
+	}
+	if !failed {
+		return in, false
 	}
 	for _, b := range bound {
 		pod := b.Pod
@@ -263,7 +277,7 @@ func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[s
 		}
 		in.Pods = append(in.Pods, hp)
 	}
-	return in
+	return in, true
 }
 
 func tolerated(tols []resourceapi.DeviceToleration, t resourceapi.DeviceTaint) bool {

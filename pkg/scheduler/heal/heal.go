@@ -475,5 +475,9 @@ func (h *Healer) trim() {
 	}
 }
 
+// Pending reports whether pods planned for removal may still be there:
+// a plan must run even when no device has failed.
+func (h *Healer) Pending() bool { return len(h.chosen) > 0 }
+
 // Owners is how many owners' backoff the healer remembers.
 func (h *Healer) Owners() int { return len(h.owners) }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -302,5 +303,43 @@ func TestNodeTaintUnderDRARBAC(t *testing.T) {
 	}
 	if _, ok := nd.Annotations[nodetaint.ReasonAnnotation]; ok || !slices.Contains(nd.Spec.Taints, maint) {
 		t.Errorf("after clearing: taints %+v annotations %v, want the maintenance taint alone and no reason", nd.Spec.Taints, nd.Annotations)
+	}
+}
+
+// TestHelmSchedulerHeal: the chart's scheduler.heal values turn healing
+// off or choose the delete action; the defaults add no flag (the
+// deploy/scheduler manifests' flags); a bad action is refused.
+func TestHelmSchedulerHeal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		heal map[string]any
+		want []string
+		not  []string
+	}{
+		{name: "default", not: []string{"--heal=false", "--heal-action=delete"}},
+		{name: "off", heal: map[string]any{"enabled": false}, want: []string{"--heal=false"}},
+		{name: "delete", heal: map[string]any{"action": "delete"}, want: []string{"--heal-action=delete"}, not: []string{"--heal=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sched := map[string]any{"enabled": true}
+			if tc.heal != nil {
+				sched["heal"] = tc.heal
+			}
+			objs := helmMustRender(t, map[string]any{"mode": "dra", "scheduler": sched}, false)
+			args := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args
+			for _, w := range tc.want {
+				if !slices.Contains(args, w) {
+					t.Errorf("args %v lack %s", args, w)
+				}
+			}
+			for _, n := range tc.not {
+				if slices.Contains(args, n) {
+					t.Errorf("args %v have %s", args, n)
+				}
+			}
+		})
+	}
+	if _, err := helmTemplate(t, map[string]any{"mode": "dra", "scheduler": map[string]any{"enabled": true, "heal": map[string]any{"action": "keep"}}}, false); err == nil {
+		t.Error("chart accepted scheduler.heal.action keep")
 	}
 }

@@ -293,25 +293,16 @@ func (h *Healer) Plan(in Input) Plan {
 		} else if !failed && u.member == "" && wasChosen {
 			u.dev, u.reason, u.member = prev.Device, prev.Reason, cmp.Or(prev.Mate, p.Key)
 		}
+		if p.Group == "" {
+			u.pods = append(u.pods, p)
+		}
 	}
 	// Members: a gang's pods all; a lone pod or owner's pods those on
-	// failed devices (or chosen before).
+	// failed devices (or chosen before), gathered above.
 	for _, u := range order {
 		if g, ok := strings.CutPrefix(u.key, "gang/"); ok {
 			for _, p := range groups[g] {
 				if !p.Terminating {
-					u.pods = append(u.pods, p)
-				}
-			}
-		} else {
-			for i := range in.Pods {
-				p := &in.Pods[i]
-				if p.Terminating || p.Group != "" {
-					continue
-				}
-				_, _, failed := failure(p, in.Unhealthy)
-				_, was := h.chosen[p.UID]
-				if (failed || was) && unitKey(p) == u.key {
 					u.pods = append(u.pods, p)
 				}
 			}
@@ -386,14 +377,6 @@ func (h *Healer) Plan(in Input) Plan {
 	}
 	h.trim()
 	return out
-}
-
-// unitKey is the backoff key of a pod outside a gang.
-func unitKey(p *Pod) string {
-	if p.Owner != "" {
-		return "owner/" + p.Owner
-	}
-	return "pod/" + p.Key
 }
 
 // delay is the backoff after attempts healings: base doubled per

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -39,9 +40,20 @@ type healing struct {
 	h *heal.Healer
 	m *healMetrics
 	// told is what each pod was last told about being left on a failed
-	// GPU or about a bad annotation (one Event per pod and message).
-	told map[types.UID]string
+	// GPU (one Event per pod and message); warned what it was told about
+	// a bad heal.Annotation.
+	told, warned map[types.UID]string
+	// def is the action without the annotation.
+	def heal.Action
+	// removed are the pods evicted or deleted, and when: until the
+	// informer shows them terminating, a cycle does not remove them again
+	// (nor count or tell it twice) within removeAgain.
+	removed map[types.UID]time.Time
 }
+
+// removeAgain is how long after a successful removal a pod that still
+// shows no deletionTimestamp is left before it is removed again.
+const removeAgain = 30 * time.Second
 
 type healMetrics struct {
 	removals *prometheus.CounterVec
@@ -82,7 +94,8 @@ func newHealing(cfg Config, reg prometheus.Registerer) (*healing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	return &healing{h: h, m: newHealMetrics(reg), told: map[types.UID]string{}}, nil
+	return &healing{h: h, m: newHealMetrics(reg), told: map[types.UID]string{}, warned: map[types.UID]string{}, removed: map[types.UID]time.Time{},
+		def: cmp.Or(cfg.Heal.Default, heal.Evict)}, nil
 }
 
 // heal evicts or deletes the bound pods whose GPUs failed (telemetry's
@@ -93,6 +106,7 @@ func (s *Scheduler) heal(ctx context.Context, sn *snapshot, slices []*resourceap
 	if hs == nil {
 		return
 	}
+	s.warnHealAnnotations(sn.Bound)
 	in, failed := healInput(sn.Bound, slices, sn.Telemetry, now)
 	if !failed && !hs.h.Pending() {
 		// Nothing failed and nothing left to finish: the common cycle.
@@ -107,16 +121,11 @@ func (s *Scheduler) heal(ctx context.Context, sn *snapshot, slices []*resourceap
 	for _, b := range sn.Bound {
 		byUID[string(b.Pod.UID)] = b.Pod
 	}
-	told := make(map[types.UID]string, len(p.Invalid)+len(p.Left))
+	told := make(map[types.UID]string, len(p.Left))
 	tell := func(pod *corev1.Pod, typ, reason, action, msg string) {
 		told[pod.UID] = msg
 		if hs.told[pod.UID] != msg {
 			s.recorder.Eventf(pod, nil, typ, reason, action, "%s", truncate(msg, maxNoteBytes))
-		}
-	}
-	for _, bad := range p.Invalid {
-		if pod := byUID[bad.Pod.UID]; pod != nil {
-			tell(pod, corev1.EventTypeWarning, reasonInvalidAnnotation, actionHealing, bad.Message)
 		}
 	}
 	kept, backoff := 0, 0
@@ -140,17 +149,54 @@ func (s *Scheduler) heal(ctx context.Context, sn *snapshot, slices []*resourceap
 	hs.m.left.WithLabelValues("backoff").Set(float64(backoff))
 	hs.m.left.WithLabelValues("deferred").Set(float64(p.Deferred))
 	hs.m.backoffs.Add(float64(p.NewBackoffs))
+	for uid := range hs.removed {
+		if pod := byUID[string(uid)]; pod == nil || pod.DeletionTimestamp != nil {
+			delete(hs.removed, uid)
+		}
+	}
 	for _, r := range p.Removals {
 		pod := byUID[r.Pod.UID]
 		if pod == nil {
 			continue
 		}
-		s.removeFailed(ctx, pod, r, hs.m)
+		if at, ok := hs.removed[pod.UID]; ok && now.Sub(at) < removeAgain {
+			continue
+		}
+		if s.removeFailed(ctx, pod, r, hs.m) {
+			hs.removed[pod.UID] = now
+		}
 	}
 }
 
-// removeFailed evicts or deletes one pod of a healing.
-func (s *Scheduler) removeFailed(ctx context.Context, pod *corev1.Pod, r heal.Removal, m *healMetrics) {
+// warnHealAnnotations tells each bound pod whose heal.Annotation is
+// malformed, once per value, before any of its GPUs fails (the default
+// action applies to it meanwhile).
+func (s *Scheduler) warnHealAnnotations(bound []*plan.Pod) {
+	hs := s.healing
+	var warned map[types.UID]string
+	for _, b := range bound {
+		v, ok := b.Pod.Annotations[heal.Annotation]
+		if !ok {
+			continue
+		}
+		if _, err := heal.ParseAction(v, hs.def); err != nil {
+			if warned == nil {
+				warned = map[types.UID]string{}
+			}
+			msg := err.Error()
+			warned[b.Pod.UID] = msg
+			if hs.warned[b.Pod.UID] != msg {
+				s.log.Info("pod annotation ignored", "pod", b.Key(), "reason", msg)
+				s.recorder.Eventf(b.Pod, nil, corev1.EventTypeWarning, reasonInvalidAnnotation, actionHealing, "%s", truncate(msg, maxNoteBytes))
+			}
+		}
+	}
+	hs.warned = warned
+}
+
+// removeFailed evicts or deletes one pod of a healing; it reports whether
+// the API server accepted it.
+func (s *Scheduler) removeFailed(ctx context.Context, pod *corev1.Pod, r heal.Removal, m *healMetrics) bool {
 	key := pod.Namespace + "/" + pod.Name
 	reason := "device"
 	if r.Mate != "" {
@@ -172,7 +218,7 @@ func (s *Scheduler) removeFailed(ctx context.Context, pod *corev1.Pod, r heal.Re
 	if err != nil {
 		m.failures.WithLabelValues(string(r.Action)).Inc()
 		s.log.Warn("pod on a failed GPU not removed", "pod", key, "action", string(r.Action), "why", why, "err", err)
-		return
+		return false
 	}
 	m.removals.WithLabelValues(reason, string(r.Action)).Inc()
 	s.log.Info("pod on a failed GPU removed", "pod", key, "node", pod.Spec.NodeName, "gpu_uuid", r.Device.UUID,
@@ -189,6 +235,7 @@ func (s *Scheduler) removeFailed(ctx context.Context, pod *corev1.Pod, r heal.Re
 		}
 	}
 	s.recorder.Eventf(pod, nil, corev1.EventTypeWarning, reasonGPUFailed, action, "%s", truncate(note, maxNoteBytes))
+	return true
 }
 
 // healDevice is what heal needs of one device of gpud's slices.

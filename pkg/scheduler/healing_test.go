@@ -117,6 +117,10 @@ func TestHealEvictsGangOfFailedGPU(t *testing.T) {
 	if v := metricValue(t, ts.healing.m.removals.WithLabelValues("gang", "evict")); v != 1 {
 		t.Errorf("gpud_heal_evictions_total{reason=gang,action=evict} = %v, want 1", v)
 	}
+	// A cycle before the informer shows them terminating: not again.
+	if again, _, events := healOnce(t, ts, hc, map[string]string{"gpu-2": "Xid 79"}); len(again)+len(events) > 0 {
+		t.Errorf("evicted %v again, events %q, before the pods showed terminating", again, events)
+	}
 }
 
 func TestHealTaints(t *testing.T) {
@@ -186,6 +190,15 @@ func TestHealAnnotations(t *testing.T) {
 		want := `Warning InvalidAnnotation annotation gpud.io/on-gpu-failure "never" is not one of evict, delete, keep; evict applies until it is fixed`
 		if !slices.Contains(events, want) {
 			t.Errorf("events %q, want %q", events, want)
+		}
+		// Told once, and before any GPU fails.
+		if _, _, again := healOnce(t, ts, hc, nil); slices.Contains(again, want) {
+			t.Errorf("told again: %q", again)
+		}
+		hc.pods[0].Annotations[heal.Annotation] = "evcit"
+		_, _, events = healOnce(t, newTestScheduler(t, placeAll{}), hc, nil)
+		if !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, `"evcit"`) }) {
+			t.Errorf("events %q with no GPU failed, want the bad annotation told", events)
 		}
 	})
 }

@@ -201,6 +201,11 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	tasks = append(tasks, labelTasks...)
+	taintTasks, err := cfg.nodeTaint.newTasks(cfg, src, log.With("component", "node-taint"))
+	if err != nil {
+		return nil, err
+	}
+	tasks = append(tasks, taintTasks...)
 	files, err := cfg.nvml.deviceFiles(sim, src.store.Current())
 	if err != nil {
 		return nil, err

@@ -40,6 +40,7 @@ type agentConfig struct {
 	mig       migOptions
 	sharing   sharingOptions
 	labels    labelsOptions
+	nodeTaint nodeTaintOptions
 	enforce   enforceOptions
 	mps       mpsOptions
 	driver    driverEditsOptions
@@ -68,6 +69,7 @@ func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
 	c.mig.register(fs)
 	c.sharing.register(fs)
 	c.labels.register(fs)
+	c.nodeTaint.register(fs)
 	c.enforce.register(fs)
 	c.mps.register(fs)
 	c.driver.register(fs)
@@ -145,6 +147,7 @@ func (c *agentConfig) validate() []error {
 	errs = append(errs, c.mig.validate()...)
 	errs = append(errs, c.sharing.validate()...)
 	errs = append(errs, c.labels.validate(&c.dra, c.nvml.nodeName)...)
+	errs = append(errs, c.nodeTaint.validate(&c.dra)...)
 	errs = append(errs, c.enforce.validate()...)
 	errs = append(errs, c.driver.validate()...)
 	return errs

@@ -31,6 +31,7 @@ import (
 	"github.com/gpud/gpud/pkg/jobsim"
 	"github.com/gpud/gpud/pkg/scheduler"
 	"github.com/gpud/gpud/pkg/scheduler/decide"
+	"github.com/gpud/gpud/pkg/scheduler/heal"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/pgwatch"
 )
@@ -67,6 +68,10 @@ type schedulerOptions struct {
 	logLevel       string
 	logFormat      string
 	telemetry      schedulerTelemetryOptions
+	heal           bool
+	healAction     string
+	healBackoff    time.Duration
+	healBackoffMax time.Duration
 }
 
 func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
@@ -90,7 +95,16 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "API requests the scheduler may send at once above --kube-api-qps")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&o.heal, "heal", true, "self-healing: evict the running pods whose GPU failed (reported unhealthy on the telemetry stream, or under an untolerated NoExecute device taint), a gang's members all together, checkpointable pods first; pods annotated "+heal.Annotation+"=keep are left alone")
+	fs.StringVar(&o.healAction, "heal-action", string(heal.Evict), "what healing does to a pod without the "+heal.Annotation+" annotation: evict (Eviction API: PodDisruptionBudgets hold) or delete")
+	fs.DurationVar(&o.healBackoff, "heal-backoff", heal.DefaultBackoffBase, "least time between two healings of one workload (gang, controller or pod), doubled for each further healing, so that a workload failing on every GPU is not evicted in a loop")
+	fs.DurationVar(&o.healBackoffMax, "heal-backoff-max", heal.DefaultBackoffMax, "most time --heal-backoff doubles to (at most 24h); a workload quiet for twice this starts over")
 	o.telemetry.register(fs)
+}
+
+// healConfig is the healer's config from the flags.
+func (o *schedulerOptions) healConfig() heal.Config {
+	return heal.Config{Default: heal.Action(o.healAction), BackoffBase: o.healBackoff, BackoffMax: o.healBackoffMax}
 }
 
 // validate checks every flag without contacting the API server; it returns
@@ -149,6 +163,13 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 	if o.kubeconfig != "" {
 		if _, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
 			errs = append(errs, flagErr("kubeconfig", "%w", err))
+		}
+	}
+	if o.heal {
+		if err := heal.Action(o.healAction).Validate(); err != nil {
+			errs = append(errs, flagErr("heal-action", "%w", err))
+		} else if err := o.healConfig().Validate(); err != nil {
+			errs = append(errs, flagErr("heal-backoff", "%s, --heal-backoff-max %s: %w", o.healBackoff, o.healBackoffMax, err))
 		}
 	}
 	errs = append(errs, o.telemetry.validate()...)
@@ -227,7 +248,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		Client: client, InformerClient: informerClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
 		Decider: decide.New(o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel})),
 		Groups:  groups.Groups, GroupsSynced: groups.Synced,
-		Log: log, Resync: o.resync,
+		Log: log, Resync: o.resync, HealOff: !o.heal, Heal: o.healConfig(),
 	}
 	if o.leaderElect {
 		host, err := os.Hostname()

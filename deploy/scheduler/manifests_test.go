@@ -91,7 +91,7 @@ func TestSchedulerRBAC(t *testing.T) {
 	}
 	read := []string{"get", "list", "watch"}
 	want := map[string][]string{
-		"/nodes": read, "/pods": read, "/pods/binding": {"create"}, "/pods/eviction": {"create"}, "/pods/status": {"patch"},
+		"/nodes": read, "/pods": append(read, "delete"), "/pods/binding": {"create"}, "/pods/eviction": {"create"}, "/pods/status": {"patch"},
 		"resource.k8s.io/resourceslices": read, "resource.k8s.io/resourceclaims": append(read, "update", "create", "delete"), "resource.k8s.io/deviceclasses": read, "resource.k8s.io/devicetaintrules": read,
 		"resource.k8s.io/resourceclaims/status": {"update"}, "resource.k8s.io/resourceclaims/binding": {"update"},
 		"policy/poddisruptionbudgets":   read,

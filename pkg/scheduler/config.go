@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/scheduler/heal"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
@@ -97,6 +98,13 @@ type Config struct {
 	// newest message may be before its telemetry is left out; default
 	// [DefaultTelemetryStaleIntervals], 1 to 100.
 	TelemetryStaleIntervals int
+	// HealOff turns self-healing off: pods whose GPUs failed are then
+	// left running. On (the default), each cycle evicts (or deletes)
+	// the bound pods holding a device the telemetry reports unhealthy or
+	// an untolerated NoExecute taint covers, gangs whole, as Heal tunes
+	// it (pkg/scheduler/heal).
+	HealOff bool
+	Heal    heal.Config
 }
 
 // LeaderElection configures the Lease. Zero durations take the client-go
@@ -194,6 +202,11 @@ func (c Config) Validate() error {
 	}
 	if c.TelemetryStaleIntervals < 1 || c.TelemetryStaleIntervals > 100 {
 		bad("telemetry stale intervals %d: want 1 to 100", c.TelemetryStaleIntervals)
+	}
+	if !c.HealOff {
+		if err := c.Heal.Validate(); err != nil {
+			bad("%v", err)
+		}
 	}
 	if le := c.LeaderElection; le != nil {
 		if msgs := validation.IsDNS1123Label(le.Namespace); len(msgs) > 0 {

@@ -79,6 +79,8 @@ type Scheduler struct {
 
 	assumed *assumeCache
 	snap    *snapshotter
+	// healing evicts pods whose GPUs failed (nil: off).
+	healing *healing
 	trigger chan struct{}
 	// reportMissingAt is the last cycle's snapshot.reportMissingAt (only
 	// the loop's goroutine uses it).
@@ -120,6 +122,11 @@ func New(cfg Config) (*Scheduler, error) {
 	s.snap = newSnapshotter(cfg, s.assumed)
 	s.snap.backoff = s.backoff
 	s.m.setQuotas(cfg.Queues)
+	h, err := newHealing(cfg, s.m.reg)
+	if err != nil {
+		return nil, err
+	}
+	s.healing = h
 
 	strip := informers.WithTransform(stripManagedFields)
 	s.factory = informers.NewSharedInformerFactoryWithOptions(cmp.Or(cfg.InformerClient, cfg.Client), 0, strip)
@@ -563,6 +570,7 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	s.reportMissingAt = sn.reportMissingAt
 	s.warnAnnotations(sn.badAnnotations)
 	sn.Telemetry = s.telemetry(now, in.claims)
+	s.heal(ctx, sn, in.slices, now)
 	bound := make([]*corev1.Pod, 0, len(sn.Bound))
 	for _, b := range sn.Bound {
 		bound = append(bound, b.Pod)

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpud/gpud/internal/printable"
+	"github.com/gpud/gpud/internal/taskgroup"
+	"github.com/gpud/gpud/pkg/nodetaint"
+)
+
+// nodeTaintOptions is --node-taint: taint the agent's Node when its GPUs
+// keep failing (pkg/nodetaint). It uses the DRA driver's config loader
+// (--kubeconfig, else in-cluster) and --node-name.
+type nodeTaintOptions struct {
+	on         bool
+	window     time.Duration
+	gpus       int
+	clearAfter time.Duration
+}
+
+func (o *nodeTaintOptions) register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.on, "node-taint", false, "taint this node's Node "+nodetaint.TaintKey+":NoSchedule when a GPU fails again after recovering or --node-taint-gpus GPUs fail within --node-taint-window; removed after --node-taint-clear-after healthy; uses --kubeconfig and --node-name")
+	fs.DurationVar(&o.window, "node-taint-window", nodetaint.DefaultWindow, "how far back GPU failures count for --node-taint (1m to 720h)")
+	fs.IntVar(&o.gpus, "node-taint-gpus", nodetaint.DefaultMaxGPUs, "how many distinct GPUs failing within --node-taint-window taint the node (1 to 1024)")
+	fs.DurationVar(&o.clearAfter, "node-taint-clear-after", nodetaint.DefaultClearAfter, "how long every GPU must stay healthy before --node-taint's taint is removed (1m to 168h)")
+}
+
+func (o *nodeTaintOptions) config() nodetaint.Config {
+	return nodetaint.Config{Window: o.window, MaxGPUs: o.gpus, ClearAfter: o.clearAfter}
+}
+
+func (o *nodeTaintOptions) validate(dra *draOptions) []error {
+	if !o.on {
+		return nil
+	}
+	var errs []error
+	if err := o.config().Validate(); err != nil {
+		errs = append(errs, flagErr("node-taint", "--node-taint-window %s, --node-taint-gpus %d, --node-taint-clear-after %s: %w", o.window, o.gpus, o.clearAfter, err))
+	}
+	if !dra.enabled() && dra.kubeconfig == "" && !inClusterEnv() {
+		errs = append(errs, flagErr("node-taint", "true needs API access: set --kubeconfig, or run in a pod with its service account token"))
+	}
+	return errs
+}
+
+// newTasks returns the node taint task, or none when it is off.
+func (o *nodeTaintOptions) newTasks(cfg *agentConfig, src *nodeSources, log *slog.Logger) ([]taskgroup.Task, error) {
+	if !o.on {
+		return nil, nil
+	}
+	if msgs := validation.IsDNS1123Subdomain(src.node); len(msgs) > 0 {
+		return nil, flagErr("node-name", "%s is not a Kubernetes node name: %s; set --node-name", printable.Quote(src.node), strings.Join(msgs, "; "))
+	}
+	rc, err := cfg.dra.restConfig()
+	if err != nil {
+		return nil, fmt.Errorf("node taint: %w", err)
+	}
+	rc.UserAgent = "gpud/" + version + " (node-taint)"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("node taint: api client: %w", err)
+	}
+	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: src.node, Inventory: src.store, Tracker: o.config(), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	return []taskgroup.Task{{Name: "node-taint", Run: s.Run}}, nil
+}

@@ -39,7 +39,9 @@ func (s *store) get(ns string, r Ref) (map[string]any, bool) {
 	return s.objs[r.Group()+"/"+r.Kind+"/"+ns+"/"+r.Name], true
 }
 
-func jobRef(name string) *Ref { return &Ref{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: "uid-" + name} }
+func jobRef(name string) *Ref {
+	return &Ref{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: "uid-" + name}
+}
 
 const (
 	indexedJob = `{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"train","namespace":"ml","uid":"uid-train",

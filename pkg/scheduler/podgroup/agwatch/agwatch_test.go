@@ -54,7 +54,7 @@ func TestSource(t *testing.T) {
 	}
 	disco := &discoveryfake.FakeDiscovery{Fake: &clienttesting.Fake{Resources: lists}}
 	gvrs := map[schema.GroupVersionResource]string{
-		{Group: "batch", Version: "v1", Resource: "jobs"}:                   "JobList",
+		{Group: "batch", Version: "v1", Resource: "jobs"}:                    "JobList",
 		{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}: "JobSetList",
 		{Group: "kubeflow.org", Version: "v2beta1", Resource: "mpijobs"}:     "MPIJobList",
 		{Group: "ray.io", Version: "v1", Resource: "rayclusters"}:            "RayClusterList",

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -172,28 +173,51 @@ func (s *Source) Grouper() func(pod *corev1.Pod) (string, *plan.Group) {
 	if len(s.infs) == 0 {
 		return func(*corev1.Pod) (string, *plan.Group) { return "", nil }
 	}
+	type result struct {
+		key string
+		g   *plan.Group
+	}
 	seen := map[string]*plan.Group{}
+	// Pods of one controller (a Job's) resolve alike, but for
+	// LeaderWorkerSet pods, whose group is in their labels.
+	byOwner := map[types.UID]result{}
 	return func(pod *corev1.Pod) (string, *plan.Group) {
 		if pod == nil {
 			return "", nil
 		}
 		p := autogang.Pod{Namespace: pod.Namespace, Labels: pod.Labels, Annotations: pod.Annotations}
-		if c := metav1.GetControllerOf(pod); c != nil {
+		c := metav1.GetControllerOf(pod)
+		cacheable := c != nil && c.UID != "" && pod.Labels[autogang.LWSNameLabel] == ""
+		if cacheable {
+			if r, ok := byOwner[c.UID]; ok {
+				return r.key, r.g
+			}
+		}
+		if c != nil {
 			p.Owner = &autogang.Ref{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, UID: string(c.UID)}
 		}
-		g, ok := autogang.Resolve(p, s.lookup)
-		if !ok {
-			return "", nil
+		key, pg := s.group(p, seen)
+		if cacheable {
+			byOwner[c.UID] = result{key, pg}
 		}
-		key := g.Key()
-		if pg, ok := seen[key]; ok {
-			return key, pg
-		}
-		pg := &plan.Group{Namespace: g.Namespace, Name: g.Name, MinMember: g.MinMember, Created: g.Created, Invalid: g.Invalid}
-		if g.Invalid != "" {
-			s.log.Debug("workload not grouped", "gang", key, "reason", g.Invalid)
-		}
-		seen[key] = pg
 		return key, pg
 	}
+}
+
+// group resolves one pod, sharing one *plan.Group per gang key in seen.
+func (s *Source) group(p autogang.Pod, seen map[string]*plan.Group) (string, *plan.Group) {
+	g, ok := autogang.Resolve(p, s.lookup)
+	if !ok {
+		return "", nil
+	}
+	key := g.Key()
+	if pg, ok := seen[key]; ok {
+		return key, pg
+	}
+	pg := &plan.Group{Namespace: g.Namespace, Name: g.Name, MinMember: g.MinMember, Created: g.Created, Invalid: g.Invalid}
+	if g.Invalid != "" {
+		s.log.Debug("workload not grouped", "gang", key, "reason", g.Invalid)
+	}
+	seen[key] = pg
+	return key, pg
 }

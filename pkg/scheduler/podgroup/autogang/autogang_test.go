@@ -13,7 +13,7 @@ type store struct {
 	watched map[string]bool
 }
 
-func newStore(t *testing.T, docs ...string) *store {
+func newStore(t testing.TB, docs ...string) *store {
 	t.Helper()
 	s := &store{objs: map[string]map[string]any{}, watched: map[string]bool{
 		"batch/Job": true, "jobset.x-k8s.io/JobSet": true, "leaderworkerset.x-k8s.io/LeaderWorkerSet": true,

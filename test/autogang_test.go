@@ -120,6 +120,36 @@ func TestAutoGangsEndToEnd(t *testing.T) {
 		})
 	})
 
+	t.Run("elastic Job", func(t *testing.T) {
+		// gpud.io/gang-min-member 3 of 5: nothing binds with room for 2,
+		// three or more with room for 4, all once room frees.
+		job := createAGJob(t, env, "elastic", 5, batchv1.IndexedCompletion, nil, nil, map[string]string{"gpud.io/gang-min-member": "3"})
+		block := blockAllBut(t, env, 2)
+		var pods []string
+		for i := range 5 {
+			pods = append(pods, createAGPod(t, env, fmt.Sprintf("elastic-%d", i), job, map[string]string{"batch.kubernetes.io/job-name": "elastic"}, nil))
+		}
+		testwait.For(t, schedTimeout, "every pod of the elastic gang told it waits", func() bool {
+			for _, p := range pods {
+				if podMessage(t, env, "ml", p) == "" {
+					return false
+				}
+			}
+			return true
+		})
+		time.Sleep(3 * time.Second)
+		if b := boundOf(t, env, pods); len(b) > 0 {
+			t.Fatalf("%d pods of an elastic gang of minimum 3 bound with room for 2: %v", len(b), b)
+		}
+		more := blockAllBut(t, env, 4) // before the first blockers go: the room never passes 4
+		block()
+		block = more
+		testwait.For(t, schedTimeout, "4 of the elastic gang's pods bound with room for 4", func() bool { return len(boundOf(t, env, pods)) == 4 })
+		block()
+		testwait.For(t, schedTimeout, "the 5th bound once room frees", func() bool { return len(boundOf(t, env, pods)) == 5 })
+		deleteAGPods(t, env, pods)
+	})
+
 	t.Run("NonIndexed Job is not a gang", func(t *testing.T) {
 		job := createAGJob(t, env, "queue", 4, batchv1.NonIndexedCompletion, nil, nil)
 		block := blockAllBut(t, env, 3)
@@ -293,7 +323,7 @@ func createLWS(t *testing.T, dyn dynamic.Interface, name string, replicas, size 
 // createAGJob creates a Job as JobSet's controller (owner set) or a user
 // writes it; no Job controller runs, so it makes no pods itself.
 func createAGJob(t *testing.T, env *k8senv.Env, name string, parallelism int32, mode batchv1.CompletionMode, labels map[string]string,
-	owner *metav1.OwnerReference) *metav1.OwnerReference {
+	owner *metav1.OwnerReference, annotations ...map[string]string) *metav1.OwnerReference {
 	t.Helper()
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", Labels: labels},
 		Spec: batchv1.JobSpec{Parallelism: ptr.To(parallelism), Completions: ptr.To(parallelism), CompletionMode: ptr.To(mode),
@@ -301,6 +331,9 @@ func createAGJob(t *testing.T, env *k8senv.Env, name string, parallelism int32, 
 				Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}}
 	if owner != nil {
 		j.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
+	if len(annotations) > 0 {
+		j.Annotations = annotations[0]
 	}
 	got, err := env.Client.BatchV1().Jobs("ml").Create(t.Context(), j, metav1.CreateOptions{})
 	if err != nil {

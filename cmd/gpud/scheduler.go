@@ -33,6 +33,7 @@ import (
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/scheduler/heal"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/podgroup/agwatch"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/pgwatch"
 )
 
@@ -56,6 +57,7 @@ type schedulerOptions struct {
 	policy         string
 	queues         string
 	rackLabel      string
+	autoGangs      bool
 	metricsAddr    string
 	leaderElect    bool
 	leaseNamespace string
@@ -84,6 +86,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.StringVar(&o.policy, "policy", allocator.PolicyGpud, "allocator policy choosing node and GPUs: "+strings.Join(allocator.PolicyNames, ", "))
 	fs.StringVar(&o.queues, "queues", "", "queue tree and reservations, YAML (the format of gpud sim jobs --queues, docs/job-trace.md); a pod names its leaf queue with the label "+plan.QueueLabel+"; empty: one queue, no limits")
 	fs.StringVar(&o.rackLabel, "rack-label", decide.DefaultRackLabel, "node label naming a node's rack, for gang topology (after the NVLink domain, before topology.kubernetes.io/zone)")
+	fs.BoolVar(&o.autoGangs, "auto-gangs", true, "group the pods of Indexed Jobs, JobSets, LeaderWorkerSets, Kubeflow training jobs and RayClusters into gangs by their owners when no PodGroup names them (README: Gangs without PodGroups); false: only PodGroups make gangs")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address of the HTTP server: Prometheus /metrics, /healthz, /readyz (ready when the informers synced and this replica leads)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader through a coordination.k8s.io Lease, so that of several replicas only one decides")
 	fs.StringVar(&o.leaseNamespace, "leader-elect-namespace", ns, "namespace of the Lease (named after --scheduler-name); default: the pod's namespace (POD_NAMESPACE), else "+defaultLeaseNamespace)
@@ -250,6 +253,16 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		Groups:  groups.Groups, GroupsSynced: groups.Synced,
 		Log: log, Resync: o.resync, HealOff: !o.heal, Heal: o.healConfig(),
 	}
+	autoGangs := "off"
+	var workloads *agwatch.Source
+	if o.autoGangs {
+		if workloads, err = agwatch.NewSource(client.Discovery(), func() (dynamic.Interface, error) { return dynamic.NewForConfig(informerCfg) }, log); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		cfg.AutoGroups = workloads.Grouper
+		cfg.GroupsSynced = func() bool { return groups.Synced() && workloads.Synced() }
+		autoGangs = workloads.Served()
+	}
 	if o.leaderElect {
 		host, err := os.Hostname()
 		if err != nil {
@@ -279,10 +292,14 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		log.Info("telemetry stream listening", "addr", telLn.Addr().String(), "mtls", certs != nil)
 	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
-		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs())
+		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs(),
+		"auto_gangs", autoGangs)
 	tasks := []taskgroup.Task{
 		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), "--metrics-addr", log) }},
 		{Run: groups.Run},
+	}
+	if workloads != nil {
+		tasks = append(tasks, taskgroup.Task{Run: workloads.Run})
 	}
 	if tel != nil {
 		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs, s) }})

@@ -26,6 +26,7 @@ import (
 	"github.com/gpud/gpud/internal/manifest"
 	"github.com/gpud/gpud/pkg/jobsim"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
+	"github.com/gpud/gpud/pkg/scheduler/podgroup/agwatch"
 )
 
 // decodeSched decodes the documents of a file strictly: PodGroups into
@@ -104,6 +105,10 @@ func TestSchedulerRBAC(t *testing.T) {
 		"/replicationcontrollers": read, "apps/replicasets": read, "apps/statefulsets": read,
 		"storage.k8s.io/storageclasses": read, "storage.k8s.io/csinodes": read, "storage.k8s.io/csidrivers": read,
 		"storage.k8s.io/csistoragecapacities": read, "storage.k8s.io/volumeattachments": read,
+	}
+	// --auto-gangs reads every workload API agwatch knows.
+	for _, k := range agwatch.Kinds {
+		want[k.Group+"/"+k.Resource] = read
 	}
 	for k, v := range want {
 		if !slices.Equal(got[k], v) {

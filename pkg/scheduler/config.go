@@ -66,6 +66,12 @@ type Config struct {
 	// it). Nil: no PodGroups (pods of a group are then decided alone).
 	Groups       func() map[string]*plan.Group
 	GroupsSynced func() bool
+	// AutoGroups, if set, is called once per cycle for that cycle's
+	// grouping of the pods that name no PodGroup (workloads grouped by
+	// their owners: podgroup/agwatch): a pod's gang key and group, "" and
+	// nil for none. A PodGroup the pod names always wins. Nil: no
+	// automatic gangs.
+	AutoGroups func() func(*corev1.Pod) (string, *plan.Group)
 	// Evict evicts a preemption victim; nil uses the policy/v1 Eviction
 	// API through Client (the API server enforces PodDisruptionBudgets).
 	Evict func(ctx context.Context, pod *corev1.Pod) error

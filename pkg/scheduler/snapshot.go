@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +65,8 @@ type snapshotter struct {
 	// classes finds the DeviceClass serving an extended resource (nil:
 	// extended resources are never served by DRA).
 	classes extres.Resolver
+	// autoGroups is Config.AutoGroups.
+	autoGroups func() func(*corev1.Pod) (string, *plan.Group)
 }
 
 // snapshot is one cycle's snapshot plus what the runtime needs besides.
@@ -97,7 +100,7 @@ type snapshot struct {
 
 func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
 	return &snapshotter{schedulerName: cfg.SchedulerName, policy: cfg.Policy, maxPending: cfg.MaxPending,
-		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(),
+		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), autoGroups: cfg.AutoGroups,
 		cel: cel.NewCache(256, cel.Features{EnableConsumableCapacity: true})}
 }
 
@@ -122,6 +125,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 		}
 	}
 	var pending []*plan.Pod
+	group := s.grouper(in.groups)
 	for _, pod := range in.pods {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
@@ -142,7 +146,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			if c := extended[pod.UID]; c != nil {
 				claims = append(claims, c)
 			}
-			out.Bound = append(out.Bound, newPod(pod, compact(claims)))
+			out.Bound = append(out.Bound, group.add(newPod(pod, compact(claims))))
 			continue
 		}
 		if pod.Spec.SchedulerName != s.schedulerName || pod.DeletionTimestamp != nil {
@@ -155,7 +159,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			continue
 		}
 		claims, why := resolveClaims(pod, byName)
-		p := newPod(pod, claims)
+		p := group.add(newPod(pod, claims))
 		if s.backoff != nil {
 			p.Retry = s.backoff.tried(pod.UID)
 		}
@@ -175,6 +179,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 		}
 		pending = append(pending, p)
 	}
+	out.Groups = group.groups
 	pending = s.dropBackingOff(pending, now, out)
 	fifo := func(a, b *plan.Pod) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
@@ -199,6 +204,42 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	slices.SortFunc(pending, fifo)
 	out.Pending = pending
 	return out
+}
+
+// cycleGroups puts the pods that name no PodGroup into the gangs
+// Config.AutoGroups finds for them, adding those to the cycle's groups.
+type cycleGroups struct {
+	auto   func(*corev1.Pod) (string, *plan.Group)
+	groups map[string]*plan.Group
+	copied bool // groups is this cycle's own (Config.Groups' map is not written)
+}
+
+func (s *snapshotter) grouper(groups map[string]*plan.Group) *cycleGroups {
+	c := &cycleGroups{groups: groups}
+	if s.autoGroups != nil {
+		c.auto = s.autoGroups()
+	}
+	return c
+}
+
+// add sets p.Group to its automatic gang, unless p names a PodGroup; it
+// returns p.
+func (c *cycleGroups) add(p *plan.Pod) *plan.Pod {
+	if p.Group != "" || c.auto == nil {
+		return p
+	}
+	key, g := c.auto(p.Pod)
+	if key == "" || g == nil {
+		return p
+	}
+	if !c.copied {
+		m := make(map[string]*plan.Group, len(c.groups)+1)
+		maps.Copy(m, c.groups)
+		c.groups, c.copied = m, true
+	}
+	c.groups[key] = g // "ns/<kind>:<name>": no PodGroup name has a ':'
+	p.Group = key
+	return p
 }
 
 // dropBackingOff leaves out the pods backing off at now; a gang's pods

@@ -123,7 +123,7 @@ test-short:
 lint: fmt-check vet staticcheck purity
 
 ## purity: the pure packages import only the standard library and each other.
-PURE_PKGS := ./pkg/gpu/... ./pkg/topology/... ./pkg/allocator/... ./pkg/timeslice/... ./pkg/predict/... ./pkg/scheduler/heal/...
+PURE_PKGS := ./pkg/gpu/... ./pkg/topology/... ./pkg/allocator/... ./pkg/timeslice/... ./pkg/predict/... ./pkg/scheduler/heal/... ./pkg/scheduler/podgroup/autogang/...
 purity:
 	@bad="$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(PURE_PKGS) | grep -v '^github.com/gpud/gpud/' || true)"; \
 	if [ -n "$$bad" ]; then echo "pure packages import non-stdlib packages:"; echo "$$bad"; exit 1; fi

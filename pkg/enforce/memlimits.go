@@ -27,6 +27,22 @@ type MemoryLimits interface {
 
 var _ MemoryLimits = (*memlimit.Manager)(nil)
 
+// LimitEvents is told what happened to a container's memory limits, for
+// Kubernetes Events (*agentevents.Recorder): each GPU's limits when set,
+// and a failure once until a retry succeeds. podUID may be empty when
+// unknown.
+type LimitEvents interface {
+	MemoryLimitSet(namespace, pod, podUID, container, gpuUUID string, softBytes, hardBytes uint64)
+	MemoryLimitFailed(namespace, pod, podUID, container string, gpus []string, err error)
+}
+
+// limitsOwner is the container whose limits applyLimits sets.
+type limitsOwner struct {
+	namespace, pod, podUID, container string
+}
+
+func (o limitsOwner) String() string { return o.namespace + "/" + o.pod + "/" + o.container }
+
 // Metrics are the enforcer's metrics on the agent's registry. A nil
 // *Metrics records nothing.
 type Metrics struct {
@@ -171,7 +187,8 @@ func fractionsKey(fs []memlimit.Fraction) string {
 // [Enforcer.ContainerStarting] for why) and the next poll retries.
 // fracErr is why the fractions could not be read (the DRA checkpoint);
 // it counts as a failure. Called with e.mu held.
-func (e *Enforcer) applyLimits(rel, name string, t *tracked, fs []memlimit.Fraction, fracErr error) {
+func (e *Enforcer) applyLimits(rel string, who limitsOwner, t *tracked, fs []memlimit.Fraction, fracErr error) {
+	name := who.String()
 	key := fractionsKey(fs)
 	if fracErr == nil && key == t.limitsKey && !t.limitsFailed {
 		return
@@ -195,6 +212,9 @@ func (e *Enforcer) applyLimits(rel, name string, t *tracked, fs []memlimit.Fract
 			e.cfg.Metrics.observeSet(false)
 			e.log.Warn("gpu memory limits not set, container runs without the driver's limit, retrying every interval",
 				"cgroup", rel, "container", name, "fractions", key, "err", err)
+			if e.cfg.Events != nil {
+				e.cfg.Events.MemoryLimitFailed(who.namespace, who.pod, who.podUID, who.container, fractionGPUs(fs), err)
+			}
 		}
 		e.setLimitsFailed(t, true)
 		return
@@ -207,9 +227,40 @@ func (e *Enforcer) applyLimits(rel, name string, t *tracked, fs []memlimit.Fract
 	if len(set) > 0 {
 		e.cfg.Metrics.observeSet(true)
 		e.log.Info("gpu memory limits set", "cgroup", rel, "container", name, "gpus", strings.Join(set, ","), "fractions", key)
+		if e.cfg.Events != nil {
+			for _, uuid := range set {
+				soft, hard := limitsOn(fs, uuid)
+				e.cfg.Events.MemoryLimitSet(who.namespace, who.pod, who.podUID, who.container, uuid, soft, hard)
+			}
+		}
 	}
 	t.limits, t.limitsKey = set, key
 	e.setLimitsFailed(t, false)
+}
+
+// limitsOn sums the fractions of one GPU, as [memlimit.Manager.Set] does
+// (a hard limit of 0 is the request); the driver caps the hard sum at the
+// GPU's memory.
+func limitsOn(fs []memlimit.Fraction, uuid string) (soft, hard uint64) {
+	for _, f := range fs {
+		if f.GPUUUID == uuid {
+			soft += f.RequestBytes
+			hard += max(f.LimitBytes, f.RequestBytes)
+		}
+	}
+	return soft, hard
+}
+
+// fractionGPUs lists the GPUs of fs, sorted, once each.
+func fractionGPUs(fs []memlimit.Fraction) []string {
+	var out []string
+	for _, f := range fs {
+		if !slices.Contains(out, f.GPUUUID) {
+			out = append(out, f.GPUUUID)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // clearLimits removes the container's limits (its cgroup went or the

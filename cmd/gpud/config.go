@@ -40,6 +40,7 @@ type agentConfig struct {
 	mig       migOptions
 	sharing   sharingOptions
 	labels    labelsOptions
+	events    eventsOptions
 	enforce   enforceOptions
 	mps       mpsOptions
 	driver    driverEditsOptions
@@ -68,6 +69,7 @@ func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
 	c.mig.register(fs)
 	c.sharing.register(fs)
 	c.labels.register(fs)
+	c.events.register(fs)
 	c.enforce.register(fs)
 	c.mps.register(fs)
 	c.driver.register(fs)

@@ -3,6 +3,7 @@ package agentevents
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/timeslice"
 )
 
 const (
@@ -99,9 +101,9 @@ func TestGPUHealthEventsOnTheNode(t *testing.T) {
 
 func TestPodEvents(t *testing.T) {
 	r, client, _ := start(t, Limits{})
-	p := Pod{Namespace: "team-a", Name: "trainer", UID: "pod-uid-7"}
+	v := timeslice.Violation{DeviceUUID: gpuA, Namespace: "team-a", Pod: "trainer", PodUID: "pod-uid-7", PIDs: []uint32{1, 2}, UsedBytes: 12 << 30, LimitBytes: 10 << 30}
 
-	r.WatchdogKilled(p, gpuA, 4242, 12<<30, 12<<30, 10<<30)
+	r.WatchdogKilled(v, 4242, 12<<30)
 	e := waitEvent(t, client, ReasonGPUMemoryLimitKilled)
 	want := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "team-a", Name: "trainer", UID: "pod-uid-7"}
 	if e.Regarding != want || e.Namespace != "team-a" {
@@ -113,23 +115,23 @@ func TestPodEvents(t *testing.T) {
 		}
 	}
 
-	r.WatchdogOverLimit(p, gpuA, []uint32{1, 2}, 12<<30, 10<<30, "report")
+	r.WatchdogOverLimit(v, timeslice.EnforceReport)
 	if e := waitEvent(t, client, ReasonGPUMemoryOverLimit); e.Type != corev1.EventTypeWarning || !strings.Contains(e.Note, "pids 1,2") {
 		t.Errorf("over-limit event = %s %q", e.Type, e.Note)
 	}
 
-	r.MemoryLimitSet(p, "main", gpuA, 20<<30, 30<<30)
+	r.MemoryLimitSet("team-a", "trainer", "pod-uid-7", "main", gpuA, 20<<30, 30<<30)
 	e = waitEvent(t, client, ReasonGPUMemoryLimitSet)
 	if e.Regarding.FieldPath != "spec.containers{main}" || !strings.Contains(e.Note, "20480 MiB") || !strings.Contains(e.Note, "30720 MiB") {
 		t.Errorf("limit set event regarding %+v note %q, want container main, soft and hard", e.Regarding, e.Note)
 	}
-	r.MemoryLimitFailed(p, "main", []string{gpuA}, errors.New("ERROR_NO_PERMISSION"))
+	r.MemoryLimitFailed("team-a", "trainer", "pod-uid-7", "main", []string{gpuA}, errors.New("ERROR_NO_PERMISSION"))
 	if e := waitEvent(t, client, ReasonGPUMemoryLimitFailed); e.Type != corev1.EventTypeWarning || !strings.Contains(e.Note, "ERROR_NO_PERMISSION") {
 		t.Errorf("limit failed event = %s %q", e.Type, e.Note)
 	}
 
 	// A pod the watchdog could not name goes on the node, with its UID.
-	r.WatchdogOverLimit(Pod{UID: "pod-uid-9"}, gpuB, []uint32{3}, 2<<30, 1<<30, "kill")
+	r.WatchdogOverLimit(timeslice.Violation{DeviceUUID: gpuB, PodUID: "pod-uid-9", PIDs: []uint32{3}, UsedBytes: 2 << 30, LimitBytes: 1 << 30}, timeslice.EnforceKill)
 	testwait.For(t, 10*time.Second, "an over-limit event on the node", func() bool {
 		for _, e := range eventsFor(t, client, ReasonGPUMemoryOverLimit) {
 			if e.Regarding.Kind == "Node" && strings.Contains(e.Note, "pod-uid-9") {
@@ -182,7 +184,7 @@ func TestRateLimitHoldsUnderAFlood(t *testing.T) {
 	// per-object limit nor client-go's aggregation bounds; the node's
 	// bucket does (20, of which 4 went above).
 	for i := range 1000 {
-		r.WatchdogKilled(Pod{Namespace: "ns", Name: fmt.Sprintf("p%d", i), UID: fmt.Sprintf("u%d", i)}, gpuA, 1, 1<<30, 2<<30, 1<<30)
+		r.WatchdogKilled(timeslice.Violation{DeviceUUID: gpuA, Namespace: "ns", Pod: fmt.Sprintf("p%d", i), PodUID: fmt.Sprintf("u%d", i), UsedBytes: 2 << 30, LimitBytes: 1 << 30}, 1, 1<<30)
 	}
 	if got := testutil.ToFloat64(r.counts.WithLabelValues(ReasonGPUMemoryLimitKilled, "recorded")); got != 16 {
 		t.Errorf("recorded kills = %v of 1000 pods, want the node's burst left, 16", got)
@@ -200,8 +202,8 @@ func TestRateLimitHoldsUnderAFlood(t *testing.T) {
 func TestLimiterRefillsAndStaysBounded(t *testing.T) {
 	lm := newLimiter(Limits{Burst: 2, Every: time.Minute, NodeBurst: 100, NodeEvery: time.Millisecond, MaxKeys: 3})
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	if !lm.allow("a", t0) || !lm.allow("a", t0) || lm.allow("a", t0) {
-		t.Fatal("want a burst of 2 then a refusal")
+	if got := []bool{lm.allow("a", t0), lm.allow("a", t0), lm.allow("a", t0)}; !slices.Equal(got, []bool{true, true, false}) {
+		t.Fatalf("three at once: %v, want a burst of 2 then a refusal", got)
 	}
 	if !lm.allow("a", t0.Add(time.Minute)) {
 		t.Error("a token after one interval: refused")
@@ -218,18 +220,18 @@ func TestLimiterRefillsAndStaysBounded(t *testing.T) {
 		t.Error("a new key once the others refilled: refused")
 	}
 	node := newLimiter(Limits{Burst: 100, Every: time.Minute, NodeBurst: 2, NodeEvery: time.Hour})
-	if !node.allow("x", t0) || !node.allow("y", t0) || node.allow("z", t0) {
-		t.Error("want the node's burst of 2 across keys, then a refusal")
+	if got := []bool{node.allow("x", t0), node.allow("y", t0), node.allow("z", t0)}; !slices.Equal(got, []bool{true, true, false}) {
+		t.Errorf("three keys at once: %v, want the node's burst of 2, then a refusal", got)
 	}
 }
 
 func TestNilRecorderDoesNothing(t *testing.T) {
 	var r *Recorder
 	r.GPUHealth(gpuA, gpu.Unhealthy, "xid 48")
-	r.WatchdogOverLimit(Pod{}, gpuA, nil, 1, 0, "report")
-	r.WatchdogKilled(Pod{}, gpuA, 1, 1, 1, 0)
-	r.MemoryLimitSet(Pod{}, "c", gpuA, 1, 1)
-	r.MemoryLimitFailed(Pod{}, "c", nil, errors.New("x"))
+	r.WatchdogOverLimit(timeslice.Violation{}, timeslice.EnforceReport)
+	r.WatchdogKilled(timeslice.Violation{}, 1, 1)
+	r.MemoryLimitSet("ns", "p", "u", "c", gpuA, 1, 1)
+	r.MemoryLimitFailed("ns", "p", "u", "c", nil, errors.New("x"))
 	r.MIGLayoutChanged(gpuA, "a", "b")
 }
 

@@ -181,6 +181,7 @@ type tracked struct {
 	limits       []string
 	limitsKey    string
 	limitsFailed bool
+	owner        limitsOwner // whose limits were set (for their metric)
 }
 
 // Enforcer applies [Config] to every container. Create one with [New];

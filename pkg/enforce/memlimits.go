@@ -48,11 +48,13 @@ func (o limitsOwner) String() string { return o.namespace + "/" + o.pod + "/" + 
 type Metrics struct {
 	sets      *prometheus.CounterVec
 	unlimited prometheus.Gauge
+	limits    *prometheus.GaugeVec
 }
 
-// NewMetrics registers gpud_memory_limit_sets_total and
-// gpud_memory_limit_unset_containers on reg. Both results start at 0, so
-// the first failure is an increase that alerts can see.
+// NewMetrics registers gpud_memory_limit_sets_total,
+// gpud_memory_limit_unset_containers and gpud_container_memory_limit_bytes
+// on reg. Both results start at 0, so the first failure is an increase
+// that alerts can see.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		sets: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -63,11 +65,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "gpud_memory_limit_unset_containers",
 			Help: "Containers holding GPU fractions whose memory limits could not be set: they run without the driver's limit (MPS limits and the watchdog still apply) while the agent retries every poll.",
 		}),
+		limits: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_container_memory_limit_bytes",
+			Help: "A container's driver-enforced GPU memory limit on one GPU, in bytes: kind soft is guaranteed (the fraction's request), kind hard is where allocations fail (as asked; the driver caps the sum at the GPU's memory). Present while the limit is set.",
+		}, []string{"namespace", "pod", "container", "UUID", "kind"}),
 	}
 	for _, r := range []string{"success", "failure"} {
 		m.sets.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.sets, m.unlimited} {
+	for _, c := range []prometheus.Collector{m.sets, m.unlimited, m.limits} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("enforce: register metrics: %w", err)
 		}
@@ -84,6 +90,27 @@ func (m *Metrics) observeSet(ok bool) {
 		r = "failure"
 	}
 	m.sets.WithLabelValues(r).Inc()
+}
+
+// setLimit records a container's limits on one GPU.
+func (m *Metrics) setLimit(o limitsOwner, uuid string, soft, hard uint64) {
+	if m == nil {
+		return
+	}
+	m.limits.WithLabelValues(o.namespace, o.pod, o.container, uuid, "soft").Set(float64(soft))
+	m.limits.WithLabelValues(o.namespace, o.pod, o.container, uuid, "hard").Set(float64(hard))
+}
+
+// dropLimits forgets a container's limits on uuids.
+func (m *Metrics) dropLimits(o limitsOwner, uuids []string) {
+	if m == nil {
+		return
+	}
+	for _, uuid := range uuids {
+		for _, kind := range []string{"soft", "hard"} {
+			m.limits.DeleteLabelValues(o.namespace, o.pod, o.container, uuid, kind)
+		}
+	}
 }
 
 func (m *Metrics) setUnlimited(n int64) {
@@ -223,6 +250,11 @@ func (e *Enforcer) applyLimits(rel string, who limitsOwner, t *tracked, fs []mem
 		if err := e.cfg.MemoryLimits.Clear(rel, stale); err != nil {
 			e.log.Warn("gpu memory limits not cleared", "cgroup", rel, "container", name, "gpus", strings.Join(stale, ","), "err", err)
 		}
+		e.cfg.Metrics.dropLimits(t.owner, stale)
+	}
+	for _, uuid := range set {
+		soft, hard := limitsOn(fs, uuid)
+		e.cfg.Metrics.setLimit(who, uuid, soft, hard)
 	}
 	if len(set) > 0 {
 		e.cfg.Metrics.observeSet(true)
@@ -234,7 +266,7 @@ func (e *Enforcer) applyLimits(rel string, who limitsOwner, t *tracked, fs []mem
 			}
 		}
 	}
-	t.limits, t.limitsKey = set, key
+	t.limits, t.limitsKey, t.owner = set, key, who
 	e.setLimitsFailed(t, false)
 }
 
@@ -270,6 +302,7 @@ func (e *Enforcer) clearLimits(rel string, t *tracked) {
 	if len(t.limits) == 0 || e.cfg.MemoryLimits == nil {
 		return
 	}
+	e.cfg.Metrics.dropLimits(t.owner, t.limits)
 	if err := e.cfg.MemoryLimits.Clear(rel, t.limits); err != nil {
 		e.log.Warn("gpu memory limits not cleared", "cgroup", rel, "gpus", strings.Join(t.limits, ","), "err", err)
 	} else {

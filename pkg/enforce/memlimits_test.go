@@ -342,6 +342,12 @@ func TestMemoryLimitsSetFails(t *testing.T) {
 	if got := testutil.ToFloat64(metrics.sets.WithLabelValues("success")); got != 1 {
 		t.Errorf("successes = %v, want 1", got)
 	}
+	for _, kind := range []string{"soft", "hard"} {
+		if got := testutil.ToFloat64(metrics.limits.WithLabelValues("ml", "train", "frac", ln.inv.GPUs[2].UUID, kind)); got != float64(20*gib) {
+			t.Errorf("gpud_container_memory_limit_bytes{kind=%q} = %v, want 20 GiB", kind, got)
+		}
+	}
+	promtoolGather(t, reg)
 	wantSet := fmt.Sprintf("set ml/train/%s/frac %s soft=%d hard=%d", uidA, ln.inv.GPUs[2].UUID, 20*gib, 20*gib)
 	if len(events.got) != 2 || events.got[1] != wantSet {
 		t.Errorf("events %q, want the failure then %q", events.got, wantSet)
@@ -356,6 +362,9 @@ func TestMemoryLimitsSetFails(t *testing.T) {
 	e.Reconcile(t.Context())
 	if len(e.tracked) != 0 {
 		t.Errorf("tracked after the cgroup went: %v", e.tracked)
+	}
+	if n := testutil.CollectAndCount(metrics.limits); n != 0 {
+		t.Errorf("%d gpud_container_memory_limit_bytes series after the container went, want none", n)
 	}
 }
 

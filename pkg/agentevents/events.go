@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/timeslice"
 )
 
 // Event reasons, as `kubectl get events --field-selector reason=...`
@@ -46,50 +47,53 @@ func (r *Recorder) GPUHealth(uuid string, h gpu.Health, reason string) {
 }
 
 // WatchdogOverLimit records that a pod uses more memory on a shared GPU
-// than its shares allow, as the memory watchdog found it; mode is the
-// watchdog's (report or kill). An unknown pod is recorded on the Node.
-func (r *Recorder) WatchdogOverLimit(p Pod, gpuUUID string, pids []uint32, usedBytes, limitBytes uint64, mode string) {
+// than its shares allow, as the memory watchdog found it, once per
+// episode; the note says what the watchdog's mode does about it. A pod
+// the watchdog could not name is recorded on the Node, with its UID. It
+// is a timeslice.WatchdogConfig.OnViolation.
+func (r *Recorder) WatchdogOverLimit(v timeslice.Violation, mode timeslice.Enforce) {
 	if r == nil {
 		return
 	}
 	then := "reported only (--enforce-memory=report)"
-	if mode == "kill" {
+	if mode == timeslice.EnforceKill {
 		then = "its processes are killed, largest first, until it fits (--enforce-memory=kill)"
 	}
 	note := fmt.Sprintf("uses %d MiB of GPU %s, over its share's limit of %d MiB (pids %s): %s",
-		usedBytes>>20, gpuUUID, limitBytes>>20, joinPIDs(pids), then)
-	r.emit(r.podOrNode(p, gpuUUID, &note), corev1.EventTypeWarning, ReasonGPUMemoryOverLimit, "CheckMemory", note)
+		v.UsedBytes>>20, v.DeviceUUID, v.LimitBytes>>20, joinPIDs(v.PIDs), then)
+	r.emit(r.podOrNode(v, &note), corev1.EventTypeWarning, ReasonGPUMemoryOverLimit, "CheckMemory", note)
 }
 
 // WatchdogKilled records that the memory watchdog killed one of a pod's
-// processes for using more GPU memory than the pod's shares allow.
-func (r *Recorder) WatchdogKilled(p Pod, gpuUUID string, pid uint32, procBytes, usedBytes, limitBytes uint64) {
+// processes (pid, using procBytes) for the pod's violation v. It is a
+// timeslice.WatchdogConfig.OnKill.
+func (r *Recorder) WatchdogKilled(v timeslice.Violation, pid uint32, procBytes uint64) {
 	if r == nil {
 		return
 	}
 	note := fmt.Sprintf("killed pid %d (%d MiB) on GPU %s: the pod used %d MiB there, over its share's limit of %d MiB",
-		pid, procBytes>>20, gpuUUID, usedBytes>>20, limitBytes>>20)
-	r.emit(r.podOrNode(p, gpuUUID, &note), corev1.EventTypeWarning, ReasonGPUMemoryLimitKilled, "Kill", note)
+		pid, procBytes>>20, v.DeviceUUID, v.UsedBytes>>20, v.LimitBytes>>20)
+	r.emit(r.podOrNode(v, &note), corev1.EventTypeWarning, ReasonGPUMemoryLimitKilled, "Kill", note)
 }
 
 // MemoryLimitSet records a container's driver-enforced GPU memory limits
 // on one GPU: soft is guaranteed, allocations past hard fail.
-func (r *Recorder) MemoryLimitSet(p Pod, container, gpuUUID string, softBytes, hardBytes uint64) {
+func (r *Recorder) MemoryLimitSet(namespace, pod, podUID, container, gpuUUID string, softBytes, hardBytes uint64) {
 	if r == nil {
 		return
 	}
-	r.emit(p.ref(container), corev1.EventTypeNormal, ReasonGPUMemoryLimitSet, "SetMemoryLimit",
+	r.emit(podRef(namespace, pod, podUID, container), corev1.EventTypeNormal, ReasonGPUMemoryLimitSet, "SetMemoryLimit",
 		fmt.Sprintf("GPU memory limit on GPU %s set by the driver: %d MiB guaranteed (soft), allocations past %d MiB fail (hard)", gpuUUID, softBytes>>20, hardBytes>>20))
 }
 
 // MemoryLimitFailed records that a container's GPU memory limits could not
 // be set on gpus: the container runs without the driver's limit (the MPS
 // limit and the watchdog still hold) while the agent retries.
-func (r *Recorder) MemoryLimitFailed(p Pod, container string, gpus []string, err error) {
+func (r *Recorder) MemoryLimitFailed(namespace, pod, podUID, container string, gpus []string, err error) {
 	if r == nil {
 		return
 	}
-	r.emit(p.ref(container), corev1.EventTypeWarning, ReasonGPUMemoryLimitFailed, "SetMemoryLimit",
+	r.emit(podRef(namespace, pod, podUID, container), corev1.EventTypeWarning, ReasonGPUMemoryLimitFailed, "SetMemoryLimit",
 		fmt.Sprintf("GPU memory limit on %s not set, the container runs without the driver's limit (MPS limits and the memory watchdog still apply) and the agent retries: %v",
 			strings.Join(gpus, ","), err))
 }
@@ -104,14 +108,14 @@ func (r *Recorder) MIGLayoutChanged(gpuUUID, from, to string) {
 		fmt.Sprintf("MIG layout of GPU %s changed from %s to %s", gpuUUID, from, to))
 }
 
-// podOrNode is the pod, or the node when the pod is not known; then the
-// note says whose UID it was.
-func (r *Recorder) podOrNode(p Pod, gpuUUID string, note *string) *corev1.ObjectReference {
-	if p.Name != "" {
-		return p.ref("")
+// podOrNode is the violation's pod, or the node when the pod is not
+// known; then the note says whose UID it was.
+func (r *Recorder) podOrNode(v timeslice.Violation, note *string) *corev1.ObjectReference {
+	if v.Pod != "" {
+		return podRef(v.Namespace, v.Pod, v.PodUID, "")
 	}
-	*note = "a pod (uid " + p.UID + ") " + *note
-	return r.nodeRef(gpuUUID)
+	*note = "a pod (uid " + v.PodUID + ") " + *note
+	return r.nodeRef(v.DeviceUUID)
 }
 
 func joinPIDs(pids []uint32) string {

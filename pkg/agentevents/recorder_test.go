@@ -164,9 +164,6 @@ func TestRateLimitHoldsUnderAFlood(t *testing.T) {
 	for i := range 1000 {
 		r.GPUHealth(gpuA, gpu.Unhealthy, fmt.Sprintf("xid %d", i))
 	}
-	if got := testutil.ToFloat64(r.counts.WithLabelValues(ReasonGPUUnhealthy, "recorded")); got != 3 {
-		t.Errorf("recorded = %v of 1000 on one GPU, want the burst, 3", got)
-	}
 	if got := testutil.ToFloat64(r.counts.WithLabelValues(ReasonGPUUnhealthy, "rate_limited")); got != 997 {
 		t.Errorf("rate_limited = %v, want 997", got)
 	}
@@ -186,13 +183,16 @@ func TestRateLimitHoldsUnderAFlood(t *testing.T) {
 	for i := range 1000 {
 		r.WatchdogKilled(timeslice.Violation{DeviceUUID: gpuA, Namespace: "ns", Pod: fmt.Sprintf("p%d", i), PodUID: fmt.Sprintf("u%d", i), UsedBytes: 2 << 30, LimitBytes: 1 << 30}, 1, 1<<30)
 	}
-	if got := testutil.ToFloat64(r.counts.WithLabelValues(ReasonGPUMemoryLimitKilled, "recorded")); got != 16 {
-		t.Errorf("recorded kills = %v of 1000 pods, want the node's burst left, 16", got)
+	if got := testutil.ToFloat64(r.counts.WithLabelValues(ReasonGPUMemoryLimitKilled, "rate_limited")); got != 1000-16 {
+		t.Errorf("rate-limited kills = %v of 1000 pods, want all but the node's burst left, 16", got)
 	}
 	testwait.For(t, 10*time.Second, "16 kill events written", func() bool { return len(eventsFor(t, client, ReasonGPUMemoryLimitKilled)) == 16 })
 	time.Sleep(200 * time.Millisecond) // nothing more may land
-	if n := writes(client); n > 20 {
-		t.Errorf("%d event writes for 2000 events (node burst 20), want at most 20", n)
+	if n := writes(client); n != 20 {
+		t.Errorf("%d event writes for 2000 events (node burst 20), want 20", n)
+	}
+	if got := testutil.ToFloat64(r.counts.WithLabelValues(ReasonGPUUnhealthy, "written")); got != 4 {
+		t.Errorf("written = %v on gpu A and B, want 3+1", got)
 	}
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
@@ -252,5 +252,39 @@ func TestTruncateKeepsRunes(t *testing.T) {
 		if r == '\uFFFD' {
 			t.Fatal("truncate cut a rune")
 		}
+	}
+}
+
+// Two changes of one GPU in a row are two events, each with its own note:
+// client-go's aggregation would have kept the first note for both.
+func TestRepeatsKeepTheirNotes(t *testing.T) {
+	r, client, _ := start(t, Limits{})
+	r.MIGLayoutChanged(gpuA, "MIG disabled", "MIG enabled, no MIG devices")
+	r.MIGLayoutChanged(gpuA, "MIG enabled, no MIG devices", "1g.5gb×1")
+	var notes []string
+	testwait.For(t, 10*time.Second, "two MIG events on gpu A", func() bool {
+		notes = nil
+		for _, e := range eventsFor(t, client, ReasonMIGLayoutChanged) {
+			notes = append(notes, e.Note)
+		}
+		return len(notes) == 2
+	})
+	slices.Sort(notes)
+	if !strings.HasSuffix(notes[0], "from MIG disabled to MIG enabled, no MIG devices") || !strings.HasSuffix(notes[1], "from MIG enabled, no MIG devices to 1g.5gb×1") {
+		t.Errorf("notes %q, want each change's own", notes)
+	}
+}
+
+// A queue the API server does not drain drops events rather than block.
+func TestFullQueueDrops(t *testing.T) {
+	r, err := New(Config{Client: fake.NewClientset(), NodeName: testNode, Limits: Limits{Burst: 1000, NodeBurst: 1000, MaxKeys: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range queueLen + 10 { // Run is not running: nothing drains
+		r.GPUHealth(fmt.Sprintf("GPU-%d", i), gpu.Unhealthy, "xid 48")
+	}
+	if got := testutil.ToFloat64(r.counts.WithLabelValues(ReasonGPUUnhealthy, "queue_full")); got != 10 {
+		t.Errorf("queue_full = %v, want 10", got)
 	}
 }

@@ -312,6 +312,20 @@ func runDRACase(t *testing.T, tc draCase) {
 	testwait.For(t, draTimeout, "the slices to publish "+m.Device+" with the created MIG UUID", func() bool {
 		return draAttr(draDevices(t, env, node)[m.Device], "uuid") == created.UUID
 	})
+	// The change is an Event on the Node, written with the agent's own
+	// identity (deploy/dra/rbac.yaml grants events.k8s.io).
+	testwait.For(t, draTimeout, "a MIGLayoutChanged Event on the node naming "+tc.migProf, func() bool {
+		evs, err := c.EventsV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "regarding.kind=Node,regarding.name=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "MIGLayoutChanged" && e.ReportingController == "gpud-agent" && e.ReportingInstance == node && strings.Contains(e.Note, tc.migProf+"×1") {
+				return true
+			}
+		}
+		return false
+	})
 
 	// Prepare again: the same devices.
 	again, err := kubelet.NodePrepareResources(t.Context(), &drapb.NodePrepareResourcesRequest{Claims: req})

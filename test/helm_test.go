@@ -364,8 +364,9 @@ func TestHelmChart(t *testing.T) {
 					t.Error("node labels need the service account token")
 				}
 				role := objs["ClusterRole/gpud"].(*rbacv1.ClusterRole)
-				if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get", "patch"}) {
-					t.Errorf("ClusterRole rules %+v, want get and patch nodes only", role.Rules)
+				if len(role.Rules) != 2 || !slices.Equal(role.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get", "patch"}) ||
+					!slices.Equal(role.Rules[1].APIGroups, []string{"events.k8s.io"}) || !slices.Equal(role.Rules[1].Resources, []string{"events"}) || !slices.Equal(role.Rules[1].Verbs, []string{"create", "patch"}) {
+					t.Errorf("ClusterRole rules %+v, want get and patch nodes, create and patch events.k8s.io events only", role.Rules)
 				}
 			},
 		},

@@ -15,6 +15,7 @@ import (
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/adminapi"
+	"github.com/gpud/gpud/pkg/agentevents"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mig"
@@ -81,6 +82,9 @@ type nodeSources struct {
 	containers procattr.Resolver
 	podNames   procattr.PodLogs
 	sharing    *timeslice.Runtime // the sharing config and its update policy
+	// events is the agent's one Kubernetes Events recorder; nil (records
+	// nothing) without API access or with --kube-events=false.
+	events *agentevents.Recorder
 }
 
 // newNodeSources reads the node once and checks --sharing-config against
@@ -128,10 +132,19 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, fmt.Errorf("telemetry: register metrics: %w", err)
 	}
 	src.health.OnXid(sampler.RecordXid)
+	events, eventTasks, err := cfg.events.newRecorder(cfg, src.node, metrics, log.With("component", "kube-events"))
+	if err != nil {
+		return nil, err
+	}
+	src.events = events
+	src.health.OnHealth(events.GPUHealth)
 
 	migLog := log.With("component", "mig")
 	migSvc, err := newMIGService(lib, sim, cfg.mig.journal, cfg.mig.resetGPUs, src.pods,
-		func(mig.Result) { rediscoverAfterMIG(src.store, migLog) }, migLog)
+		func(res mig.Result) {
+			rediscoverAfterMIG(src.store, migLog)
+			migctl.ReportChanges(res, events.MIGLayoutChanged)
+		}, migLog)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +163,8 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	sharingC, err := sharingctl.New(cfg.sharing.controllerConfig(src.sharing, src.store.Current, metrics, log.With("component", "sharing"),
-		timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods}))
+		timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods,
+			OnViolation: events.WatchdogOverLimit, OnKill: events.WatchdogKilled}))
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +175,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		{Name: "mig", Run: migC.Run},
 		{Name: "sharing", Run: sharingC.Run},
 	}
+	tasks = append(tasks, eventTasks...)
 	st, err := cfg.telemetry.stream.newStream(streamDeps{node: src.node, inventory: src.store.Current, changed: src.store.InventoryChanged,
 		sharing: src.sharing, snapshot: sampler.Snapshot, metrics: metrics, log: log.With("component", "stream")})
 	if err != nil {

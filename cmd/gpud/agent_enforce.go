@@ -115,6 +115,9 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, lib
 		Interval: o.interval, Inventory: inventory, Allocations: src.pods, Pods: src.podNames,
 		Containers: enforce.ContainerLogs{Root: o.containerLogsRoot},
 	}
+	if src.events != nil { // a nil *Recorder in the interface would be a non-nil Events
+		ecfg.Events = src.events
+	}
 	if cfg.dra.enabled() {
 		dir, err := filepath.Abs(cfg.dra.pluginsDir)
 		if err != nil {

@@ -41,6 +41,7 @@ type agentConfig struct {
 	sharing   sharingOptions
 	labels    labelsOptions
 	nodeTaint nodeTaintOptions
+	events    eventsOptions
 	enforce   enforceOptions
 	mps       mpsOptions
 	driver    driverEditsOptions
@@ -70,6 +71,7 @@ func agentFlagSet(stderr io.Writer) (*flag.FlagSet, *agentConfig) {
 	c.sharing.register(fs)
 	c.labels.register(fs)
 	c.nodeTaint.register(fs)
+	c.events.register(fs)
 	c.enforce.register(fs)
 	c.mps.register(fs)
 	c.driver.register(fs)

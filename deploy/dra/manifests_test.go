@@ -270,8 +270,14 @@ func TestDaemonSetDRAMode(t *testing.T) {
 			allowed[res] = append(allowed[res], r.Verbs...)
 		}
 	}
-	if len(allowed) != 3 || !slices.Equal(allowed["resourceclaims"], []string{"get"}) || !slices.Equal(allowed["nodes"], []string{"get", "patch"}) {
-		t.Errorf("ClusterRole grants %v, want resourceslices, get resourceclaims, get and patch (node labels) nodes only", allowed)
+	if len(allowed) != 4 || !slices.Equal(allowed["resourceclaims"], []string{"get"}) || !slices.Equal(allowed["nodes"], []string{"get", "patch"}) ||
+		!slices.Equal(allowed["events"], []string{"create", "patch"}) {
+		t.Errorf("ClusterRole grants %v, want resourceslices, get resourceclaims, get and patch (node labels) nodes, create and patch events (--kube-events) only", allowed)
+	}
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "events") && !slices.Equal(r.APIGroups, []string{"events.k8s.io"}) {
+			t.Errorf("events granted in %v, want events.k8s.io (the agent writes events.k8s.io/v1)", r.APIGroups)
+		}
 	}
 	if _, ok := objs["rbac.yaml#ValidatingAdmissionPolicy/gpud-dra-resourceslices"]; !ok {
 		t.Errorf("no admission policy limiting slices to the agent's node")

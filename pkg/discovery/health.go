@@ -57,13 +57,19 @@ type HealthMonitor struct {
 	log *slog.Logger
 	now func() time.Time
 
-	state  map[string]*gpuHealth // by UUID; only Run's goroutine touches it
-	xidFns []XidFunc
+	state     map[string]*gpuHealth // by UUID; only Run's goroutine touches it
+	xidFns    []XidFunc
+	healthFns []SetHealthFunc
 }
 
 // OnXid adds a subscriber to every Xid event. Call it before Run; f is
 // called on Run's goroutine and must not block.
 func (m *HealthMonitor) OnXid(f XidFunc) { m.xidFns = append(m.xidFns, f) }
+
+// OnHealth adds a subscriber to every health transition, after it is
+// published (Kubernetes Events). Call it before Run; f is called on Run's
+// goroutine and must not block.
+func (m *HealthMonitor) OnHealth(f SetHealthFunc) { m.healthFns = append(m.healthFns, f) }
 
 type gpuHealth struct {
 	dev     nvml.Device
@@ -263,6 +269,9 @@ func (m *HealthMonitor) transition(uuid string, st *gpuHealth, h gpu.Health, rea
 		m.log.Warn("device health changed", "uuid", uuid, "health", h, "reason", reason)
 	}
 	m.set(uuid, h, reason)
+	for _, f := range m.healthFns {
+		f(uuid, h, reason)
+	}
 }
 
 // recover heals unhealthy GPUs quiet for RecoveryPeriod that pass probe.

@@ -30,11 +30,12 @@ type healthRig struct {
 	clock   atomic.Int64 // unix nanoseconds
 	updates chan update
 	xids    chan uint64 // every Xid the pump fans out
+	heard   chan update // every transition OnHealth's subscriber got
 }
 
 func startHealth(t *testing.T, cfg HealthConfig) *healthRig {
 	t.Helper()
-	r := &healthRig{node: simnode.NewBuiltin("dgx-h100"), updates: make(chan update, 64), xids: make(chan uint64, 64)}
+	r := &healthRig{node: simnode.NewBuiltin("dgx-h100"), updates: make(chan update, 64), xids: make(chan uint64, 64), heard: make(chan update, 64)}
 	r.clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	cfg.WaitTimeout = 10 * time.Millisecond
 	m := NewHealthMonitor(r.node, cfg, func(uuid string, h gpu.Health, reason string) {
@@ -44,6 +45,12 @@ func startHealth(t *testing.T, cfg HealthConfig) *healthRig {
 	m.OnXid(func(_ string, xid uint64) {
 		select {
 		case r.xids <- xid:
+		default:
+		}
+	})
+	m.OnHealth(func(uuid string, h gpu.Health, reason string) {
+		select {
+		case r.heard <- update{uuid, h, reason}:
 		default:
 		}
 	})
@@ -241,6 +248,37 @@ func TestHealthFansOutEveryXid(t *testing.T) {
 		case u := <-r.updates:
 			t.Fatalf("an ignored Xid changed health: %+v", u)
 		case <-time.After(100 * time.Millisecond):
+		}
+	})
+}
+
+// The Events' subscriber hears each published transition, and nothing an
+// ignored Xid does.
+func TestHealthSubscriberHearsTransitions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := startHealth(t, HealthConfig{RecoveryPeriod: time.Minute})
+		uuid := r.node.Device(3).UUID()
+		if err := r.node.InjectXid(3, 13); err != nil { // ignored
+			t.Fatal(err)
+		}
+		if err := r.node.InjectXid(3, 48); err != nil {
+			t.Fatal(err)
+		}
+		if u := r.next(t); u != (update{uuid, gpu.Unhealthy, "xid 48"}) {
+			t.Fatalf("published %+v", u)
+		}
+		select {
+		case u := <-r.heard:
+			if u != (update{uuid, gpu.Unhealthy, "xid 48"}) {
+				t.Fatalf("subscriber heard %+v, want GPU 3 Unhealthy, xid 48", u)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("subscriber heard nothing of the transition")
+		}
+		r.advance(time.Minute + time.Second)
+		r.next(t)
+		if u := <-r.heard; u != (update{uuid, gpu.Healthy, ""}) {
+			t.Fatalf("subscriber heard %+v, want GPU 3 Healthy", u)
 		}
 	})
 }

@@ -123,6 +123,9 @@ type Config struct {
 	Sharing func() timeslice.Config
 	// Metrics records memory limit sets and failures; nil records nothing.
 	Metrics *Metrics
+	// Events is told memory limit sets and failures (Kubernetes Events);
+	// nil tells nobody.
+	Events LimitEvents
 }
 
 // Validate checks the config.
@@ -178,6 +181,7 @@ type tracked struct {
 	limits       []string
 	limitsKey    string
 	limitsFailed bool
+	owner        limitsOwner // whose limits were set (for their metric)
 }
 
 // Enforcer applies [Config] to every container. Create one with [New];
@@ -396,7 +400,7 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		}
 		if e.cfg.MemoryLimits != nil && ctr != "" {
 			fs, err := e.fractions(inv, snap, pod.Namespace, pod.Name, ctr)
-			e.applyLimits(rel, pod.Namespace+"/"+pod.Name+"/"+ctr, t, fs, err)
+			e.applyLimits(rel, limitsOwner{pod.Namespace, pod.Name, c.podUID, ctr}, t, fs, err)
 		}
 	}
 }

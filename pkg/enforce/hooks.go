@@ -13,6 +13,9 @@ import (
 // (through NRI): exact names, no log links needed.
 type ContainerInfo struct {
 	Namespace, Pod, Container string
+	// PodUID is the pod's UID; empty when unknown (events about the
+	// container then lack it).
+	PodUID string
 	// CgroupsPath is the OCI linux.cgroupsPath: "/kubepods/..." (cgroupfs)
 	// or "slice:prefix:name" (systemd).
 	CgroupsPath string
@@ -131,7 +134,7 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 	}
 	if e.cfg.MemoryLimits != nil {
 		fs, err := e.fractions(inv, snap, c.Namespace, c.Pod, c.Container)
-		e.applyLimits(rel, c.String(), t, fs, err)
+		e.applyLimits(rel, limitsOwner{c.Namespace, c.Pod, c.PodUID, c.Container}, t, fs, err)
 	}
 }
 

@@ -27,16 +27,34 @@ type MemoryLimits interface {
 
 var _ MemoryLimits = (*memlimit.Manager)(nil)
 
+// LimitEvents is told what happened to a container's memory limits, for
+// Kubernetes Events (*agentevents.Recorder): each GPU's limits when set,
+// and a failure once until a retry succeeds. podUID may be empty when
+// unknown.
+type LimitEvents interface {
+	MemoryLimitSet(namespace, pod, podUID, container, gpuUUID string, softBytes, hardBytes uint64)
+	MemoryLimitFailed(namespace, pod, podUID, container string, gpus []string, err error)
+}
+
+// limitsOwner is the container whose limits applyLimits sets.
+type limitsOwner struct {
+	namespace, pod, podUID, container string
+}
+
+func (o limitsOwner) String() string { return o.namespace + "/" + o.pod + "/" + o.container }
+
 // Metrics are the enforcer's metrics on the agent's registry. A nil
 // *Metrics records nothing.
 type Metrics struct {
 	sets      *prometheus.CounterVec
 	unlimited prometheus.Gauge
+	limits    *prometheus.GaugeVec
 }
 
-// NewMetrics registers gpud_memory_limit_sets_total and
-// gpud_memory_limit_unset_containers on reg. Both results start at 0, so
-// the first failure is an increase that alerts can see.
+// NewMetrics registers gpud_memory_limit_sets_total,
+// gpud_memory_limit_unset_containers and gpud_container_memory_limit_bytes
+// on reg. Both results start at 0, so the first failure is an increase
+// that alerts can see.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		sets: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -47,11 +65,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "gpud_memory_limit_unset_containers",
 			Help: "Containers holding GPU fractions whose memory limits could not be set: they run without the driver's limit (MPS limits and the watchdog still apply) while the agent retries every poll.",
 		}),
+		limits: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpud_container_memory_limit_bytes",
+			Help: "A container's driver-enforced GPU memory limit on one GPU, in bytes: kind soft is guaranteed (the fraction's request), kind hard is where allocations fail (as asked; the driver caps the sum at the GPU's memory). Present while the limit is set.",
+		}, []string{"namespace", "pod", "container", "UUID", "kind"}),
 	}
 	for _, r := range []string{"success", "failure"} {
 		m.sets.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.sets, m.unlimited} {
+	for _, c := range []prometheus.Collector{m.sets, m.unlimited, m.limits} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("enforce: register metrics: %w", err)
 		}
@@ -68,6 +90,27 @@ func (m *Metrics) observeSet(ok bool) {
 		r = "failure"
 	}
 	m.sets.WithLabelValues(r).Inc()
+}
+
+// setLimit records a container's limits on one GPU.
+func (m *Metrics) setLimit(o limitsOwner, uuid string, soft, hard uint64) {
+	if m == nil {
+		return
+	}
+	m.limits.WithLabelValues(o.namespace, o.pod, o.container, uuid, "soft").Set(float64(soft))
+	m.limits.WithLabelValues(o.namespace, o.pod, o.container, uuid, "hard").Set(float64(hard))
+}
+
+// dropLimits forgets a container's limits on uuids.
+func (m *Metrics) dropLimits(o limitsOwner, uuids []string) {
+	if m == nil {
+		return
+	}
+	for _, uuid := range uuids {
+		for _, kind := range []string{"soft", "hard"} {
+			m.limits.DeleteLabelValues(o.namespace, o.pod, o.container, uuid, kind)
+		}
+	}
 }
 
 func (m *Metrics) setUnlimited(n int64) {
@@ -171,7 +214,8 @@ func fractionsKey(fs []memlimit.Fraction) string {
 // [Enforcer.ContainerStarting] for why) and the next poll retries.
 // fracErr is why the fractions could not be read (the DRA checkpoint);
 // it counts as a failure. Called with e.mu held.
-func (e *Enforcer) applyLimits(rel, name string, t *tracked, fs []memlimit.Fraction, fracErr error) {
+func (e *Enforcer) applyLimits(rel string, who limitsOwner, t *tracked, fs []memlimit.Fraction, fracErr error) {
+	name := who.String()
 	key := fractionsKey(fs)
 	if fracErr == nil && key == t.limitsKey && !t.limitsFailed {
 		return
@@ -195,6 +239,9 @@ func (e *Enforcer) applyLimits(rel, name string, t *tracked, fs []memlimit.Fract
 			e.cfg.Metrics.observeSet(false)
 			e.log.Warn("gpu memory limits not set, container runs without the driver's limit, retrying every interval",
 				"cgroup", rel, "container", name, "fractions", key, "err", err)
+			if e.cfg.Events != nil {
+				e.cfg.Events.MemoryLimitFailed(who.namespace, who.pod, who.podUID, who.container, fractionGPUs(fs), err)
+			}
 		}
 		e.setLimitsFailed(t, true)
 		return
@@ -203,13 +250,49 @@ func (e *Enforcer) applyLimits(rel, name string, t *tracked, fs []memlimit.Fract
 		if err := e.cfg.MemoryLimits.Clear(rel, stale); err != nil {
 			e.log.Warn("gpu memory limits not cleared", "cgroup", rel, "container", name, "gpus", strings.Join(stale, ","), "err", err)
 		}
+		e.cfg.Metrics.dropLimits(t.owner, stale)
+	}
+	for _, uuid := range set {
+		soft, hard := limitsOn(fs, uuid)
+		e.cfg.Metrics.setLimit(who, uuid, soft, hard)
 	}
 	if len(set) > 0 {
 		e.cfg.Metrics.observeSet(true)
 		e.log.Info("gpu memory limits set", "cgroup", rel, "container", name, "gpus", strings.Join(set, ","), "fractions", key)
+		if e.cfg.Events != nil {
+			for _, uuid := range set {
+				soft, hard := limitsOn(fs, uuid)
+				e.cfg.Events.MemoryLimitSet(who.namespace, who.pod, who.podUID, who.container, uuid, soft, hard)
+			}
+		}
 	}
-	t.limits, t.limitsKey = set, key
+	t.limits, t.limitsKey, t.owner = set, key, who
 	e.setLimitsFailed(t, false)
+}
+
+// limitsOn sums the fractions of one GPU, as [memlimit.Manager.Set] does
+// (a hard limit of 0 is the request); the driver caps the hard sum at the
+// GPU's memory.
+func limitsOn(fs []memlimit.Fraction, uuid string) (soft, hard uint64) {
+	for _, f := range fs {
+		if f.GPUUUID == uuid {
+			soft += f.RequestBytes
+			hard += max(f.LimitBytes, f.RequestBytes)
+		}
+	}
+	return soft, hard
+}
+
+// fractionGPUs lists the GPUs of fs, sorted, once each.
+func fractionGPUs(fs []memlimit.Fraction) []string {
+	var out []string
+	for _, f := range fs {
+		if !slices.Contains(out, f.GPUUUID) {
+			out = append(out, f.GPUUUID)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // clearLimits removes the container's limits (its cgroup went or the
@@ -219,6 +302,7 @@ func (e *Enforcer) clearLimits(rel string, t *tracked) {
 	if len(t.limits) == 0 || e.cfg.MemoryLimits == nil {
 		return
 	}
+	e.cfg.Metrics.dropLimits(t.owner, t.limits)
 	if err := e.cfg.MemoryLimits.Clear(rel, t.limits); err != nil {
 		e.log.Warn("gpu memory limits not cleared", "cgroup", rel, "gpus", strings.Join(t.limits, ","), "err", err)
 	} else {

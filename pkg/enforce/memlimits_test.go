@@ -3,9 +3,11 @@ package enforce
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -295,7 +297,8 @@ func TestMemoryLimitsSetFails(t *testing.T) {
 	frac := claim("frac", dra.DriverName, dra.GPUDeviceName(2))
 	frac.ShareID = "0b5e"
 	var logs bytes.Buffer
-	e, err := New(Config{Unified: ln.root, Inventory: func() gpu.Inventory { return ln.inv }, MemoryLimits: ln.m, Metrics: metrics,
+	events := &fakeLimitEvents{}
+	e, err := New(Config{Unified: ln.root, Inventory: func() gpu.Inventory { return ln.inv }, MemoryLimits: ln.m, Metrics: metrics, Events: events,
 		DRA: &DRA{Resources: &fakeResources{r: podresources.Resources{Claims: []podresources.ClaimDevice{frac}}},
 			Prepared: func() ([]ClaimRef, error) {
 				return []ClaimRef{{Namespace: "ml", Name: "train-frac", Fractions: []ClaimFraction{{Device: "gpu-2", ShareID: "0b5e", MemoryBytes: 20 * gib}}}}, nil
@@ -306,8 +309,12 @@ func TestMemoryLimitsSetFails(t *testing.T) {
 	}
 	gpu2 := 2
 	ln.n.InjectFault("SetMemoryLimits_v1", simnode.FaultSpec{GPU: &gpu2, Times: -1, Return: nvml.ERROR_NO_PERMISSION})
-	e.ContainerStarting(t.Context(), ContainerInfo{Namespace: "ml", Pod: "train", Container: "frac", CgroupsPath: rel})
+	e.ContainerStarting(t.Context(), ContainerInfo{Namespace: "ml", Pod: "train", PodUID: uidA, Container: "frac", CgroupsPath: rel})
 	e.Reconcile(t.Context())
+	wantFailed := "failed ml/train/" + uidA + "/frac [" + ln.inv.GPUs[2].UUID + "]"
+	if len(events.got) != 1 || !strings.HasPrefix(events.got[0], wantFailed) || !strings.Contains(events.got[0], nvml.ERROR_NO_PERMISSION.Error()) {
+		t.Errorf("events %q, want one %q with the driver's error (once, not per retry)", events.got, wantFailed)
+	}
 	if _, ret := ln.limitsOf(2, rel); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("GPU 2 after a refused Set: %v, want no limits", ret)
 	}
@@ -335,6 +342,16 @@ func TestMemoryLimitsSetFails(t *testing.T) {
 	if got := testutil.ToFloat64(metrics.sets.WithLabelValues("success")); got != 1 {
 		t.Errorf("successes = %v, want 1", got)
 	}
+	for _, kind := range []string{"soft", "hard"} {
+		if got := testutil.ToFloat64(metrics.limits.WithLabelValues("ml", "train", "frac", ln.inv.GPUs[2].UUID, kind)); got != float64(20*gib) {
+			t.Errorf("gpud_container_memory_limit_bytes{kind=%q} = %v, want 20 GiB", kind, got)
+		}
+	}
+	promtoolGather(t, reg)
+	wantSet := fmt.Sprintf("set ml/train/%s/frac %s soft=%d hard=%d", uidA, ln.inv.GPUs[2].UUID, 20*gib, 20*gib)
+	if len(events.got) != 2 || events.got[1] != wantSet {
+		t.Errorf("events %q, want the failure then %q", events.got, wantSet)
+	}
 	if s := e.Status(); strings.Contains(s, "not set") {
 		t.Errorf("Status() = %q after the retry", s)
 	}
@@ -346,6 +363,20 @@ func TestMemoryLimitsSetFails(t *testing.T) {
 	if len(e.tracked) != 0 {
 		t.Errorf("tracked after the cgroup went: %v", e.tracked)
 	}
+	if n := testutil.CollectAndCount(metrics.limits); n != 0 {
+		t.Errorf("%d gpud_container_memory_limit_bytes series after the container went, want none", n)
+	}
+}
+
+// fakeLimitEvents records what the enforcer tells the Events.
+type fakeLimitEvents struct{ got []string }
+
+func (f *fakeLimitEvents) MemoryLimitSet(ns, pod, uid, ctr, gpu string, soft, hard uint64) {
+	f.got = append(f.got, fmt.Sprintf("set %s/%s/%s/%s %s soft=%d hard=%d", ns, pod, uid, ctr, gpu, soft, hard))
+}
+
+func (f *fakeLimitEvents) MemoryLimitFailed(ns, pod, uid, ctr string, gpus []string, err error) {
+	f.got = append(f.got, fmt.Sprintf("failed %s/%s/%s/%s %v: %v", ns, pod, uid, ctr, gpus, err))
 }
 
 // TestMemoryLimitsUnreadableCheckpoint: when the driver's checkpoint
@@ -445,5 +476,21 @@ func TestMemoryLimitsPoll(t *testing.T) {
 	e.Reconcile(t.Context())
 	if _, ret := ln.limitsOf(4, rel); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("GPU 4 once the container holds no fraction: %v, want cleared", ret)
+	}
+}
+
+// The event's limits of a GPU add the container's fractions there as the
+// manager does: a hard limit of 0 is the request.
+func TestLimitsOnSumsFractions(t *testing.T) {
+	fs := []memlimit.Fraction{
+		{GPUUUID: "GPU-a", RequestBytes: 20 * gib, LimitBytes: 30 * gib},
+		{GPUUUID: "GPU-a", RequestBytes: 10 * gib},
+		{GPUUUID: "GPU-b", RequestBytes: 5 * gib},
+	}
+	if soft, hard := limitsOn(fs, "GPU-a"); soft != 30*gib || hard != 40*gib {
+		t.Errorf("GPU-a: soft %d GiB hard %d GiB, want 30 and 40", soft/gib, hard/gib)
+	}
+	if got := fractionGPUs(fs); !slices.Equal(got, []string{"GPU-a", "GPU-b"}) {
+		t.Errorf("fractionGPUs = %v", got)
 	}
 }

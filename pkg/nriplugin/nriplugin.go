@@ -156,7 +156,7 @@ func (h handler) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // Info is what enforce needs of an NRI container.
 func Info(pod *api.PodSandbox, ctr *api.Container) enforce.ContainerInfo {
 	info := enforce.ContainerInfo{
-		Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName(),
+		Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName(), PodUID: pod.GetUid(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(),
 	}
 	parent := strings.ToLower(pod.GetLinux().GetCgroupParent())

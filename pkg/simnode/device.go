@@ -148,6 +148,7 @@ func (d *Device) setFuncs() {
 	}
 	d.setTopologyFuncs()
 	d.setTelemetryFuncs()
+	d.setProcessUtilizationFunc()
 	d.setMIGFuncs()
 	d.setEventFuncs()
 	d.setGPMFuncs()

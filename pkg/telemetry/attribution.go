@@ -106,6 +106,9 @@ func (s *Sampler) buildLocked(taken time.Time) *Snapshot {
 			if m := s.byUUID[p.DeviceUUID]; m != nil && m.snap.MIG {
 				ps.GIID = m.snap.GIID
 			}
+			if d.util.sm != nil {
+				ps.SMUtil, ps.HasSMUtil = d.util.sm[p.PID], true
+			}
 			s.nameProcess(&ps, holders[ps.DeviceUUID])
 			ps.prepare(s.cfg.Hostname)
 			snap.Processes = append(snap.Processes, ps)

@@ -146,3 +146,81 @@ func benchScrapes(b *testing.B, gpm bool) {
 		benchScrape(b, s)
 	})
 }
+
+// BenchmarkSweepProcesses is the cost of per-process sampling in one sweep
+// (process lists, per-process SM utilization, attribution to pods): a
+// sweep of a dgx-h100 with and without one process per device, as 56 MIG
+// devices (8 GPUs × seven 1g.10gb: the driver has no per-process
+// utilization there, the parents are asked and say so) and as 8 GPUs
+// with 16 time-sliced pods each (per-process SM utilization reported).
+func BenchmarkSweepProcesses(b *testing.B) {
+	for _, procs := range []bool{false, true} {
+		b.Run(fmt.Sprintf("mig-56/procs=%v", procs), func(b *testing.B) {
+			r := newRig(b)
+			for i := range 8 {
+				r.enableMIG(b, i, 7)
+			}
+			inv := r.staticInventory(b)
+			g, _ := inv()
+			var as []podresources.Assignment
+			var pids []uint32
+			for _, gp := range g.GPUs {
+				for j, m := range gp.MIGDevices {
+					pid := uint32(20000 + gp.Index*100 + j)
+					if procs {
+						if err := r.node.AddMIGProcess(m.UUID, pid, 1<<30); err != nil {
+							b.Fatal(err)
+						}
+						pids = append(pids, pid)
+					}
+					as = append(as, podresources.Assignment{Namespace: "team", Pod: fmt.Sprintf("pod-%d", pid), Container: "main", ResourceName: "nvidia.com/mig-1g.10gb", DeviceIDs: []string{m.UUID}})
+				}
+			}
+			s := r.sampler(b, inv, telemetry.Attribution{Pods: &fakeLister{as: as}, Procs: fakeProcs{}, Names: fakeNames{pids}}, telemetry.Config{})
+			benchSweep(b, s, len(pids))
+		})
+		b.Run(fmt.Sprintf("replicas-8x16/procs=%v", procs), func(b *testing.B) {
+			r := newRig(b)
+			inv := r.staticInventory(b)
+			g, _ := inv()
+			var as []podresources.Assignment
+			var pids []uint32
+			for _, gp := range g.GPUs {
+				for j := range 16 {
+					pid := uint32(10000 + gp.Index*100 + j)
+					if procs {
+						if err := r.node.AddProcess(gp.Index, pid, 1<<30); err != nil {
+							b.Fatal(err)
+						}
+						pids = append(pids, pid)
+					}
+					as = append(as, podresources.Assignment{Namespace: "team", Pod: fmt.Sprintf("pod-%d", pid), Container: "main",
+						ResourceName: "nvidia.com/gpu.shared", DeviceIDs: []string{timeslice.ReplicaID(gp.UUID, j)}})
+				}
+			}
+			s := r.sampler(b, inv, telemetry.Attribution{Pods: &fakeLister{as: as}, Procs: fakeProcs{}, Names: fakeNames{pids}}, telemetry.Config{})
+			benchSweep(b, s, len(pids))
+		})
+	}
+}
+
+// benchSweep times whole sweeps, after one that fills the caches, and
+// checks the processes' SM utilization is reported where the driver has it.
+func benchSweep(b *testing.B, s *telemetry.Sampler, procs int) {
+	b.Helper()
+	b.Cleanup(s.Close)
+	s.Sweep(b.Context())
+	snap := s.Snapshot()
+	if len(snap.Processes) != procs {
+		b.Fatalf("processes = %d, want %d", len(snap.Processes), procs)
+	}
+	for _, p := range snap.Processes {
+		if p.HasSMUtil != (p.GIID < 0) {
+			b.Fatalf("pid %d on GI %d: SM utilization reported %v, want only off MIG", p.PID, p.GIID, p.HasSMUtil)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Sweep(b.Context())
+	}
+}

@@ -23,7 +23,7 @@ type Collector struct {
 	xid    [numVariants]*prometheus.Desc
 
 	info, health, lastXid, xidTotal, migEnabled, migPending, migInfo, migMemory *prometheus.Desc
-	replicas, containers, holder, procMem                                       *prometheus.Desc
+	replicas, containers, holder, procMem, procSM                               *prometheus.Desc
 	up, duration, sweeps, errors, stale, podUp, attrErrs, build                 *prometheus.Desc
 	unsupported                                                                 *prometheus.Desc
 }
@@ -63,6 +63,7 @@ func NewCollector(s *Sampler, compat Compat, version string) *Collector {
 	c.containers = prometheus.NewDesc("gpud_device_containers_allocated", "Containers the kubelet assigned the device to, whole, as a replica or as a MIG device.", id, nil)
 	c.holder = prometheus.NewDesc("gpud_device_container_allocated", "1 for each container the kubelet assigned the device to.", with("namespace", "pod", "container"), nil)
 	c.procMem = prometheus.NewDesc("gpud_process_memory_used_bytes", "Framebuffer memory a compute process holds, in bytes, with its pod and container when known.", with("pid", "namespace", "pod", "container", "pod_uid", "container_id"), nil)
+	c.procSM = prometheus.NewDesc("gpud_process_sm_utilization_ratio", "Share of the GPU's SM time a compute process used at its latest NVML per-process sample (0 to 1), with its pod and container when known; absent in MIG mode, where the driver keeps no per-process samples.", with("pid", "namespace", "pod", "container", "pod_uid", "container_id"), nil)
 	c.up = prometheus.NewDesc("gpud_sampler_up", "1 when the sampler published a snapshot within its stale-after window.", nil, nil)
 	c.duration = prometheus.NewDesc("gpud_sampler_duration_seconds", "How long the last sweep over every device took, in seconds.", nil, nil)
 	c.sweeps = prometheus.NewDesc("gpud_sampler_sweeps_total", "Sweeps over every device since gpud started.", nil, nil)
@@ -116,12 +117,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		b.send(c.procMem, prometheus.GaugeValue, float64(p.UsedBytes), p.lp)
+		if p.HasSMUtil {
+			b.send(c.procSM, prometheus.GaugeValue, p.SMUtil, p.lp)
+		}
 	}
 }
 
 // estimate sizes a scrape's slab.
 func (c *Collector) estimate(snap *Snapshot) int {
-	n := len(snap.Processes)
+	n := 2 * len(snap.Processes)
 	for i := range snap.Devices {
 		n += 2*int(numFields) + 10 + len(snap.Devices[i].Holders)
 	}

@@ -103,6 +103,7 @@ type devState struct {
 	gpm      gpmState
 	procs    []discovery.Process
 	procsAt  time.Time
+	util     procUtil // per-process SM utilization (procutil.go)
 }
 
 // Slots of a device's in-flight calls beyond calls: the process list and
@@ -294,10 +295,14 @@ func (s *Sampler) run(d *devState, i int) {
 	}
 	if i == len(calls) {
 		procs, err := discovery.GPUProcesses(d.handle, d.snap.GPUIndex)
+		util, utilRet := d.util.read(d.handle, len(procs) > 0 && err == nil)
 		at := s.cfg.Clock()
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		d.inflight[i] = false
+		if utilRet != nvml.SUCCESS {
+			s.errs[errKey{d.snap.UUID, callProcessUtilization, reason(utilRet)}]++
+		}
 		if err != nil {
 			ret := nvml.ERROR_UNKNOWN
 			errors.As(err, &ret)
@@ -305,6 +310,7 @@ func (s *Sampler) run(d *devState, i int) {
 			return
 		}
 		d.procs, d.procsAt = procs, at
+		d.util.sm = util
 		return
 	}
 	c := calls[i]

@@ -108,6 +108,11 @@ type ProcessSnapshot struct {
 	PID        uint32
 	// UsedBytes is the framebuffer memory the process holds.
 	UsedBytes uint64
+	// SMUtil is the process's share of its GPU's SM time in [0,1] at its
+	// latest NVML sample (GetProcessUtilization), when HasSMUtil: not in
+	// MIG mode, where the driver keeps no per-process samples.
+	SMUtil    float64
+	HasSMUtil bool
 	// PodUID and ContainerID come from the process's cgroup; Namespace,
 	// Pod and Container from the kubelet (empty when unknown).
 	PodUID      string

@@ -102,6 +102,12 @@ type WatchdogConfig struct {
 	Pods        PodNamer
 	Assignments AssignmentLister
 	Kill        func(pid uint32) error
+	// OnViolation is told each violation once, when it begins (what the
+	// log's warning says), with the mode; OnKill each process killed, with
+	// its own memory. Both are for Kubernetes Events, called on Check's
+	// goroutine, and must not block; nil means nobody is told.
+	OnViolation func(v Violation, mode Enforce)
+	OnKill      func(v Violation, pid uint32, procBytes uint64)
 	Log         *slog.Logger
 }
 
@@ -223,6 +229,9 @@ func (w *Watchdog) Check(ctx context.Context) ([]Violation, error) {
 	for _, v := range fresh {
 		w.cfg.Log.Warn("gpu memory over share limit", "device_uuid", v.DeviceUUID, "namespace", v.Namespace, "pod", v.Pod,
 			"pod_uid", v.PodUID, "pids", v.PIDs, "used_bytes", v.UsedBytes, "limit_bytes", v.LimitBytes, "mode", string(w.cfg.Mode))
+		if w.cfg.OnViolation != nil {
+			w.cfg.OnViolation(v, w.cfg.Mode)
+		}
 	}
 	if w.cfg.Mode == EnforceKill {
 		for _, v := range vs {
@@ -251,6 +260,9 @@ func (w *Watchdog) enforce(v Violation, procs map[uint32]GPUProcess) {
 		used -= procs[pid].UsedBytes
 		w.cfg.Log.Warn("killed over-limit process", "pid", pid, "device_uuid", v.DeviceUUID, "namespace", v.Namespace, "pod", v.Pod,
 			"used_bytes", procs[pid].UsedBytes, "limit_bytes", v.LimitBytes)
+		if w.cfg.OnKill != nil {
+			w.cfg.OnKill(v, pid, procs[pid].UsedBytes)
+		}
 	}
 }
 

@@ -128,7 +128,18 @@ func TestWatchdogModes(t *testing.T) {
 				}
 			}
 			k := &killer{n: n}
+			var told []string // what the Events hooks were told
+			var toldKills []uint32
 			cfg := timeslice.WatchdogConfig{
+				OnViolation: func(v timeslice.Violation, mode timeslice.Enforce) {
+					told = append(told, fmt.Sprintf("%s %s/%s %s", mode, v.Namespace, v.Pod, v.PodUID))
+				},
+				OnKill: func(v timeslice.Violation, pid uint32, procBytes uint64) {
+					if procBytes == 0 || v.UsedBytes <= v.LimitBytes {
+						t.Errorf("kill of %d told with %d bytes, violation %v", pid, procBytes, v)
+					}
+					toldKills = append(toldKills, pid)
+				},
 				Mode:       tc.mode,
 				Sharing:    func() timeslice.Config { return sharing },
 				Inventory:  func() gpu.Inventory { return inv },
@@ -188,6 +199,17 @@ func TestWatchdogModes(t *testing.T) {
 			}
 			if viol, _ := w.Counts(); viol != uint64(len(tc.wantViol)) {
 				t.Errorf("after a second check: %d violations counted, want still %d", viol, len(tc.wantViol))
+			}
+			if len(told) != len(tc.wantViol) {
+				t.Errorf("OnViolation told %q, want once per violation (%d)", told, len(tc.wantViol))
+			}
+			for _, s := range told {
+				if !strings.HasPrefix(s, string(tc.mode)+" ml/") || !strings.Contains(s, " uid-") {
+					t.Errorf("OnViolation told %q, want the mode, the pod and its uid", s)
+				}
+			}
+			if slices.Sort(toldKills); !slices.Equal(toldKills, tc.wantKilled) {
+				t.Errorf("OnKill told %v, want %v", toldKills, tc.wantKilled)
 			}
 			if tc.mode == timeslice.EnforceKill && len(w.Active()) != 0 {
 				t.Errorf("after kills, still active: %v", w.Active())

@@ -50,7 +50,7 @@ func (c *cycle) typicalRequests() []allocator.Request {
 		if p == nil || p.Pod == nil {
 			continue
 		}
-		items, err := c.demand(p)
+		items, err := c.demand(c.devicesOf(p))
 		if err != nil {
 			continue
 		}
@@ -131,9 +131,12 @@ func (c *cycle) commit(u *unit, pls []*placed) {
 	got := map[*plan.Pod]bool{}
 	for _, pl := range pls {
 		got[pl.pod] = true
-		c.out.Binds = append(c.out.Binds, plan.Bind{Pod: pl.pod, Node: pl.node,
-			Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang()})
-		use, models := c.usageOf(pl.pod, resultsOf(pl.allocs))
+		b := plan.Bind{Pod: pl.pod, Node: pl.node, Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang()}
+		if pl.as != pl.pod {
+			b.ExtendedResources = pl.as.ExtendedResources
+		}
+		c.out.Binds = append(c.out.Binds, b)
+		use, models := c.usageOf(pl.as, pl.node, resultsOf(pl.allocs))
 		c.q.Charge(u.queue, use, models, 1)
 	}
 	for _, p := range u.pods {
@@ -237,7 +240,7 @@ func (c *cycle) tryUnit(u *unit, quota bool) ([]string, bool) {
 func (c *cycle) waitTerminating(u *unit) (map[*plan.Pod]string, int, bool) {
 	var term []relPod
 	for _, h := range c.boundHolds() {
-		if h.pod.Pod.DeletionTimestamp != nil && len(h.allocs) > 0 {
+		if h.pod.Pod.DeletionTimestamp != nil && (len(h.allocs) > 0 || h.pod.PluginDevices > 0) {
 			term = append(term, h)
 		}
 	}
@@ -268,7 +271,7 @@ func (c *cycle) holdNominated(u *unit, pls []*placed) map[*plan.Pod]string {
 	for _, pl := range pls {
 		at[pl.pod] = pl.node
 		c.nominated[pl.node] = true
-		use, models := c.usageOf(pl.pod, resultsOf(pl.allocs))
+		use, models := c.usageOf(pl.as, pl.node, resultsOf(pl.allocs))
 		c.q.Charge(u.queue, use, models, 1)
 	}
 	return at

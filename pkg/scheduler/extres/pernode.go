@@ -1,6 +1,7 @@
 package extres
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strings"
@@ -32,9 +33,9 @@ type Option struct {
 // allocatable lacks it (or lists 0) the DeviceClass serves it through the
 // pod's extended-resource claim, whose requests then cover only such
 // resources (kube-scheduler's filterExtendedResources). Nodes that serve
-// the pod alike form one option; options with a claim come first, in the
-// order of the resources they ask DRA for, then the one with device plugins
-// only.
+// the pod alike form one option; options asking DRA for more resources
+// come first (then by the resources' names), the one with device plugins
+// only last.
 //
 // It returns nil when For's claim holds on every node: the pod asks for
 // no such resource, no node advertises one through a device plugin, or
@@ -72,16 +73,11 @@ func PerNode(pod *corev1.Pod, r Resolver, existing *resourceapi.ResourceClaim, n
 	if len(keys) == 0 || (len(keys) == 1 && len(dra[keys[0]]) == len(names)) {
 		return nil
 	}
-	// Options asking DRA for something first, by what they ask; device
-	// plugins only ("") last.
+	// Options asking DRA for more first (gpud's policy places those), by
+	// what they ask; device plugins only last.
 	slices.SortFunc(keys, func(a, b string) int {
-		switch {
-		case a == b:
-			return 0
-		case a == "":
-			return 1
-		case b == "":
-			return -1
+		if c := cmp.Compare(len(dra[b]), len(dra[a])); c != 0 {
+			return c
 		}
 		return strings.Compare(a, b)
 	})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -230,7 +231,7 @@ func (c *cycle) usageOf(p *plan.Pod, node string, results []*resourceapi.Allocat
 		milli := p.PluginDevices * allocator.MilliPerGPU
 		r.GPUMilli += milli
 		if n := c.v.Node(node); n != nil && n.Labels[gfdProductLabel] != "" {
-			add(n.Labels[gfdProductLabel], milli)
+			add(c.gfdModel(n.Labels[gfdProductLabel]), milli)
 		}
 	}
 	for _, a := range results {
@@ -303,6 +304,18 @@ func resultsOf(allocs []view.Allocation) []*resourceapi.AllocationResult {
 // gfdProductLabel is GPU Feature Discovery's node label naming the GPU
 // model (the model of GPUs a device plugin serves).
 const gfdProductLabel = "nvidia.com/gpu.product"
+
+// gfdModel is the cluster's GPU model (the ResourceSlices' productName)
+// that GPU Feature Discovery's product label names (spaces as dashes),
+// else the label as it is.
+func (c *cycle) gfdModel(label string) string {
+	for _, m := range c.gpuModels {
+		if strings.ReplaceAll(m, " ", "-") == label {
+			return m
+		}
+	}
+	return label
+}
 
 // devicesOf is the pod whose devices stand for p where no node is chosen
 // yet (typical requests, preemption's estimate): the first entry of

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpud/gpud/internal/schedtest"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/extres"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/rules"
@@ -218,5 +219,36 @@ func TestExtendedResourcesPreemptOnPluginNode(t *testing.T) {
 	p = e.decide(Config{})
 	if got := extBinds(t, p, 8); got != "dp=1" {
 		t.Errorf("binds %s (pending %+v), want hi on dp", got, p.Pending)
+	}
+}
+
+// TestExtendedResourcesQueueLimit: GPUs a pod takes through a device
+// plugin count against its queue's limits like claimed ones: a queue
+// limited to 4 GPUs holding 3 on the device-plugin node gets one more, not
+// two, and a per-model limit reads the node's GFD product label.
+func TestExtendedResourcesQueueLimit(t *testing.T) {
+	e := newEnv(t)
+	withClassRules(t, e)
+	pluginNode(e, "dp", 8)
+	e.nodes[0].Labels[gfdProductLabel] = "NVIDIA-H100-80GB-HBM3"
+	rulesNode(e, "dra")
+	e.queues = []jobs.Queue{
+		{Name: "team-a", Quota: jobs.Quota{Limit: jobs.Resources{GPUMilli: 4000}}},
+		{Name: "team-b", Quota: jobs.Quota{ModelLimit: map[string]int64{"NVIDIA H100 80GB HBM3": 2000}}},
+	}
+	e.pluginBound("held-a", "dp", 3, queue("team-a"))
+	e.pluginBound("held-b", "dp", 2, queue("team-b"))
+	e.extPod("a1", 1, queue("team-a"))
+	e.extPod("a2", 1, queue("team-a"))
+	e.extPod("b1", 1, queue("team-b"))
+	p := e.decide(Config{})
+	got := bindsOf(p)
+	if _, ok := got["a1"]; !ok || len(got) != 1 {
+		t.Errorf("binds %v, want a1 alone (team-a at its 4-GPU limit after it, team-b at its H100 limit)", got)
+	}
+	for _, name := range []string{"a2", "b1"} {
+		if x, ok := pendingOf(p, name); !ok || !strings.Contains(x.Code, "quota") {
+			t.Errorf("%s pending %+v, want a quota reason", name, x)
+		}
 	}
 }

@@ -252,3 +252,20 @@ func TestExtendedResourcesQueueLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendedResourcesShapes: two pods alike but for how many
+// nvidia.com/gpu they ask are different shapes: the first failing (8 GPUs
+// over its queue's 4-GPU limit) does not make the second (1 GPU) wait,
+// even without the rules (which read the requests themselves).
+func TestExtendedResourcesShapes(t *testing.T) {
+	e := newEnv(t)
+	pluginNode(e, "dp", 8)
+	rulesNode(e, "dra")
+	e.queues = []jobs.Queue{{Name: "q", Quota: jobs.Quota{Limit: jobs.Resources{GPUMilli: 4000}}}}
+	e.extPod("eight", 8, queue("q"))
+	e.extPod("one", 1, queue("q"))
+	p := e.decide(Config{})
+	if got := bindsOf(p); got["one"] != "dra" || len(got) != 1 {
+		t.Errorf("binds %v, want one on dra (pending %+v)", got, p.Pending)
+	}
+}

@@ -296,6 +296,19 @@ func (c *cycle) shapeKey(u *unit) string {
 			return "" // allocated by another driver: its node selector counts
 		}
 	}
+	// Extended resources served per node: each entry's claim and nodes.
+	var perNode []any
+	for _, e := range p.PerNode {
+		var devs *resourceapi.DeviceClaim
+		if n := len(e.Pod.Claims); n > len(p.Claims) {
+			devs = &e.Pod.Claims[n-1].Spec.Devices
+		}
+		perNode = append(perNode, struct {
+			Nodes   []string
+			Devices *resourceapi.DeviceClaim
+			Plugin  int64
+		}{slices.Sorted(maps.Keys(e.Nodes)), devs, e.Pod.PluginDevices})
+	}
 	// With kube-scheduler's rules, what they read counts too: labels and
 	// namespace (others' affinity and spread select the pod), spread,
 	// volumes, ports and every resource request.
@@ -330,9 +343,10 @@ func (c *cycle) shapeKey(u *unit) string {
 		Nominated   string
 		Est         int64
 		Claims      int
+		PerNode     []any
 		Rules       any
 	}{devs, p.Pod.Spec.NodeSelector, p.Pod.Spec.Affinity, p.Pod.Spec.Tolerations, cpu, mem, pin, u.queue,
-		p.Pod.Status.NominatedNodeName, int64(u.est), len(p.Claims), rules})
+		p.Pod.Status.NominatedNodeName, int64(u.est), len(p.Claims), perNode, rules})
 	if err != nil {
 		return ""
 	}

@@ -132,3 +132,122 @@ func freeExtendedClaims(t *testing.T, env *k8senv.Env, ns string) {
 		return left == 0
 	})
 }
+
+// testExtendedResourcePerNode: node a of each pool becomes a device-plugin
+// node (allocatable nvidia.com/gpu: 8, its ResourceSlices gone), node b
+// stays a DRA node (gpud's slices, no nvidia.com/gpu in allocatable).
+// kube-scheduler v1.37 decides per node: on a the device plugin's count
+// serves the pod and no claim is made, on b the DeviceClass serves it
+// through a claim. Six pods of 3 GPUs: two per node, two pending, and
+// claims only for the pods on b — under both schedulers.
+func testExtendedResourcePerNode(t *testing.T, env *k8senv.Env) {
+	c := env.Client
+	var saved []*resourceapi.ResourceSlice
+	all, err := c.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginNodes := map[string]bool{"gpud-a": true, "kube-a": true}
+	for i := range all.Items {
+		s := &all.Items[i]
+		if s.Spec.NodeName == nil || !pluginNodes[*s.Spec.NodeName] {
+			continue
+		}
+		if err := c.ResourceV1().ResourceSlices().Delete(t.Context(), s.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cp := s.DeepCopy()
+		cp.ObjectMeta = metav1.ObjectMeta{Name: s.Name, Labels: s.Labels, OwnerReferences: s.OwnerReferences}
+		saved = append(saved, cp)
+	}
+	if len(saved) == 0 {
+		t.Fatal("no ResourceSlices on nodes a to take away")
+	}
+	setPluginGPUs := func(n int64) {
+		for name := range pluginNodes {
+			node, err := c.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				node.Status.Capacity["nvidia.com/gpu"] = *resource.NewQuantity(n, resource.DecimalSI)
+				node.Status.Allocatable["nvidia.com/gpu"] = *resource.NewQuantity(n, resource.DecimalSI)
+			} else {
+				delete(node.Status.Capacity, "nvidia.com/gpu")
+				delete(node.Status.Allocatable, "nvidia.com/gpu")
+			}
+			if _, err := c.CoreV1().Nodes().UpdateStatus(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	setPluginGPUs(8)
+	defer func() {
+		setPluginGPUs(0)
+		for _, s := range saved {
+			if _, err := c.ResourceV1().ResourceSlices().Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+				t.Errorf("restore slice %s: %v", s.Name, err)
+			}
+		}
+	}()
+	// Both schedulers see the device-plugin node before the pods come.
+	time.Sleep(3 * time.Second)
+
+	three := func(p *corev1.Pod) {
+		q := resource.MustParse("3")
+		p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = q
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
+	}
+	var pods []rulesPod
+	for i := range 6 {
+		pods = append(pods, rulesPod{name: fmt.Sprintf("dp-%d", i), mod: three})
+	}
+	for _, pool := range []string{"gpud", "kube"} {
+		for _, p := range pods {
+			createRulesPod(t, env, pool, p)
+		}
+	}
+	for _, pool := range []string{"gpud", "kube"} {
+		who := map[string]string{"gpud": "gpud scheduler", "kube": "kube-scheduler (oracle)"}[pool]
+		ns := "rules-" + pool
+		got := settle(t, env, pool, pods)
+		t.Logf("%s: %v", who, got)
+		if err := perNode("a=2 b=2 pending=2", false)(got); err != nil {
+			t.Errorf("%s: %v", who, err)
+		}
+		claims, err := c.ResourceV1().ResourceClaims(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rp := range pods {
+			switch got[rp.name] {
+			case "b":
+				if err := extendedClaimOK(t, env, ns, rp.name, 3); err != nil {
+					t.Errorf("%s: %v", who, err)
+				}
+			case "a":
+				p, err := c.CoreV1().Pods(ns).Get(t.Context(), rp.name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Status.ExtendedResourceClaimStatus != nil {
+					t.Errorf("%s: %s on the device-plugin node has extendedResourceClaimStatus %+v, want none", who, rp.name, p.Status.ExtendedResourceClaimStatus)
+				}
+				for _, cl := range claims.Items {
+					if len(cl.OwnerReferences) > 0 && cl.OwnerReferences[0].UID == p.UID {
+						t.Errorf("%s: %s on the device-plugin node owns claim %s, want none", who, rp.name, cl.Name)
+					}
+				}
+			}
+		}
+	}
+	for _, pool := range []string{"gpud", "kube"} {
+		ns := "rules-" + pool
+		for _, rp := range pods {
+			if err := c.CoreV1().Pods(ns).Delete(t.Context(), rp.name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		freeExtendedClaims(t, env, ns)
+	}
+}

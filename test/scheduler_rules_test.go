@@ -113,6 +113,9 @@ func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
 	// Extended resources backed by DRA: nvidia.com/gpu through the
 	// gpu.gpud.io DeviceClass's extendedResourceName.
 	t.Run("extended resource through a DeviceClass", func(t *testing.T) { testExtendedResource(t, env) })
+	// The same resource on a device-plugin node next to a DRA node:
+	// served per node, a claim only on the DRA node.
+	t.Run("extended resource per node, device plugin or DeviceClass", func(t *testing.T) { testExtendedResourcePerNode(t, env) })
 
 	// Scheduling gates: a gated pod is never scheduled, and is once the
 	// gate is lifted.

@@ -287,7 +287,11 @@ func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClai
 		}
 	}
 	if extended != "" {
-		if err := s.writeExtendedStatus(ctx, b.Pod, extended); err != nil {
+		mappings := b.Pod.ExtendedResources
+		if b.ExtendedResources != nil {
+			mappings = b.ExtendedResources
+		}
+		if err := s.writeExtendedStatus(ctx, b.Pod, extended, mappings); err != nil {
 			return out, err
 		}
 	}
@@ -297,9 +301,9 @@ func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClai
 // writeExtendedStatus tells the kubelet which request of claim serves
 // each container's extended resources (status.extendedResourceClaimStatus),
 // unless the pod's status says so already.
-func (s *Scheduler) writeExtendedStatus(ctx context.Context, p *plan.Pod, claim string) error {
+func (s *Scheduler) writeExtendedStatus(ctx context.Context, p *plan.Pod, claim string, mappings []corev1.ContainerExtendedResourceRequest) error {
 	pod := p.Pod
-	want := &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: claim, RequestMappings: p.ExtendedResources}
+	want := &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: claim, RequestMappings: mappings}
 	if equality.Semantic.DeepEqual(pod.Status.ExtendedResourceClaimStatus, want) {
 		return nil
 	}

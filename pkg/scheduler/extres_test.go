@@ -13,6 +13,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
 // extendedRig is one 4-GPU node whose class serves nvidia.com/gpu, and a
@@ -107,5 +109,56 @@ func TestExtendedResourceRollback(t *testing.T) {
 	}
 	if len(list.Items) != 0 {
 		t.Errorf("claims left after a failed Binding: %+v", list.Items)
+	}
+}
+
+// TestExtendedResourcePerNode: next to a device-plugin node (allocatable
+// nvidia.com/gpu, no slices) the pending pod is offered both ways, a claim
+// on the DRA node and none on the plugin node; a Bind on the plugin node
+// creates no claim and writes no mapping, and the bound pod then counts
+// 2 GPUs held through the plugin.
+func TestExtendedResourcePerNode(t *testing.T) {
+	ts, base, pod := extendedRig(t)
+	dp := kubeNode("dp")
+	dp.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("8")
+	if _, err := ts.client.CoreV1().Nodes().Create(t.Context(), dp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	in := viewInputs(t, append(base, dp), nil, []*corev1.Pod{pod})
+	sn := ts.snapshotOf(in)
+	if len(sn.Pending) != 1 {
+		t.Fatalf("pending %v", sn.Pending)
+	}
+	p := sn.Pending[0]
+	if len(p.Claims) != 0 || p.ExtendedResources != nil || len(p.PerNode) != 2 {
+		t.Fatalf("pod claims %v mappings %v, %d per-node entries; want the claim per node only, 2 entries", p.Claims, p.ExtendedResources, len(p.PerNode))
+	}
+	dra, plug := p.PerNode[0], p.PerNode[1]
+	if dra.Nodes["dp"] || len(dra.Pod.Claims) != 1 || len(dra.Pod.ExtendedResources) != 1 || dra.Pod.PluginDevices != 0 {
+		t.Errorf("DRA entry: nodes %v claims %d mappings %v plugin devices %d", dra.Nodes, len(dra.Pod.Claims), dra.Pod.ExtendedResources, dra.Pod.PluginDevices)
+	}
+	if !plug.Nodes["dp"] || len(plug.Nodes) != 1 || len(plug.Pod.Claims) != 0 || plug.Pod.ExtendedResources != nil || plug.Pod.PluginDevices != 2 {
+		t.Errorf("plugin entry: nodes %v claims %d mappings %v plugin devices %d", plug.Nodes, len(plug.Pod.Claims), plug.Pod.ExtendedResources, plug.Pod.PluginDevices)
+	}
+	ts.execute(t.Context(), sn, plan.Plan{Binds: []plan.Bind{{Pod: p, Node: "dp"}}})
+	if len(ts.bindings) != 1 || ts.bindings[0] != "ns/p=dp" {
+		t.Fatalf("bindings %v, want ns/p=dp", ts.bindings)
+	}
+	list, err := ts.client.ResourceV1().ResourceClaims("ns").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ts.client.CoreV1().Pods("ns").Get(t.Context(), "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 || got.Status.ExtendedResourceClaimStatus != nil {
+		t.Errorf("on the plugin node: claims %v, extendedResourceClaimStatus %+v; want none", list.Items, got.Status.ExtendedResourceClaimStatus)
+	}
+	bound := pod.DeepCopy()
+	bound.Spec.NodeName = "dp"
+	in.pods = []*corev1.Pod{bound}
+	if sn = ts.snapshotOf(in); len(sn.Bound) != 1 || sn.Bound[0].PluginDevices != 2 {
+		t.Errorf("bound %+v, want the pod holding 2 GPUs through the plugin", sn.Bound)
 	}
 }

@@ -168,7 +168,11 @@ func New(cfg Config) (*Scheduler, error) {
 		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
 	}
 	s.flush = flush
-	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), classInf.Informer()} {
+	if _, err := nodeInf.Informer().AddEventHandler(s.nodeEvents()); err != nil {
+		return nil, fmt.Errorf("scheduler: informer handler: %w", err)
+	}
+	s.hasSynced = append(s.hasSynced, nodeInf.Informer().HasSynced)
+	for _, inf := range []cache.SharedIndexInformer{classInf.Informer()} {
 		if _, err := inf.AddEventHandler(flush); err != nil {
 			return nil, fmt.Errorf("scheduler: informer handler: %w", err)
 		}
@@ -191,7 +195,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.podAdded,
 		UpdateFunc: func(o, n any) { s.podUpdated(o, n) },
-		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
+		DeleteFunc: s.podDeleted,
 	}); err != nil {
 		return nil, fmt.Errorf("scheduler: pod informer handler: %w", err)
 	}
@@ -596,7 +600,7 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 		}
 	}
 	s.execute(ctx, sn, p)
-	s.queueOutcome(p, now)
+	s.queueOutcome(p, now, rc)
 	s.m.setQueueUsage(p.QueueUsage)
 	boundByUID := make(map[types.UID]*corev1.Pod, len(sn.Bound)+len(p.Binds))
 	for _, b := range sn.Bound {
@@ -623,9 +627,15 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 // queueOutcome backs off the pods the plan left pending and forgets the
 // bound ones. Pods not reached this cycle, or waiting on nominated room,
 // were not tried and do not back off.
-func (s *Scheduler) queueOutcome(p plan.Plan, now time.Time) {
+// A pod that kube-scheduler's plugins alone refused on every node backs
+// off with their names (rc.Rejected), for their queueing hints.
+func (s *Scheduler) queueOutcome(p plan.Plan, now time.Time, rc *rules.Cycle) {
 	for _, pd := range p.Pending {
 		if pd.Pod != nil && pd.NominatedNode == "" && pd.Code != jobs.CodeBlocked {
+			if by, ok := rc.Rejected(pd.Pod.Pod); ok {
+				s.backoff.failedBy(pd.Pod.Pod.UID, now, pd.Pod.Pod, by)
+				continue
+			}
 			s.backoff.failed(pd.Pod.Pod.UID, now)
 		}
 	}

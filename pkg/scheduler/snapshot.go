@@ -116,6 +116,10 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Devices: devs, Groups: in.groups, PDBs: in.pdbs,
 		Queues: s.queues, Reservations: s.reservations, Policy: s.policy}, skips: skips, claims: in.claims,
 		unbound: map[types.UID]bool{}}
+	nodeByName := make(map[string]*corev1.Node, len(in.nodes))
+	for _, n := range in.nodes {
+		nodeByName[n.Name] = n
+	}
 	byName := make(map[string]*resourceapi.ResourceClaim, len(in.claims))
 	extended := map[types.UID]*resourceapi.ResourceClaim{} // by the owning pod
 	for _, c := range in.claims {
@@ -146,7 +150,9 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			if c := extended[pod.UID]; c != nil {
 				claims = append(claims, c)
 			}
-			out.Bound = append(out.Bound, group.add(newPod(pod, compact(claims))))
+			b := newPod(pod, compact(claims))
+			b.PluginDevices = extres.PluginDevices(pod, s.classes, nodeByName[node])
+			out.Bound = append(out.Bound, group.add(b))
 			continue
 		}
 		if pod.Spec.SchedulerName != s.schedulerName || pod.DeletionTimestamp != nil {
@@ -173,7 +179,9 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			}
 			continue
 		}
-		if ec := extres.For(pod, s.classes, extended[pod.UID]); ec != nil {
+		if opts := extres.PerNode(pod, s.classes, extended[pod.UID], in.nodes); opts != nil {
+			p.PerNode = perNode(p, opts)
+		} else if ec := extres.For(pod, s.classes, extended[pod.UID]); ec != nil {
 			p.Claims = append(p.Claims, ec.Claim)
 			p.ExtendedResources = ec.Mappings
 		}
@@ -281,6 +289,27 @@ func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
 		p.Priority = *pod.Spec.Priority
 	}
 	return p
+}
+
+// perNode is p as it is placed on each option's nodes: its claims plus
+// the option's extended-resource claim, if any.
+func perNode(p *plan.Pod, opts []extres.Option) []plan.PerNode {
+	out := make([]plan.PerNode, 0, len(opts))
+	for _, o := range opts {
+		as := *p
+		as.Claims = slices.Clone(p.Claims)
+		if o.Claim != nil {
+			as.Claims = append(as.Claims, o.Claim.Claim)
+			as.ExtendedResources = o.Claim.Mappings
+		}
+		as.PluginDevices = extres.Count(o.Plugin)
+		nodes := make(map[string]bool, len(o.Nodes))
+		for _, n := range o.Nodes {
+			nodes[n] = true
+		}
+		out = append(out, plan.PerNode{Nodes: nodes, Pod: &as})
+	}
+	return out
 }
 
 // annotationProblems says what is wrong with a pod's gpud annotations

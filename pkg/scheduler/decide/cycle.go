@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -190,7 +191,7 @@ func (c *cycle) buildQueues() {
 			charged[view.ClaimID(cl)] = true
 			results = append(results, cl.Status.Allocation)
 		}
-		use, models := c.usageOf(p, results)
+		use, models := c.usageOf(p, p.Pod.Spec.NodeName, results)
 		c.q.Charge(q, use, models, 1)
 	}
 }
@@ -210,8 +211,8 @@ func (c *cycle) queueOf(p *plan.Pod) (string, error) {
 // usageOf is what a pod's allocations count against its queue: CPU and
 // memory requests, milli-GPU (whole GPUs 1000, a fraction the larger of its
 // memory and cores shares), GPU memory, MIG compute slices, and milli-GPU
-// per model.
-func (c *cycle) usageOf(p *plan.Pod, results []*resourceapi.AllocationResult) (jobs.Resources, []jobs.ModelMilli) {
+// per model; GPUs held through a device plugin on node count whole.
+func (c *cycle) usageOf(p *plan.Pod, node string, results []*resourceapi.AllocationResult) (jobs.Resources, []jobs.ModelMilli) {
 	cpu, mem := requests(p.Pod)
 	r := jobs.Resources{CPUMilli: cpu, MemoryMiB: mem >> 20}
 	var models []jobs.ModelMilli
@@ -223,6 +224,15 @@ func (c *cycle) usageOf(p *plan.Pod, results []*resourceapi.AllocationResult) (j
 			}
 		}
 		models = append(models, jobs.ModelMilli{Model: model, Milli: milli})
+	}
+	if p.PluginDevices > 0 {
+		// Whole GPUs through a device plugin: the model is the node's
+		// GPU Feature Discovery label, when it has one.
+		milli := p.PluginDevices * allocator.MilliPerGPU
+		r.GPUMilli += milli
+		if n := c.v.Node(node); n != nil && n.Labels[gfdProductLabel] != "" {
+			add(c.gfdModel(n.Labels[gfdProductLabel]), milli)
+		}
 	}
 	for _, a := range results {
 		if a == nil {
@@ -289,6 +299,32 @@ func resultsOf(allocs []view.Allocation) []*resourceapi.AllocationResult {
 		out = append(out, a.Result)
 	}
 	return out
+}
+
+// gfdProductLabel is GPU Feature Discovery's node label naming the GPU
+// model (the model of GPUs a device plugin serves).
+const gfdProductLabel = "nvidia.com/gpu.product"
+
+// gfdModel is the cluster's GPU model (the ResourceSlices' productName)
+// that GPU Feature Discovery's product label names (spaces as dashes),
+// else the label as it is.
+func (c *cycle) gfdModel(label string) string {
+	for _, m := range c.gpuModels {
+		if strings.ReplaceAll(m, " ", "-") == label {
+			return m
+		}
+	}
+	return label
+}
+
+// devicesOf is the pod whose devices stand for p where no node is chosen
+// yet (typical requests, preemption's estimate): the first entry of
+// p.PerNode (a claim's, when any has one), else p.
+func (c *cycle) devicesOf(p *plan.Pod) *plan.Pod {
+	if len(p.PerNode) > 0 {
+		return p.PerNode[0].Pod
+	}
+	return p
 }
 
 // demand returns a pod's items on this cycle's view (cached); its other

@@ -15,7 +15,10 @@ import (
 
 // placed is one pod placed on the view in this cycle.
 type placed struct {
-	pod  *plan.Pod
+	pod *plan.Pod
+	// as is pod as placed on node: pod itself, or the entry of
+	// pod.PerNode that holds there (its claims, its device-plugin use).
+	as   *plan.Pod
 	node string
 	// allocs are the new allocations, assumed on the view.
 	allocs []view.Allocation
@@ -71,7 +74,7 @@ func (c *cycle) placeUnit(u *unit, quota bool) ([]*placed, *failure) {
 		var use jobs.Resources
 		var models []jobs.ModelMilli
 		for _, pl := range pls {
-			r, m := c.usageOf(pl.pod, resultsOf(pl.allocs))
+			r, m := c.usageOf(pl.as, pl.node, resultsOf(pl.allocs))
 			use = use.Add(r)
 			models = mergeModels(models, m)
 		}
@@ -257,8 +260,93 @@ func (c *cycle) fillGang(u *unit, only map[string]bool, need int) ([]*placed, *f
 
 // placePod places one pod on the view (on only's nodes, if set): the
 // allocator policy chooses node and devices, the view resolves them; it
-// assumes the allocations and the pod's CPU and memory.
+// assumes the allocations and the pod's CPU and memory. A pod whose
+// extended resources nodes serve in different ways (p.PerNode) is tried
+// as each entry on that entry's nodes, in order.
 func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *failure) {
+	if len(p.PerNode) == 0 {
+		pl, f := c.placeAs(u, p, only)
+		if pl != nil {
+			pl.as = p
+		}
+		return pl, f
+	}
+	// The rules' preferences rank nodes across the entries: the best
+	// ranked are tried first under each entry, then all.
+	passes := []map[string]bool{nil}
+	if best := c.preferredAcross(p, only); best != nil {
+		passes = []map[string]bool{best, nil}
+	}
+	var fails []*failure
+	var failedOn []plan.PerNode
+	for i, pass := range passes {
+		for _, e := range p.PerNode {
+			if e.Pod.PluginDevices > 0 && c.s.Rules == nil {
+				continue // device plugins' counts are NodeResourcesFit's (the rules)
+			}
+			sub := map[string]bool{}
+			for n := range e.Nodes {
+				if (only == nil || only[n]) && (pass == nil || pass[n]) {
+					sub[n] = true
+				}
+			}
+			if len(sub) == 0 {
+				continue
+			}
+			pl, f := c.placeAs(u, e.Pod, sub)
+			if pl != nil {
+				pl.pod, pl.as = p, e.Pod
+				return pl, nil
+			}
+			if i == len(passes)-1 {
+				fails, failedOn = append(fails, f), append(failedOn, e)
+			}
+		}
+	}
+	return nil, perNodeFailure(fails, failedOn)
+}
+
+// perNodeFailure is why a pod fits under none of its PerNode entries: the
+// first failure that more room could mend (else the first), with every
+// entry's reason.
+func perNodeFailure(fails []*failure, on []plan.PerNode) *failure {
+	if len(fails) == 0 {
+		return fail(jobs.CodeCapacity, "no node serves the pod's extended resources (through a DeviceClass or a device plugin)")
+	}
+	best := fails[0]
+	for _, f := range fails {
+		if f.room && !best.room {
+			best = f
+		}
+	}
+	if len(fails) == 1 {
+		return best
+	}
+	msgs := make([]string, len(fails))
+	for i, f := range fails {
+		how := "through a device plugin"
+		if on[i].Pod.ExtendedResources != nil {
+			how = "through the DeviceClass (a claim)"
+		}
+		msgs[i] = fmt.Sprintf("on the %d %s serving its extended resources %s: %s", len(on[i].Nodes), plural(len(on[i].Nodes), "node", "nodes"), how, f.msg)
+	}
+	return &failure{code: best.code, room: best.room, msg: strings.Join(msgs, "; ")}
+}
+
+// preferredAcross is preferred over every node p's rules allow (among
+// only's), whichever entry of p.PerNode holds there.
+func (c *cycle) preferredAcross(p *plan.Pod, only map[string]bool) map[string]bool {
+	if c.s.Rules == nil || len(p.PerNode) < 2 {
+		return nil
+	}
+	return c.preferred(p, func(n *view.Node) bool {
+		return (only == nil || only[n.Name]) && c.nodes.refuse(n, p) == ""
+	})
+}
+
+// placeAs is placePod for a pod whose claims hold on every node it may
+// take (p, or an entry of a pod's PerNode).
+func (c *cycle) placeAs(u *unit, p *plan.Pod, only map[string]bool) (*placed, *failure) {
 	pin, err := view.AllocatedNode(p.Claims)
 	if err != nil {
 		return nil, fail(plan.CodeInvalid, "%v", err)

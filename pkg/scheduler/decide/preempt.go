@@ -93,7 +93,7 @@ func (c *cycle) victimList() []*victim {
 		if !slices.Contains(v.nodes, holds[i].node) {
 			v.nodes = append(v.nodes, holds[i].node)
 		}
-		r, m := c.usageOf(p, resultsOf(holds[i].allocs))
+		r, m := c.usageOf(p, holds[i].node, resultsOf(holds[i].allocs))
 		v.use = v.use.Add(r)
 		v.model = mergeModels(v.model, m)
 		v.lost += c.lostWork(p, m)
@@ -114,6 +114,9 @@ func (c *cycle) victimList() []*victim {
 				}
 			}
 		}
+		// A pod holding GPUs through a device plugin (nvidia.com/gpu on
+		// a node that advertises it) frees them when evicted too.
+		gpu = gpu || slices.ContainsFunc(v.pods, func(p *plan.Pod) bool { return p.PluginDevices > 0 })
 		shared := false
 		for ck, n := range own {
 			shared = shared || refs[ck] > n
@@ -205,6 +208,8 @@ func (c *cycle) eligible(u *unit, v *victim, uUse jobs.Resources) string {
 func (c *cycle) unitUse(u *unit) jobs.Resources {
 	var r jobs.Resources
 	for _, p := range u.pods {
+		p = c.devicesOf(p)
+		r.GPUMilli += p.PluginDevices * allocator.MilliPerGPU
 		items, err := c.demand(p)
 		if err != nil {
 			continue

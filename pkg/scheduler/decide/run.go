@@ -50,7 +50,7 @@ func (c *cycle) typicalRequests() []allocator.Request {
 		if p == nil || p.Pod == nil {
 			continue
 		}
-		items, err := c.demand(p)
+		items, err := c.demand(c.devicesOf(p))
 		if err != nil {
 			continue
 		}
@@ -131,9 +131,12 @@ func (c *cycle) commit(u *unit, pls []*placed) {
 	got := map[*plan.Pod]bool{}
 	for _, pl := range pls {
 		got[pl.pod] = true
-		c.out.Binds = append(c.out.Binds, plan.Bind{Pod: pl.pod, Node: pl.node,
-			Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang()})
-		use, models := c.usageOf(pl.pod, resultsOf(pl.allocs))
+		b := plan.Bind{Pod: pl.pod, Node: pl.node, Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang()}
+		if pl.as != pl.pod {
+			b.ExtendedResources = pl.as.ExtendedResources
+		}
+		c.out.Binds = append(c.out.Binds, b)
+		use, models := c.usageOf(pl.as, pl.node, resultsOf(pl.allocs))
 		c.q.Charge(u.queue, use, models, 1)
 	}
 	for _, p := range u.pods {
@@ -237,7 +240,7 @@ func (c *cycle) tryUnit(u *unit, quota bool) ([]string, bool) {
 func (c *cycle) waitTerminating(u *unit) (map[*plan.Pod]string, int, bool) {
 	var term []relPod
 	for _, h := range c.boundHolds() {
-		if h.pod.Pod.DeletionTimestamp != nil && len(h.allocs) > 0 {
+		if h.pod.Pod.DeletionTimestamp != nil && (len(h.allocs) > 0 || h.pod.PluginDevices > 0) {
 			term = append(term, h)
 		}
 	}
@@ -268,7 +271,7 @@ func (c *cycle) holdNominated(u *unit, pls []*placed) map[*plan.Pod]string {
 	for _, pl := range pls {
 		at[pl.pod] = pl.node
 		c.nominated[pl.node] = true
-		use, models := c.usageOf(pl.pod, resultsOf(pl.allocs))
+		use, models := c.usageOf(pl.as, pl.node, resultsOf(pl.allocs))
 		c.q.Charge(u.queue, use, models, 1)
 	}
 	return at
@@ -292,6 +295,19 @@ func (c *cycle) shapeKey(u *unit) string {
 		if cl != nil && cl.Status.Allocation != nil && cl.Status.Allocation.NodeSelector != nil && pin == "" {
 			return "" // allocated by another driver: its node selector counts
 		}
+	}
+	// Extended resources served per node: each entry's claim and nodes.
+	var perNode []any
+	for _, e := range p.PerNode {
+		var devs *resourceapi.DeviceClaim
+		if n := len(e.Pod.Claims); n > len(p.Claims) {
+			devs = &e.Pod.Claims[n-1].Spec.Devices
+		}
+		perNode = append(perNode, struct {
+			Nodes   []string
+			Devices *resourceapi.DeviceClaim
+			Plugin  int64
+		}{slices.Sorted(maps.Keys(e.Nodes)), devs, e.Pod.PluginDevices})
 	}
 	// With kube-scheduler's rules, what they read counts too: labels and
 	// namespace (others' affinity and spread select the pod), spread,
@@ -327,9 +343,10 @@ func (c *cycle) shapeKey(u *unit) string {
 		Nominated   string
 		Est         int64
 		Claims      int
+		PerNode     []any
 		Rules       any
 	}{devs, p.Pod.Spec.NodeSelector, p.Pod.Spec.Affinity, p.Pod.Spec.Tolerations, cpu, mem, pin, u.queue,
-		p.Pod.Status.NominatedNodeName, int64(u.est), len(p.Claims), rules})
+		p.Pod.Status.NominatedNodeName, int64(u.est), len(p.Claims), perNode, rules})
 	if err != nil {
 		return ""
 	}

@@ -15,9 +15,10 @@
 // cases): a DRA driver's kubelet plugin sees the same claim whichever of
 // the two schedulers wrote it.
 //
-// A pod is given such a claim only while none exists for it. One difference
-// from kube-scheduler: where a node advertises the same resource through a
-// device plugin (allocatable > 0), kube-scheduler may count it there
-// instead; gpud's scheduler places such pods by their claim, that is on
-// nodes whose DRA devices serve the class.
+// As in kube-scheduler, the resource is served node by node ([PerNode]):
+// a node whose allocatable lists it (a device plugin, gpud's own or
+// NVIDIA's) serves it there, counted by NodeResourcesFit, and no claim is
+// made; on the other nodes the DeviceClass serves it through the claim. A
+// pod is given such a claim only while none exists for it; one written in
+// an earlier attempt is reused as written.
 package extres

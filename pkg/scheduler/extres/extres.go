@@ -65,6 +65,12 @@ func Owner(c *resourceapi.ResourceClaim) (types.UID, bool) {
 // extended-resource claim written earlier (nil: none): it is reused, and
 // the mappings are computed again (they depend only on the pod).
 func For(pod *corev1.Pod, r Resolver, existing *resourceapi.ResourceClaim) *Claim {
+	return forResources(pod, backedBy(pod, r), existing)
+}
+
+// backedBy maps the extended resources pod asks for (non-zero, in any
+// container) that a DeviceClass serves to that class.
+func backedBy(pod *corev1.Pod, r Resolver) map[corev1.ResourceName]*resourceapi.DeviceClass {
 	if r == nil {
 		return nil
 	}
@@ -87,6 +93,11 @@ func For(pod *corev1.Pod, r Resolver, existing *resourceapi.ResourceClaim) *Clai
 	for i := range pod.Spec.Containers {
 		each(&pod.Spec.Containers[i])
 	}
+	return backed
+}
+
+// forResources is For for the resources of backed only (nil when empty).
+func forResources(pod *corev1.Pod, backed map[corev1.ResourceName]*resourceapi.DeviceClass, existing *resourceapi.ResourceClaim) *Claim {
 	if len(backed) == 0 {
 		return nil
 	}

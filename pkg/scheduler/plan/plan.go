@@ -124,6 +124,22 @@ type Pod struct {
 	// them to status.extendedResourceClaimStatus before the Binding. Nil:
 	// the pod asks for none.
 	ExtendedResources []corev1.ContainerExtendedResourceRequest
+	// PerNode, for a pending pod whose DRA-backed extended resources some
+	// nodes serve through a device plugin instead (kube-scheduler decides
+	// node by node: a node whose allocatable lists the resource counts it
+	// there, and no claim is made), is the pod as it is placed on each set
+	// of nodes, in the order a decider tries them (claims first). Each
+	// entry's Pod is this pod with the Claims, ExtendedResources and
+	// PluginDevices that hold on Nodes; a Bind on one of them carries the
+	// entry's claim in Allocations and its mappings in the Bind's
+	// ExtendedResources. Nil: Claims and ExtendedResources hold on
+	// every node.
+	PerNode []PerNode
+	// PluginDevices counts the devices the pod holds (bound) or asks (an
+	// entry of PerNode) through device plugins among the extended
+	// resources a DeviceClass also serves (nvidia.com/gpu): whole GPUs to
+	// queues and preemption, though gpud's view has no device for them.
+	PluginDevices int64
 	// Group is the PodGroup key "namespace/name", "" for none.
 	Group string
 	// Queue is the QueueLabel value, "" for none.
@@ -144,6 +160,12 @@ type Pod struct {
 	// is new and is always considered, whatever the cap on the pods a
 	// cycle considers, so old pods that cannot fit never starve it.
 	Retry bool
+}
+
+// PerNode is a pod as it is placed on some nodes (Pod.PerNode).
+type PerNode struct {
+	Nodes map[string]bool
+	Pod   *Pod
 }
 
 // Key returns "namespace/name".
@@ -190,6 +212,10 @@ type Bind struct {
 	Allocations []view.Allocation
 	// Gang is the group key for all-or-nothing binds; "" alone.
 	Gang string
+	// ExtendedResources, for a pod placed as an entry of its PerNode, are
+	// that entry's: the mappings of the extended-resource claim among
+	// Allocations (nil: none is made on Node). Nil otherwise: the Pod's.
+	ExtendedResources []corev1.ContainerExtendedResourceRequest
 }
 
 // Eviction removes a running pod through the Eviction API.

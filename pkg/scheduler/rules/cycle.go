@@ -99,6 +99,12 @@ type Cycle struct {
 	r    *Rules
 	// nodes are the cycle's nodes by name; pods elsewhere do not count.
 	nodes map[string]bool
+	// rejected is what Filter said of each pod, by UID ([Cycle.Rejected]),
+	// while no bound pod was released (what-ifs do not count).
+	rejected map[string]*rejection
+	// bound are the pods bound at the start, released those of them a
+	// what-if has taken away now.
+	bound, released map[types.UID]bool
 }
 
 // podCheck is one pod's PreFilter outcome at one generation.
@@ -139,7 +145,12 @@ func (r *Rules) Cycle(ctx context.Context, nodes []*corev1.Node, bound []*corev1
 	if err != nil {
 		return nil, err
 	}
-	return &Cycle{ctx: klog.NewContext(ctx, r.cfg.Logger), fw: fw, snap: snap, log: r.cfg.Logger, r: r, nodes: known}, nil
+	c := &Cycle{ctx: klog.NewContext(ctx, r.cfg.Logger), fw: fw, snap: snap, log: r.cfg.Logger, r: r, nodes: known,
+		bound: make(map[types.UID]bool, len(pods)), released: map[types.UID]bool{}}
+	for _, p := range pods {
+		c.bound[p.UID] = true
+	}
+	return c, nil
 }
 
 // check runs the pod's PreFilter plugins, or returns the result of the
@@ -161,16 +172,25 @@ func (c *Cycle) check(pod *corev1.Pod) *podCheck {
 func (c *Cycle) Filter(pod *corev1.Pod, node string) string {
 	pc := c.check(pod)
 	if !pc.status.IsSuccess() {
+		c.record(pod, node, pc.status.Plugin())
 		return reason(pc.status)
 	}
 	if !pc.result.AllNodes() && !pc.result.NodeNames.Has(node) {
+		c.record(pod, node, sets.List(pc.restricting)...)
 		return fmt.Sprintf("node(s) didn't satisfy plugin(s) %v", sets.List(pc.restricting))
 	}
 	ni, err := c.snap.NodeInfos().Get(node)
 	if err != nil {
+		c.record(pod, node, "")
 		return "node not found"
 	}
-	return reason(c.fw.RunFilterPlugins(c.ctx, pc.state, pod, ni))
+	st := c.fw.RunFilterPlugins(c.ctx, pc.state, pod, ni)
+	if st.IsSuccess() {
+		c.record(pod, node)
+	} else {
+		c.record(pod, node, st.Plugin())
+	}
+	return reason(st)
 }
 
 // Unresolvable reports whether pod is refused everywhere for a reason no
@@ -179,6 +199,9 @@ func (c *Cycle) Filter(pod *corev1.Pod, node string) string {
 func (c *Cycle) Unresolvable(pod *corev1.Pod) (string, bool) {
 	pc := c.check(pod)
 	if pc.status.Code() == fwk.UnschedulableAndUnresolvable || pc.status.IsError() {
+		for n := range c.nodes {
+			c.record(pod, n, pc.status.Plugin())
+		}
 		return reason(pc.status), true
 	}
 	return "", false
@@ -228,6 +251,7 @@ func (c *Cycle) Add(pod *corev1.Pod, node string) error {
 		return fmt.Errorf("rules: pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	c.gen++
+	delete(c.released, pod.UID)
 	if err := c.snap.AddPod(pi, node); err != nil {
 		return fmt.Errorf("rules: add pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -241,6 +265,9 @@ func (c *Cycle) Remove(pod *corev1.Pod, node string) error {
 		return nil
 	}
 	c.gen++
+	if c.bound[pod.UID] {
+		c.released[pod.UID] = true
+	}
 	if err := c.snap.RemovePod(c.log, pod, node); err != nil {
 		return fmt.Errorf("rules: remove pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}

@@ -21,4 +21,10 @@
 // places and the what-ifs that release running pods, so that pods placed
 // earlier in a cycle count for later ones (ports, anti-affinity, spread).
 // A Cycle is used by one goroutine.
+//
+// [Cycle.Rejected] names the plugins that refused a pod on every node of
+// a cycle (what-ifs that release running pods aside), and [Rules.MayHelp]
+// asks those plugins' queueing hints (kube-scheduler's EnqueueExtensions)
+// whether a cluster event may make the pod schedulable, so that the
+// runtime's backoff wakes such a pod on the events that can help it only.
 package rules

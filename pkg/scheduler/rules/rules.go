@@ -103,6 +103,8 @@ type Rules struct {
 	vb *volumebinding.VolumeBinding
 	// infos are the bound pods' PodInfos, kept across cycles.
 	infos podInfos
+	// hints are the plugins' cluster events and queueing hints.
+	hints hints
 }
 
 // New sets the rules up and registers the informers the plugins read on
@@ -133,8 +135,13 @@ func New(ctx context.Context, cfg Config) (*Rules, error) {
 			r.mu.Unlock()
 		}
 	})
-	// Building a framework once registers the plugins' informers.
-	if _, err := r.framework(ctx, schedcache.NewSnapshot(nil, nil)); err != nil {
+	// Building a framework once registers the plugins' informers; its
+	// plugins tell which cluster events may help a pod they refused.
+	fw, err := r.framework(ctx, schedcache.NewSnapshot(nil, nil))
+	if err != nil {
+		return nil, err
+	}
+	if r.hints, err = buildHints(ctx, fw); err != nil {
 		return nil, err
 	}
 	return r, nil

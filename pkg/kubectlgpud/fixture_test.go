@@ -29,7 +29,8 @@ var fixedTime = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 //     30Gi of GPU 4;
 //   - gpu-b: a simulated DGX A100 (8 GPUs, 40GB), MIG on for GPU 0 with a
 //     3g.20gb slice at 4 (held by mig-0) and a 1g.5gb placement at 0
-//     created for mig-1; GPU 7 has Xid 79 (NoExecute);
+//     created for mig-1, MIG on for GPU 1 with two free 1g.5gb slices;
+//     GPU 7 has Xid 79 (NoExecute);
 //   - dp-c: a device-plugin node with 4 T4s, one unhealthy, dp-0 holding 2;
 //   - cpu-d: a node without GPUs, running web-0;
 //   - pending: big-0 (8 GPUs on one node, gang big, gpud-scheduler says
@@ -43,13 +44,18 @@ func testCluster(t testing.TB) []runtime.Object {
 	}
 	stA := schedtest.SimState(t, "dgx-h100", "gpu-a")
 	_, slA := schedtest.Publish(t, "gpu-a", stA)
-	stB := schedtest.SimState(t, "dgx-a100", "gpu-b", 0)
+	stB := schedtest.SimState(t, "dgx-a100", "gpu-b", 0, 1)
 	for i := range stB.Inventory.GPUs {
 		g := &stB.Inventory.GPUs[i]
 		switch g.Index {
 		case 0:
 			g.MIGDevices = []gpu.MIGDevice{{UUID: "MIG-b0-3g-4", Profile: "3g.20gb", MemoryBytes: 19968 << 20,
 				GPUInstanceID: 2, PlacementStart: 4, PlacementSize: 4}}
+		case 1:
+			for i := range 2 {
+				g.MIGDevices = append(g.MIGDevices, gpu.MIGDevice{UUID: fmt.Sprintf("MIG-b1-1g-%d", i), Profile: "1g.5gb",
+					MemoryBytes: 4864 << 20, GPUInstanceID: 9 + i, PlacementStart: i, PlacementSize: 1})
+			}
 		case 7:
 			g.Health, g.HealthReason = gpu.Unhealthy, "Xid 79"
 		}
@@ -117,7 +123,7 @@ func testCluster(t testing.TB) []runtime.Object {
 	big := pod("team-a", "big-0", "", "research", "big")
 	bigClaim := claim("team-a", "big-0-gpu", schedtest.Exact("r", "gpu.gpud.io", 8))
 	usesClaim(big, bigClaim)
-	unschedulable(big, "gpud-scheduler", "0/4 nodes are available: needs 8 whole GPUs on one node; 3 free on gpu-a, 6 on gpu-b")
+	unschedulable(big, "gpud-scheduler", "0/4 nodes are available: needs 8 whole GPUs on one node; 3 free on gpu-a, 5 on gpu-b")
 	big.Spec.SchedulerName = "gpud-scheduler"
 	member := pod("team-a", "big-1", "", "research", "big")
 	member.Spec.SchedulerName = "gpud-scheduler"
@@ -127,7 +133,7 @@ func testCluster(t testing.TB) []runtime.Object {
 	objs = append(objs, big, bigClaim, member, migWait, migClaim)
 	objs = append(objs,
 		event("team-a", "e1", big, "gpud-scheduler", "FailedScheduling", "0/4 nodes are available: needs 8 whole GPUs on one node", 0),
-		event("team-a", "e2", big, "gpud-scheduler", "FailedScheduling", "0/4 nodes are available: needs 8 whole GPUs on one node; 3 free on gpu-a, 6 on gpu-b", time.Minute),
+		event("team-a", "e2", big, "gpud-scheduler", "FailedScheduling", "0/4 nodes are available: needs 8 whole GPUs on one node; 3 free on gpu-a, 5 on gpu-b", time.Minute),
 		event("team-a", "e3", member, "gpud-scheduler", "FailedScheduling", "waiting for gang big", time.Minute),
 	)
 

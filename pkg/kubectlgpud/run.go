@@ -133,4 +133,3 @@ func Run(ctx context.Context, cs kubernetes.Interface, o Options, w io.Writer) e
 	}
 	return printWhy(w, o.Output, Why(s, pod, prefix))
 }
-

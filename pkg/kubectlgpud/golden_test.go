@@ -80,7 +80,7 @@ func TestBadInput(t *testing.T) {
 		{"why bad name", Options{Command: "why", Args: []string{"Not/A/Pod"}}, ErrUsage, []string{`"Not/A/Pod" is not a pod name`}},
 		{"why all namespaces", Options{Command: "why", Args: []string{"big-0"}, AllNamespaces: true}, ErrUsage, []string{"not -A"}},
 		{"missing pod", Options{Command: "why", Args: []string{"nope"}, Namespace: "team-a"}, ErrNotFound,
-			[]string{`pod "nope" not found in namespace "team-a"`, "kubectl get pods -n team-a"}},
+			[]string{`pod "nope" in namespace "team-a": not found`, "kubectl get pods -n team-a"}},
 		{"bad output", Options{Command: "nodes", Output: "yaml"}, ErrUsage, []string{`output "yaml"`, "table or json"}},
 		{"bad namespace", Options{Command: "pods", Namespace: "Team A"}, ErrUsage, []string{`namespace "Team A"`}},
 		{"nodes argument", Options{Command: "nodes", Args: []string{"gpu-a"}}, ErrUsage, []string{"nodes takes no arguments"}},

@@ -122,7 +122,7 @@ func Run(ctx context.Context, cs kubernetes.Interface, o Options, w io.Writer) e
 	name := o.Args[0]
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("why: pod %q not found in namespace %q; check the name with kubectl get pods -n %s, or give the namespace with -n: %w", name, ns, ns, ErrNotFound)
+		return fmt.Errorf("why: pod %q in namespace %q: %w; check the name with kubectl get pods -n %s, or give the namespace with -n", name, ns, ErrNotFound, ns)
 	}
 	if err != nil {
 		return fmt.Errorf("why: get pod %s/%s: %w", ns, name, err)

@@ -176,7 +176,7 @@ func list[T any](ctx context.Context, kind string, page func(metav1.ListOptions)
 			out = append(out, &items[i])
 		}
 		if len(out) > MaxObjects {
-			return nil, fmt.Errorf("list %s: more than %d; narrow it with -n NAMESPACE: %w", kind, MaxObjects, ErrTooMany)
+			return nil, fmt.Errorf("list %s: %w: more than %d; narrow it with -n NAMESPACE", kind, ErrTooMany, MaxObjects)
 		}
 		if cont == "" {
 			return out, nil

@@ -26,12 +26,6 @@ type devUse struct {
 	memoryBytes int64
 }
 
-// holder is one pod (or claim, when no pod is reserved) holding a device.
-type holder struct {
-	claim *resourceapi.ResourceClaim
-	res   *resourceapi.DeviceRequestAllocationResult
-}
-
 // usage is what every allocated claim of gpud's driver takes.
 type usage struct {
 	dev map[devKey]*devUse
@@ -84,7 +78,7 @@ func buildView(s *Snapshot) *view.View {
 	return v
 }
 
-// badTaint is a device taint that keeps pods off the device (NoSchedule,
+// badTaints are the device taints that keeps pods off the device (NoSchedule,
 // NoExecute), as "value:Effect", with the key when it is not gpud's.
 func badTaints(ts []resourceapi.DeviceTaint) []string {
 	var out []string
@@ -104,7 +98,7 @@ func badTaints(ts []resourceapi.DeviceTaint) []string {
 	return out
 }
 
-// podClaims are the names of the claims a pod uses: its resourceClaims
+// podClaimNames are the names of the claims a pod uses: its resourceClaims
 // (by name, or generated from a template), and the claim the scheduler
 // made for its DRA-backed extended resources.
 func podClaimNames(p *corev1.Pod) []string {

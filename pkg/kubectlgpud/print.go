@@ -216,13 +216,16 @@ func printWhy(w io.Writer, output string, wi WhyInfo) error {
 	if g := wi.Group; g != nil {
 		fmt.Fprintf(w, "Group:      %s: %d of %d members bound\n", cell(g.Name), g.Bound, g.Members)
 	}
-	if len(wi.Room) > 0 || wi.Fits != "" {
+	if len(wi.Room) > 0 || wi.Fits != "" || wi.Moves != "" {
 		fmt.Fprintln(w, "Room:")
 		for _, r := range wi.Room {
 			fmt.Fprintf(w, "  %s\n", cell(r))
 		}
 		if wi.Fits != "" {
 			fmt.Fprintf(w, "  %s\n", cell(wi.Fits))
+		}
+		if wi.Moves != "" {
+			fmt.Fprintf(w, "  %s\n", cell(wi.Moves))
 		}
 	}
 	if len(wi.Events) > 0 {

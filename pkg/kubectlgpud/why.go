@@ -34,7 +34,10 @@ type WhyInfo struct {
 	Room []string `json:"room,omitempty"`
 	// Fits says whether gpud's allocator would place the pod's devices
 	// now, and where (devices only).
-	Fits  string   `json:"fits,omitempty"`
+	Fits string `json:"fits,omitempty"`
+	// Moves says which pods would have to move for whole GPUs to be free
+	// on one node.
+	Moves string   `json:"moves,omitempty"`
 	Notes []string `json:"notes,omitempty"`
 }
 
@@ -121,8 +124,12 @@ func Why(s *Snapshot, p *corev1.Pod, prefix string) WhyInfo {
 		case err != nil:
 			w.Room = append(w.Room, "gpud's scheduler cannot read the pod's claims: "+err.Error())
 		default:
+			held := holders(v, s.Claims)
 			for _, it := range items {
 				w.Room = append(w.Room, roomFor(v, u, nodes, it))
+				if it.Kind == view.Whole && w.Moves == "" {
+					w.Moves = movesFor(v, held, it.Count)
+				}
 			}
 			for _, o := range others {
 				w.Room = append(w.Room, fmt.Sprintf("claim %s is left to the structured allocator: %s", o.Claim.Name, o.Why))

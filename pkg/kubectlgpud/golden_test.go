@@ -8,6 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the output")
@@ -19,28 +24,51 @@ func TestGolden(t *testing.T) {
 	tests := []struct {
 		name string
 		opt  Options
+		// namespaceUser: RBAC lets the user list pods, events and claims
+		// in their namespace only.
+		namespaceUser bool
 	}{
-		{"nodes", Options{Command: "nodes"}},
-		{"nodes-json", Options{Command: "nodes", Output: OutputJSON}},
-		{"pods-all", Options{Command: "pods", AllNamespaces: true}},
-		{"pods-team-a", Options{Command: "pods", Namespace: "team-a"}},
-		{"pods-json", Options{Command: "pods", Namespace: "team-b", Output: OutputJSON}},
-		{"why-big", Options{Command: "why", Args: []string{"big-0"}, Namespace: "team-a"}},
-		{"why-big-json", Options{Command: "why", Args: []string{"big-0"}, Namespace: "team-a", Output: OutputJSON}},
-		{"why-mig", Options{Command: "why", Args: []string{"mig-wait"}, Namespace: "team-a"}},
-		{"why-device-plugin", Options{Command: "why", Args: []string{"dp-wait"}, Namespace: "team-b"}},
-		{"why-bound", Options{Command: "why", Args: []string{"infer-1"}, Namespace: "team-b"}},
-		{"queues", Options{Command: "queues"}},
+		{"nodes", Options{Command: "nodes"}, false},
+		{"nodes-json", Options{Command: "nodes", Output: OutputJSON}, false},
+		{"pods-all", Options{Command: "pods", AllNamespaces: true}, false},
+		{"pods-team-a", Options{Command: "pods", Namespace: "team-a"}, false},
+		{"pods-json", Options{Command: "pods", Namespace: "team-b", Output: OutputJSON}, false},
+		{"why-big", Options{Command: "why", Args: []string{"big-0"}, Namespace: "team-a"}, false},
+		{"why-big-json", Options{Command: "why", Args: []string{"big-0"}, Namespace: "team-a", Output: OutputJSON}, false},
+		{"why-mig", Options{Command: "why", Args: []string{"mig-wait"}, Namespace: "team-a"}, false},
+		{"why-device-plugin", Options{Command: "why", Args: []string{"dp-wait"}, Namespace: "team-b"}, false},
+		{"why-bound", Options{Command: "why", Args: []string{"infer-1"}, Namespace: "team-b"}, false},
+		{"queues", Options{Command: "queues"}, false},
+		{"pods-namespace-user", Options{Command: "pods", Namespace: "team-a"}, true},
+		{"why-namespace-user", Options{Command: "why", Args: []string{"big-0"}, Namespace: "team-a"}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if err := Run(t.Context(), fakeClient(t), tc.opt, &out); err != nil {
+			cs := fakeClient(t)
+			if tc.namespaceUser {
+				forbidOutside(cs, "team-a")
+			}
+			if err := Run(t.Context(), cs, tc.opt, &out); err != nil {
 				t.Fatalf("Run(%+v): %v", tc.opt, err)
 			}
 			golden(t, tc.name, out.Bytes())
 		})
 	}
+}
+
+// forbidOutside makes the fake API server refuse, as RBAC would, every
+// list but pods, events and resourceclaims in namespace ns.
+func forbidOutside(cs interface {
+	PrependReactor(verb, resource string, reaction k8stesting.ReactionFunc)
+}, ns string) {
+	cs.PrependReactor("list", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.GetResource()
+		if a.GetNamespace() == ns && (r.Resource == "pods" || r.Resource == "events" || r.Resource == "resourceclaims") {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: r.Group, Resource: r.Resource}, "", errors.New("RBAC"))
+	})
 }
 
 func golden(t *testing.T, name string, got []byte) {

@@ -127,8 +127,13 @@ func allocated(v *view.View, c *resourceapi.ResourceClaim) []DeviceUse {
 					}
 				}
 			}
-		} else if strings.Contains(r.Device, "-mig-") {
-			du.Kind = KindMIG
+		} else {
+			// No slices to read (RBAC): gpud's device names say the GPU
+			// (gpu-<index>, gpu-<index>-mig-<profile>-<start>).
+			du.GPU = gpuOfDeviceName(r.Device)
+			if strings.Contains(r.Device, "-mig-") {
+				du.Kind = KindMIG
+			}
 		}
 		if q, ok := r.ConsumedCapacity[view.CapacityMemory]; ok && r.ShareID != nil && du.Kind == KindGPU {
 			du.Kind, du.MemoryBytes = KindFraction, q.Value()
@@ -141,6 +146,23 @@ func allocated(v *view.View, c *resourceapi.ResourceClaim) []DeviceUse {
 		out = append(out, du)
 	}
 	return out
+}
+
+// gpuOfDeviceName is the GPU index in a gpud device name (gpu-3,
+// gpu-3-mig-1g10gb-0); -1 for another name.
+func gpuOfDeviceName(name string) int {
+	rest, ok := strings.CutPrefix(name, "gpu-")
+	if !ok {
+		return -1
+	}
+	if i := strings.IndexByte(rest, '-'); i >= 0 {
+		rest = rest[:i]
+	}
+	n, err := atoiBounded(rest)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func gpuByIndex(n *view.Node, index int) *view.GPU {
@@ -161,12 +183,21 @@ var profileSelector = regexp.MustCompile(`\.profile\s*==\s*"([^"]{1,64})"`)
 func wanted(v *view.View, c *resourceapi.ResourceClaim) []DeviceUse {
 	items, _, err := v.Demand([]*resourceapi.ResourceClaim{c})
 	if err != nil || len(items) == 0 {
+		// Requests gpud's scheduler does not model, or classes not read
+		// (RBAC): the class and count as written.
 		var out []DeviceUse
 		for _, r := range c.Spec.Devices.Requests {
 			du := DeviceUse{Kind: KindGPU, GPU: -1, Claim: c.Name, Count: 1}
 			if r.Exactly != nil {
 				du.Device = r.Exactly.DeviceClassName
 				du.Count = int(r.Exactly.Count)
+				for _, sel := range r.Exactly.Selectors {
+					if sel.CEL != nil {
+						if m := profileSelector.FindStringSubmatch(sel.CEL.Expression); m != nil {
+							du.Kind, du.Profile = KindMIG, m[1]
+						}
+					}
+				}
 			}
 			out = append(out, du)
 		}

@@ -89,17 +89,27 @@ func describe(d DeviceUse) string {
 	}
 	switch d.Kind {
 	case KindMIG:
-		if d.MemoryBytes > 0 {
-			return fmt.Sprintf("mig %s (%s)%s", dash(d.Profile), bytesGi(d.MemoryBytes), on)
+		s := "mig"
+		if d.Profile != "" {
+			s += " " + d.Profile
 		}
-		return fmt.Sprintf("mig %s%s", dash(d.Profile), on)
+		if d.MemoryBytes > 0 {
+			s += " (" + bytesGi(d.MemoryBytes) + ")"
+		}
+		return s + on
 	case KindFraction:
-		return fmt.Sprintf("%s of%s", bytesGi(d.MemoryBytes), dash(on))
+		if on == "" {
+			return bytesGi(d.MemoryBytes) + " of a gpu"
+		}
+		return bytesGi(d.MemoryBytes) + " of" + on
 	case KindResource:
 		return fmt.Sprintf("%d %s", d.Count, d.Device)
 	}
 	if d.GPU >= 0 {
 		return "gpu" + on[len(" gpu"):]
+	}
+	if d.Count > 0 && d.Device != "" && d.Device != "gpu.gpud.io" {
+		return fmt.Sprintf("%d %s", d.Count, d.Device)
 	}
 	if d.Count > 0 {
 		return fmt.Sprintf("%d %s", d.Count, plural(d.Count, "gpu", "gpus"))

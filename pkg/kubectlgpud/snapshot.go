@@ -102,7 +102,7 @@ func Load(ctx context.Context, cs kubernetes.Interface, need Need) (*Snapshot, e
 			}
 			return l.Items, l.Continue, nil
 		})
-		if err = optional("resourceslices.resource.k8s.io", err, need.OptionalDRA, "DRA devices are shown by claim and name only"); err != nil {
+		if err = optional("resourceslices.resource.k8s.io", err, need.OptionalDRA, "DRA devices are shown by GPU index, without model, profile or memory"); err != nil {
 			return nil, err
 		}
 		s.Slices = slices

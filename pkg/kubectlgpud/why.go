@@ -118,7 +118,7 @@ func Why(s *Snapshot, p *corev1.Pod, prefix string) WhyInfo {
 			pending = append(pending, c)
 		}
 	}
-	if len(pending) > 0 {
+	if len(pending) > 0 && len(s.Classes) > 0 {
 		items, others, err := v.Demand(pending)
 		switch {
 		case err != nil:

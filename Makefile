@@ -6,12 +6,47 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: traces k8s-bins all build test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table
+.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table
 
 all: build
 
-build:
-	$(GO) build -o $(BIN) ./cmd/gpud
+# APP_VERSION is the chart's appVersion: the version the chart, the plain
+# manifests in deploy/ and `make image` use. BUILD_VERSION is what `make
+# build` stamps into the binaries (gpud version, kubectl gpud version).
+APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"* *$$/\1/p' deploy/helm/gpud/Chart.yaml)
+BUILD_VERSION ?= $(APP_VERSION)-dev
+
+build: kubectl-gpud
+	$(GO) build -ldflags "-X main.version=$(BUILD_VERSION)" -o $(BIN) ./cmd/gpud
+
+## kubectl-gpud: the kubectl plugin, bin/kubectl-gpud. Put it on PATH and
+## run `kubectl gpud nodes` (kubectl finds plugins by their name).
+kubectl-gpud:
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(BUILD_VERSION)" -o bin/kubectl-gpud ./cmd/kubectl-gpud
+
+## release: everything a release ships, into bin/release (emptied first):
+## the image tarball (make image, tagged VERSION; IMAGE_REPO to name
+## another registry), the Helm chart packaged at version and appVersion
+## VERSION, the CRDs to apply before helm upgrade, deploy/'s plain
+## manifests with the image at VERSION, kubectl-gpud for RELEASE_PLATFORMS,
+## and SHA256SUMS. `make release VERSION=1.2.3`.
+IMAGE_REPO ?= ghcr.io/gpud/gpud
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64
+release:
+	@[ -n "$(VERSION)" ] || { echo "release: set VERSION, e.g. make release VERSION=1.2.3"; exit 1; }
+	@set -e; out=bin/release; rm -rf $$out; mkdir -p $$out; \
+	mtime=$$(git log -1 --format=%ct 2>/dev/null || echo 0); \
+	$(GO) run ./hack/release --version "$(VERSION)" --out $$out --image "$(IMAGE_REPO)" --mtime $$mtime; \
+	$(MAKE) --no-print-directory image IMAGE="$(IMAGE_REPO):$(VERSION)"; \
+	cp bin/image/gpud.tar $$out/gpud-image-$(VERSION).tar; \
+	for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		echo "release: kubectl-gpud for $$os/$$arch"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
+			-o $$out/kubectl-gpud-$(VERSION)-$$os-$$arch ./cmd/kubectl-gpud; \
+	done; \
+	(cd $$out && find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS); \
+	echo "release: $(VERSION) in $$out"
 
 ## proto: regenerate api/'s Go code (protoc from Debian's protobuf-compiler,
 ## the Go plugins at go.mod's tool versions).

@@ -16,7 +16,7 @@ import (
 )
 
 // shippedImage is the image deploy/daemonset runs.
-const shippedImage = "ghcr.io/gpud/gpud:latest"
+const shippedImage = "ghcr.io/gpud/gpud:0.1.0"
 
 // TestNodeShippedDaemonSet installs deploy/daemonset on a real node as the
 // README's install section says for a node without a GPU: the image built

@@ -42,6 +42,7 @@ var (
 const agNodeCPUs = 4
 
 func TestAutoGangsEndToEnd(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver and gpud scheduler")
 	}

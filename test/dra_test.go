@@ -56,6 +56,7 @@ type draCase struct {
 }
 
 func TestDRAEndToEnd(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver, kube-scheduler and the gpud binary")
 	}

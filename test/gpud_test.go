@@ -26,6 +26,15 @@ import (
 // binDir holds the gpud binary built once for the whole test run.
 var binDir string
 
+// TestMain removes the gpud binary the tests built.
+//
+// Tests that start only processes of their own (etcd, kube-apiserver,
+// schedulers and agents on free loopback ports, files under t.TempDir) call
+// t.Parallel: they run after the sequential tests, -parallel (GOMAXPROCS)
+// at a time, which shortens the suite because most of their time is spent
+// waiting on the API server. Tests of a real node (test/nodeenv: kubelet,
+// containerd and one shared pod network) and the fresh-checkout test, which
+// compiles gpud, stay sequential.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {

@@ -42,6 +42,7 @@ const healEvictTimeout = 10 * time.Second
 // environment lacks): the evicted pods go, new ones are created, and they
 // bind as one gang on healthy GPUs, never on the failed one.
 func TestSchedulerHealsGangOnFailedGPU(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver, two gpud agents and gpud scheduler")
 	}
@@ -206,6 +207,7 @@ func TestSchedulerHealsGangOnFailedGPU(t *testing.T) {
 // the GPUs stay healthy for the clear period. The agent may not make it
 // NoExecute, nor touch another taint.
 func TestNodeTaintUnderDRARBAC(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	env.CreateNode(t, "gpu-a", nil)
 	ctx := t.Context()

@@ -31,6 +31,7 @@ import (
 // the pods and the reason, with notes on what RBAC hid, and a clear
 // Forbidden for the cluster-wide nodes view.
 func TestKubectlGpud(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver and gpud scheduler")
 	}

@@ -22,6 +22,7 @@ import (
 // nothing else: not another node's labels, not a label outside nvidia.com/
 // and gpud.io/, not the Node's spec (taints).
 func TestNodeLabelsUnderDRARBAC(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	env.CreateNode(t, "gpu-a", map[string]string{"team": "a"})
 	env.CreateNode(t, "gpu-b", map[string]string{"team": "b"})

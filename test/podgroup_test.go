@@ -77,6 +77,7 @@ spec:
 `
 
 func TestSchedulerInputsEndToEnd(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver")
 	}

@@ -39,6 +39,7 @@ import (
 // the old one pruned is kept), and the agent and the scheduler run the
 // new image.
 func TestReleaseUpgrade(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("starts a kube-apiserver")
 	}

@@ -29,6 +29,7 @@ import (
 // kube-controller-manager's resourceclaim controller (their claims
 // released), which the environment lacks.
 func TestSchedulerPreemption(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver, a gpud agent and gpud scheduler")
 	}

@@ -30,6 +30,7 @@ import (
 // example.com/nic; every node carries gpud's ResourceSlices (gpud
 // scheduler places only on nodes it has a view of).
 func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver, kube-scheduler and gpud scheduler")
 	}

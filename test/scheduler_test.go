@@ -46,6 +46,7 @@ type schedNode struct {
 }
 
 func TestSchedulerEndToEnd(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver, two gpud agents and two gpud schedulers")
 	}

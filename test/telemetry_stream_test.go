@@ -59,6 +59,7 @@ import (
 const streamInterval = 500 * time.Millisecond
 
 func TestTelemetryStreamEndToEnd(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver, a gpud agent and a gpud scheduler")
 	}
@@ -424,6 +425,7 @@ func patchFile(t *testing.T, obj any, patchPath string, out any) {
 // TokenRequest API bound to the pod, as the kubelet projects them, so the
 // pod and node claims are the API server's own.
 func TestTelemetryStreamNodeIdentity(t *testing.T) {
+	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
 		t.Skip("runs kube-apiserver and a gpud scheduler")
 	}

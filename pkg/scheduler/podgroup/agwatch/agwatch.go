@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/internal/informers"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/autogang"
 )
 
@@ -130,21 +133,12 @@ func (s *Source) Served() string {
 
 // Run runs the informers until ctx ends.
 func (s *Source) Run(ctx context.Context) error {
-	for _, inf := range s.infs {
-		go inf.Run(ctx.Done())
-	}
-	<-ctx.Done()
-	return nil
+	return informers.Run(ctx, slices.Collect(maps.Values(s.infs))...)
 }
 
 // Synced reports whether every informer has synced.
 func (s *Source) Synced() bool {
-	for _, inf := range s.infs {
-		if !inf.HasSynced() {
-			return false
-		}
-	}
-	return true
+	return informers.Synced(slices.Collect(maps.Values(s.infs))...)
 }
 
 // lookup is autogang.Lookup over the informers' stores.

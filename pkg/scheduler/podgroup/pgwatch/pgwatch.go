@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/internal/informers"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 )
 
@@ -163,21 +164,12 @@ func (s *Source) APIs() string { return s.apis }
 
 // Run runs the informers until ctx ends.
 func (s *Source) Run(ctx context.Context) error {
-	for _, inf := range s.infs {
-		go inf.Run(ctx.Done())
-	}
-	<-ctx.Done()
-	return nil
+	return informers.Run(ctx, s.infs...)
 }
 
 // Synced reports whether every informer has synced.
 func (s *Source) Synced() bool {
-	for _, inf := range s.infs {
-		if !inf.HasSynced() {
-			return false
-		}
-	}
-	return true
+	return informers.Synced(s.infs...)
 }
 
 // Groups is the plan's groups now (Groups over the informers); PodGroups

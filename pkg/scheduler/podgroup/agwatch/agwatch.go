@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/internal/informers"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/autogang"
 )
 

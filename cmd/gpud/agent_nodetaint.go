@@ -67,7 +67,8 @@ func (o *nodeTaintOptions) newTasks(cfg *agentConfig, src *nodeSources, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("node taint: api client: %w", err)
 	}
-	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: src.node, Inventory: src.store, Tracker: o.config(), Log: log})
+	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: src.node, Inventory: src.store, Tracker: o.config(), Log: log,
+		OnChange: func(t nodetaint.Taint) { src.events.NodeTaint(nodetaint.TaintKey, t.Value, t.Reason) }})
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,8 @@ const (
 	ReasonGPUMemoryLimitSet    = "GPUMemoryLimitSet"
 	ReasonGPUMemoryLimitFailed = "GPUMemoryLimitFailed"
 	ReasonMIGLayoutChanged     = "MIGLayoutChanged"
+	ReasonNodeTainted          = "GPUNodeTainted"
+	ReasonNodeTaintRemoved     = "GPUNodeTaintRemoved"
 )
 
 // GPUHealth records a GPU's or MIG device's health change on the Node: a
@@ -106,6 +108,22 @@ func (r *Recorder) MIGLayoutChanged(gpuUUID, from, to string) {
 	}
 	r.emit(r.nodeRef(gpuUUID), corev1.EventTypeNormal, ReasonMIGLayoutChanged, "ApplyMIGLayout",
 		fmt.Sprintf("MIG layout of GPU %s changed from %s to %s", gpuUUID, from, to))
+}
+
+// NodeTaint records on the Node that the agent put taint key=value on it
+// for reason, or removed it (value ""): the node's GPUs keep failing, or
+// stayed healthy long enough.
+func (r *Recorder) NodeTaint(key, value, reason string) {
+	if r == nil {
+		return
+	}
+	if value == "" {
+		r.emit(r.nodeRef(""), corev1.EventTypeNormal, ReasonNodeTaintRemoved, "Untaint",
+			fmt.Sprintf("taint %s removed: the node's GPUs stayed healthy", key))
+		return
+	}
+	r.emit(r.nodeRef(""), corev1.EventTypeWarning, ReasonNodeTainted, "Taint",
+		fmt.Sprintf("taint %s=%s:NoSchedule set: %s", key, value, reason))
 }
 
 // podOrNode is the violation's pod, or the node when the pod is not

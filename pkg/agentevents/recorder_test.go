@@ -99,6 +99,23 @@ func TestGPUHealthEventsOnTheNode(t *testing.T) {
 	}
 }
 
+func TestNodeTaintEvents(t *testing.T) {
+	r, client, _ := start(t, Limits{})
+	r.NodeTaint("gpu.gpud.io/unhealthy-node", "gpus-failed", "2 GPUs failed within 24h0m0s: GPU-1 (Xid 48), GPU-3 (Xid 79)")
+	e := waitEvent(t, client, ReasonNodeTainted)
+	if e.Type != corev1.EventTypeWarning || !strings.Contains(e.Note, "gpu.gpud.io/unhealthy-node=gpus-failed:NoSchedule") || !strings.Contains(e.Note, "Xid 79") {
+		t.Errorf("tainted event = %s %q, want a Warning naming the taint and the reason", e.Type, e.Note)
+	}
+	want := corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: testNode, UID: testNodeUID}
+	if e.Regarding != want {
+		t.Errorf("regarding = %+v, want the node %+v", e.Regarding, want)
+	}
+	r.NodeTaint("gpu.gpud.io/unhealthy-node", "", "")
+	if e := waitEvent(t, client, ReasonNodeTaintRemoved); e.Type != corev1.EventTypeNormal || !strings.Contains(e.Note, "gpu.gpud.io/unhealthy-node removed") {
+		t.Errorf("removed event = %s %q, want Normal naming the taint", e.Type, e.Note)
+	}
+}
+
 func TestPodEvents(t *testing.T) {
 	r, client, _ := start(t, Limits{})
 	v := timeslice.Violation{DeviceUUID: gpuA, Namespace: "team-a", Pod: "trainer", PodUID: "pod-uid-7", PIDs: []uint32{1, 2}, UsedBytes: 12 << 30, LimitBytes: 10 << 30}

@@ -49,6 +49,9 @@ type SyncerConfig struct {
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 	Log *slog.Logger
+	// OnChange, if set, is told each taint the Syncer wrote: the new one,
+	// or the zero Taint when it removed it (the agent records an Event).
+	OnChange func(Taint)
 }
 
 // Syncer keeps [TaintKey] on the agent's Node as its [Tracker] decides.
@@ -108,6 +111,9 @@ func (s *Syncer) Sync(ctx context.Context) (Taint, error) {
 	}
 	if err := s.write(ctx, node, want); err != nil {
 		return want, err
+	}
+	if s.cfg.OnChange != nil {
+		s.cfg.OnChange(want)
 	}
 	if want.Value != "" {
 		s.cfg.Log.Warn("node tainted: its GPUs keep failing", "node", s.cfg.NodeName, "taint", TaintKey+"="+want.Value+":NoSchedule", "reason", want.Reason)

@@ -36,8 +36,9 @@ func TestSyncerTaintsAndClears(t *testing.T) {
 	client := fake.NewClientset(node)
 	inv := &fakeInventory{}
 	now := t0
+	var told []Taint
 	s, err := NewSyncer(SyncerConfig{Client: client, NodeName: "n1", Inventory: inv, Now: func() time.Time { return now },
-		Tracker: Config{MaxGPUs: 2, ClearAfter: 10 * time.Minute}})
+		Tracker: Config{MaxGPUs: 2, ClearAfter: 10 * time.Minute}, OnChange: func(t Taint) { told = append(told, t) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,9 +71,12 @@ func TestSyncerTaintsAndClears(t *testing.T) {
 	if got, want := n.Annotations[ReasonAnnotation], "2 GPUs failed within 24h0m0s: GPU-1 (Xid 48), GPU-3 (Xid 48)"; got != want {
 		t.Errorf("reason annotation %q, want %q", got, want)
 	}
+	if len(told) != 1 || told[0].Value != ValueMultiple || told[0].Reason != n.Annotations[ReasonAnnotation] {
+		t.Errorf("OnChange told %+v, want the one taint written with its reason", told)
+	}
 	// An agent restart keeps the taint until the GPUs stay healthy.
 	s, err = NewSyncer(SyncerConfig{Client: client, NodeName: "n1", Inventory: inv, Now: func() time.Time { return now },
-		Tracker: Config{MaxGPUs: 2, ClearAfter: 10 * time.Minute}})
+		Tracker: Config{MaxGPUs: 2, ClearAfter: 10 * time.Minute}, OnChange: func(t Taint) { told = append(told, t) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,5 +91,9 @@ func TestSyncerTaintsAndClears(t *testing.T) {
 	}
 	if _, ok := n.Annotations[ReasonAnnotation]; ok {
 		t.Errorf("reason annotation left: %v", n.Annotations)
+	}
+	// The restarted syncer wrote once, the removal.
+	if len(told) != 2 || told[1] != (Taint{}) {
+		t.Errorf("OnChange told %+v, want the taint then its removal", told)
 	}
 }

@@ -211,14 +211,8 @@ func TaintEffect(h gpu.Health, reason string) resourceapi.DeviceTaintEffect {
 	switch {
 	case h == "" || h == gpu.Healthy:
 		return ""
-	case h == gpu.Lost:
+	case gpu.Fatal(h, reason):
 		return resourceapi.DeviceTaintEffectNoExecute
-	}
-	r := strings.ToLower(reason)
-	for _, fatal := range []string{"double-bit", "uncorrectable", "xid 48", "xid 79", "xid 95"} {
-		if strings.Contains(r, fatal) {
-			return resourceapi.DeviceTaintEffectNoExecute
-		}
 	}
 	return resourceapi.DeviceTaintEffectNoSchedule
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
+	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/scheduler/heal"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -274,7 +275,9 @@ func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[s
 	in = heal.Input{Now: now, Unhealthy: map[heal.DeviceKey]string{}}
 	for node, nt := range tel {
 		for uuid, d := range nt.Devices {
-			if d.Unhealthy {
+			// Only failures no workload survives, as for the agent's
+			// NoExecute taints; the rest keep new pods off the GPU.
+			if d.Unhealthy && gpu.Fatal(gpu.Unhealthy, d.HealthReason) {
 				in.Unhealthy[heal.DeviceKey{Node: node, UUID: uuid}] = d.HealthReason
 				failed = true
 			}

@@ -203,6 +203,25 @@ func TestHealAnnotations(t *testing.T) {
 	})
 }
 
+// A GPU the stream reports unhealthy for an error workloads may survive
+// (a contained ECC error, a graphics exception) keeps new pods off it but
+// leaves running ones alone, as the agent's NoSchedule taint does; a lost
+// GPU is healed like Xid 79.
+func TestHealOnlyFatalTelemetry(t *testing.T) {
+	for _, why := range []string{"xid 94: contained ECC error", "xid 13: graphics engine exception"} {
+		hc := newHealCluster(t)
+		ts := newTestScheduler(t, placeAll{})
+		if evicted, _, events := healOnce(t, ts, hc, map[string]string{"gpu-2": why}); len(evicted)+len(events) > 0 {
+			t.Errorf("%s: evicted %v, events %q; want the pods left running", why, evicted, events)
+		}
+	}
+	hc := newHealCluster(t)
+	ts := newTestScheduler(t, placeAll{})
+	if evicted, _, _ := healOnce(t, ts, hc, map[string]string{"gpu-2": "gpu lost"}); strings.Join(evicted, ",") != "a,b" {
+		t.Errorf("gpu lost: evicted %v, want the gang a,b", evicted)
+	}
+}
+
 func TestHealOff(t *testing.T) {
 	hc := newHealCluster(t)
 	ts := newTestScheduler(t, placeAll{})

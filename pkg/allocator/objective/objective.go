@@ -204,10 +204,10 @@ func ParseModels(data []byte, name string, base map[string]jobs.ModelPower) (map
 		if err == io.EOF {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w: %w", name, ErrInvalid, err)
 		}
+		line, _ := r.FieldPos(0)
 		if rows == MaxModels {
 			return nil, fmt.Errorf("%s:%d: %w: more than %d models", name, line, ErrInvalid, MaxModels)
 		}

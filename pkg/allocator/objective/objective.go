@@ -105,8 +105,8 @@ func parseSetting(s string) (Setting, error) {
 		}
 		*weight(o, k) = w
 	}
-	if err := o.Validate(); err != nil {
-		return Setting{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if o.Util+o.Wait+o.Fair+o.Energy+o.Cost == 0 {
+		return Setting{}, fmt.Errorf("%w: every weight is 0: give at least one term a positive weight", ErrInvalid)
 	}
 	for _, t := range Terms { // canonical label: terms in order, zeros left out
 		if w := *weight(o, t); w > 0 {

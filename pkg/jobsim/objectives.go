@@ -18,10 +18,11 @@ type ObjectiveStats struct {
 	// UnallocatedPct is the time-averaged percentage of GPUs allocated to
 	// nothing.
 	UnallocatedPct float64
-	// Jain is Jain's fairness index over the queues that had jobs of each
-	// queue's time-averaged GPU share divided by its entitlement (its share
-	// where it has none): 1 when every queue got the same fraction of what
-	// it is entitled to.
+	// Jain is Jain's fairness index over queues of each queue's service:
+	// the inverse of its completed jobs' mean slowdown (completion time
+	// over runtime, as finish-time fairness measures it). 1 when every
+	// queue's jobs are slowed down alike; 1/n when one queue is served and
+	// n − 1 starve.
 	Jain float64
 	// KWh is the GPUs' energy: busy, idle or off (see [jobs.ModelPower]).
 	KWh float64
@@ -120,20 +121,22 @@ func (p *power) advance(dt float64) { p.joules += p.watts * dt }
 // objectiveStats completes r's objective measures.
 func (a *accounting) objectiveStats(r *Report, sj []simJob) ObjectiveStats {
 	st := ObjectiveStats{UnallocatedPct: 100 * (1 - r.Utilization), KWh: a.pw.joules / 3.6e6, Cost: a.pw.cost / 3600}
-	had := map[string]bool{}
+	sum, n := map[string]float64{}, map[string]int{}
+	var names []string
 	for i := range sj {
-		had[sj[i].tj.Queue] = true
-	}
-	var xs []float64
-	for _, q := range r.Queues {
-		if !had[q.Name] {
+		j := &sj[i]
+		if j.end < 0 {
 			continue
 		}
-		x := q.Share
-		if q.Entitlement > 0 {
-			x /= q.Entitlement
+		if n[j.tj.Queue] == 0 {
+			names = append(names, j.tj.Queue)
 		}
-		xs = append(xs, x)
+		sum[j.tj.Queue] += float64(j.end-j.tj.Submit) / float64(max(j.tj.RuntimeSeconds, 1))
+		n[j.tj.Queue]++
+	}
+	var xs []float64
+	for _, q := range names {
+		xs = append(xs, float64(n[q])/sum[q])
 	}
 	st.Jain = objective.Jain(xs)
 	return st

@@ -148,3 +148,28 @@ func TestLASFavoursShortJobs(t *testing.T) {
 		t.Fatalf("short jobs' mean wait: las %.0f s, fifo %.0f s: want under an hour and over 8 h", shortWait(las), shortWait(fifo))
 	}
 }
+
+// TestJainFairness: two queues entitled to half each, both offering more
+// than the cluster: when arrival order lets one queue's burst hold the
+// cluster, the other's jobs are slowed down far more and the index falls
+// below fair share's.
+func TestJainFairness(t *testing.T) {
+	qs := []jobs.Queue{{Name: "a", Quota: jobs.Quota{Guaranteed: jobs.Resources{GPUMilli: 4000}}},
+		{Name: "b", Quota: jobs.Quota{Guaranteed: jobs.Resources{GPUMilli: 4000}}}}
+	var tr []TraceJob
+	for i := range 20 { // a's burst first, then b's
+		j := job(fmt.Sprintf("a%02d", i), 0, 0, 3600, true)
+		j.Queue, j.Pod.NumGPU = "a", 4
+		tr = append(tr, j)
+	}
+	for i := range 20 {
+		j := job(fmt.Sprintf("b%02d", i), 1, 0, 3600, true)
+		j.Queue, j.Pod.NumGPU = "b", 4
+		tr = append(tr, j)
+	}
+	fifo := replayPolicy(t, oneNode(), tr, qs, "fifo", nil, nil)
+	fair := replayPolicy(t, oneNode(), tr, qs, "no-backfill", nil, nil)
+	if !(fair.Objectives.Jain > 0.99 && fifo.Objectives.Jain < fair.Objectives.Jain) {
+		t.Fatalf("Jain: fair share %.3f, fifo %.3f: want fair share about 1 and fifo below", fair.Objectives.Jain, fifo.Objectives.Jain)
+	}
+}

@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table
+.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table objectives-table
 
 all: build
 
@@ -239,6 +239,28 @@ predict-table:
 		--policies gpud --gpu-failures $(PREDICT_FAILURES)
 	./bin/gpud-sim sim jobs --nodes $(FGD_DATA)/openb_node_list_gpu_node.csv --jobs bin/predict-jobs.csv -q \
 		--policies gpud --gpu-failures $(PREDICT_FAILURES_HIGH) --failure-bursts 0.1
+
+# objectives-table replays an openb-derived trace on the first
+# OBJ_NODES nodes of the openb cluster (OBJ_JOBS jobs, OBJ_SEED), a
+# cluster busy enough for the order and placement to matter: first gpud's
+# policy under each weight setting of OBJ_SWEEP (one column each:
+# unallocated %, wait, JCT, Jain fairness, kWh, cost with the illustrative
+# prices of docs/gpu-models-example.csv), then FIFO, shortest predicted job
+# first, least attained service and gpud with learned runtime estimates
+# (docs/job-trace.md). About 11 replays: 5-15 minutes.
+OBJ_JOBS ?= 10000
+OBJ_SEED ?= 42
+OBJ_NODES ?= 200
+OBJ_SWEEP ?= default;util=1;util=1,wait=1;wait=1;fair=1;energy=1;cost=1
+objectives-table:
+	@mkdir -p bin && $(GO) build -o bin/gpud-sim ./cmd/gpud
+	@head -n $$(( $(OBJ_NODES) + 1 )) $(FGD_DATA)/openb_node_list_gpu_node.csv > bin/objectives-nodes.csv
+	@./bin/gpud-sim sim jobs-gen --pods $(FGD_DATA)/openb_pod_list_default.csv --nodes bin/objectives-nodes.csv \
+		--seed $(OBJ_SEED) --jobs $(OBJ_JOBS) -o bin/objectives-jobs.csv
+	./bin/gpud-sim sim jobs --nodes bin/objectives-nodes.csv --jobs bin/objectives-jobs.csv -q \
+		--policies gpud --objectives '$(OBJ_SWEEP)' --gpu-models docs/gpu-models-example.csv
+	./bin/gpud-sim sim jobs --nodes bin/objectives-nodes.csv --jobs bin/objectives-jobs.csv -q \
+		--policies gpud,fifo,sjf,las --estimates learned --gpu-models docs/gpu-models-example.csv
 
 # sched-bench runs gpud scheduler and kube-scheduler in turn on one real API
 # server (test/schedbench; binaries from make k8s-bins), with the same nodes,

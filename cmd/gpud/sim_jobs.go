@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/allocator/objective"
 	"github.com/gpud/gpud/pkg/jobsim"
 	"github.com/gpud/gpud/pkg/predict"
 	"github.com/gpud/gpud/pkg/trace"
@@ -22,6 +23,7 @@ const simJobsUsage = `usage:
   gpud sim jobs     --nodes FILE --jobs FILE [--queues FILE] [--policies gpud,fifo,no-backfill] [--checkpoint-s 1800]
                     [--estimates user|none,learned,oracle,...] [--learn-quantile 0.8] [--learn-half-life 100] [--learn-min-jobs 3] [--learn-max-keys 2048]
                     [--gpu-failures RATE] [--failure-bursts 0] [--failure-seed 1] [--healing heal,manual] [--detect-s 60] [--manual-s 14400] [--repair-s 86400]
+                    [--objectives "default;util=1,wait=1;energy=1"|FILE] [--gpu-models FILE]
   gpud sim jobs-gen --pods FILE --nodes FILE [--seed 42] [--jobs 20000] [--load 0.9] [--gang-fraction 0.05] [-o jobs.csv]
 
 The job-trace format is documented in docs/job-trace.md.`
@@ -52,6 +54,9 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	detect := fs.Int64("detect-s", jobsim.DefaultDetectSeconds, "heal: seconds from a GPU failure to the restart of the jobs on it")
 	manual := fs.Int64("manual-s", jobsim.DefaultManualSeconds, "manual: seconds a job on a failed GPU hangs, holding its GPUs, before a person restarts it")
 	repair := fs.Int64("repair-s", jobsim.DefaultRepairSeconds, "seconds a failed GPU stays out")
+	objectives := fs.String("objectives", "", "weight settings to sweep, one column each, ';'-separated term=weight lists over "+
+		strings.Join(objective.Terms, ", ")+" (or default, today's policy = util=1,fair=1), or a file of them one per line")
+	modelsPath := fs.String("gpu-models", "", "CSV of GPU models' busy_w, idle_w, off_w and price_per_gpu_hour overriding the built-in table")
 	if err := parseOnlyFlags(fs, args); err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
@@ -61,7 +66,7 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	names, err := parsePolicies("--policies", *policies, func(n string) (string, error) {
 		if _, ok := jobsim.Policies[n]; !ok {
-			return "", fmt.Errorf("policy %q: want one of %s", n, strings.Join(jobsim.PolicyNames, ", "))
+			return "", fmt.Errorf("policy %q: want one of %s", n, strings.Join(append(slices.Clone(jobsim.PolicyNames), jobsim.MorePolicyNames...), ", "))
 		}
 		return n, nil
 	})
@@ -103,6 +108,10 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	); err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
+	settings, models, err := readObjectives(*objectives, *modelsPath)
+	if err != nil {
+		return fmt.Errorf("sim jobs: %w", err)
+	}
 	in, err := loadSimJobs(*nodesPath, *jobsPath, *queuesPath, jobsim.NodeOptions{NodesPerRack: *perRack, RacksPerZone: *perZone})
 	if err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
@@ -115,12 +124,67 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Learn: jobsim.LearnOptions{Quantile: *lq, Predictor: predict.Options{HalfLife: *lhalf, MinWeight: *lmin, MaxKeys: *lkeys}},
 		Failures: jobsim.FailureOptions{RatePerGPUDay: *rate, BurstFraction: *bursts, Seed: *fseed,
 			DetectSeconds: *detect, ManualSeconds: *manual, RepairSeconds: *repair}}
-	reports, err := in.replay(ctx, jobsim.Variants(base, names, ests, heals), progress)
+	base.Models = models
+	base.ObjectiveRows = *modelsPath != "" || slices.ContainsFunc(names, func(n string) bool { return slices.Contains(jobsim.MorePolicyNames, n) })
+	variants := jobsim.Variants(base, names, ests, heals)
+	if settings != nil {
+		variants = jobsim.ObjectiveVariants(variants, settings)
+	}
+	reports, err := in.replay(ctx, variants, progress)
 	if err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
 	fmt.Fprintf(stdout, "gpud sim jobs: %d jobs from %s on %d nodes (%d GPUs) from %s\n\n", len(in.trace), *jobsPath, len(in.nodes), capacityMilli(in.nodes)/1000, *nodesPath)
 	return jobsim.WriteReports(stdout, reports)
+}
+
+// readObjectives reads --objectives (a sweep, or a file of one when it
+// has no '=' and is not "default") and --gpu-models (a CSV over the
+// built-in table); nil settings when --objectives is empty.
+func readObjectives(sweep, modelsPath string) ([]objective.Setting, map[string]jobs.ModelPower, error) {
+	models := objective.DefaultModels()
+	if modelsPath != "" {
+		data, err := readSmallFile(modelsPath, objective.MaxInput)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--gpu-models: %w", err)
+		}
+		if models, err = objective.ParseModels(data, modelsPath, models); err != nil {
+			return nil, nil, fmt.Errorf("--gpu-models: %w", err)
+		}
+	}
+	if sweep == "" {
+		return nil, models, nil
+	}
+	src := sweep
+	if !strings.Contains(sweep, "=") && strings.TrimSpace(sweep) != objective.Default {
+		data, err := readSmallFile(sweep, objective.MaxInput)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--objectives %q: not term=weight settings, and as a file: %w", sweep, err)
+		}
+		src = string(data)
+	}
+	settings, err := objective.ParseSweep(src)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--objectives: %w", err)
+	}
+	return settings, models, nil
+}
+
+// readSmallFile reads path, refusing files over limit bytes.
+func readSmallFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return data, nil
 }
 
 // simJobsInput is what `gpud sim jobs` replays.

@@ -77,6 +77,13 @@ func TestSimJobsErrors(t *testing.T) {
 		{"bursts", []string{"--nodes", nodes, "--jobs", bad, "--failure-bursts", "NaN"}, "--failure-bursts NaN"},
 		{"healing", []string{"--nodes", nodes, "--jobs", bad, "--healing", "pray"}, `healing "pray": want heal or manual`},
 		{"repair", []string{"--nodes", nodes, "--jobs", bad, "--repair-s", "0"}, "--repair-s 0: want 1..2592000"},
+		{"unknown objective term", []string{"--nodes", nodes, "--jobs", bad, "--objectives", "util=1;speed=2"},
+			`--objectives: line 1, setting "speed=2": invalid objective: unknown term "speed": want one of util, wait, fair, energy, cost`},
+		{"negative weight", []string{"--nodes", nodes, "--jobs", bad, "--objectives", "energy=-1"}, "--objectives: line 1, setting \"energy=-1\": invalid objective: energy=-1: want a number in [0, 1e+06]"},
+		{"all weights zero", []string{"--nodes", nodes, "--jobs", bad, "--objectives", "util=0"}, "--objectives: line 1, setting \"util=0\": invalid objective: every weight is 0: give at least one term a positive weight"},
+		{"objectives file missing", []string{"--nodes", nodes, "--jobs", bad, "--objectives", filepath.Join(dir, "nope.txt")}, "--objectives \"" + filepath.Join(dir, "nope.txt") + "\": not term=weight settings, and as a file: open"},
+		{"gpu models", []string{"--nodes", nodes, "--jobs", bad, "--gpu-models", bad}, "--gpu-models: " + bad + ":1: invalid objective: column \"id\""},
+		{"unknown policy lists new ones", []string{"--nodes", nodes, "--jobs", bad, "--policies", "srtf"}, "want one of gpud, fifo, no-backfill, sjf, las"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,6 +137,59 @@ func TestSimJobsEstimatesAndFailures(t *testing.T) {
 		if !strings.Contains(rep, want) {
 			t.Errorf("report lacks %q:\n%s", want, rep)
 		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Log(rep)
+	}
+}
+
+// TestSimJobsObjectives sweeps weight settings next to the sjf and las
+// policies and checks each gets a labelled column and the objective rows;
+// without --objectives, sjf/las or --gpu-models the rows are not printed.
+func TestSimJobsObjectives(t *testing.T) {
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.csv")
+	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,4,V100M32\nn1,64000,262144,8,T4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("id,submit_s,queue,pods,cpu_milli,memory_mib,num_gpu,gpu_milli,runtime_s,estimate_s\n")
+	for i := range 100 {
+		fmt.Fprintf(&b, "j%03d,%d,q,1,1000,1024,%d,0,%d,%d\n", i, i*200, 1+i%4/3*3, 600+i%9*400, 900+i%9*400)
+	}
+	jobsPath := filepath.Join(dir, "jobs.csv")
+	models := filepath.Join(dir, "models.csv")
+	sweep := filepath.Join(dir, "sweep.txt")
+	for p, c := range map[string]string{jobsPath: b.String(), models: "model,price_per_gpu_hour\nV100M32,2.5\nT4,0.5\n",
+		sweep: "# the operator's candidates\ndefault\nutil=1,wait=1\nenergy=1\ncost=1\n"} {
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if err := runSimJobs(t.Context(), []string{"--nodes", nodes, "--jobs", jobsPath, "--policies", "gpud", "--objectives", sweep, "--gpu-models", models, "-q"}, &stdout, &stderr); err != nil {
+		t.Fatalf("sim jobs --objectives: %v\n%s", err, stderr.String())
+	}
+	rep := stdout.String()
+	for _, want := range []string{"gpud/default", "gpud/util=1,wait=1", "gpud/energy=1", "gpud/cost=1", "GPUs unallocated % (avg)",
+		"Jain fairness (queues)", "GPU energy (kWh)", "GPU cost", "vs gpud/cost=1"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+	stdout.Reset()
+	if err := runSimJobs(t.Context(), []string{"--nodes", nodes, "--jobs", jobsPath, "--policies", "fifo,sjf,las", "-q"}, &stdout, &stderr); err != nil {
+		t.Fatalf("sim jobs --policies fifo,sjf,las: %v\n%s", err, stderr.String())
+	}
+	if rep := stdout.String(); !strings.Contains(rep, "vs las") || !strings.Contains(rep, "GPU energy (kWh)") {
+		t.Errorf("report lacks the las column or the objective rows:\n%s", rep)
+	}
+	stdout.Reset()
+	if err := runSimJobs(t.Context(), []string{"--nodes", nodes, "--jobs", jobsPath, "--policies", "gpud,fifo", "-q"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stdout.String(), "GPU energy") {
+		t.Errorf("objective rows printed without being asked for:\n%s", stdout.String())
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Log(rep)

@@ -14,12 +14,15 @@ import (
 
 // Policies maps the names `gpud sim jobs --policies` accepts to scheduler
 // options: gpud (fair share, backfill, preemption), fifo (arrival order,
-// nothing else) and no-backfill (fair share and quotas, but neither
-// backfill nor preemption).
+// nothing else), no-backfill (fair share and quotas, but neither
+// backfill nor preemption), and [MorePolicyNames]: sjf (fifo with the
+// shortest estimate first) and las (least attained service).
 var Policies = map[string]jobs.Options{
 	"gpud":        jobs.Gpud,
 	"fifo":        {},
 	"no-backfill": {FairShare: true},
+	"sjf":         {Order: jobs.OrderShortest},
+	"las":         {Order: jobs.OrderLAS, Preemption: true},
 }
 
 // PolicyNames lists [Policies] in report order.
@@ -54,6 +57,12 @@ type ReplayOptions struct {
 	Learn LearnOptions
 	// Failures injects GPU failures (none when RatePerGPUDay is 0).
 	Failures FailureOptions
+	// Models is the GPU power and price table energy and cost are
+	// measured with; nil means objective.DefaultModels().
+	Models map[string]jobs.ModelPower
+	// ObjectiveRows prints the objective measures (unallocated %, Jain
+	// fairness, kWh, cost) in [WriteReports].
+	ObjectiveRows bool
 }
 
 type simJob struct {
@@ -66,7 +75,8 @@ type simJob struct {
 	epoch      int
 	running    bool
 	est        int64 // the estimate it was submitted with
-	hung       bool  // on a failed GPU, holding its GPUs, not progressing
+	pods       []jobs.PodPlacement
+	hung       bool // on a failed GPU, holding its GPUs, not progressing
 	hungAt     int64
 }
 
@@ -137,6 +147,8 @@ func Replay(ctx context.Context, nodes []allocator.Node, trace []TraceJob, o Rep
 		}
 	}
 	r := rp.acc.report(o.Policy, rp.jobs)
+	r.Objectives = rp.acc.objectiveStats(r, rp.jobs)
+	r.objRows = o.ObjectiveRows
 	addPending(r, last.Pending)
 	r.Policy = strings.TrimSpace(o.Policy)
 	r.Estimates = rp.learn.stats()
@@ -184,7 +196,7 @@ func newReplay(nodes []allocator.Node, trace []TraceJob, o ReplayOptions) (*repl
 	}
 	capRes := s.Capacity()
 	capGPUs := float64(capRes.GPUMilli)/allocator.MilliPerGPU + float64(capRes.MIGSlices)/jobs.MIGSlicesPerGPU
-	rp := &replay{o: o, s: s, trace: trace, jobs: make([]simJob, len(trace)), index: make(map[string]int, len(trace)), acc: newAccounting(o, capGPUs),
+	rp := &replay{o: o, s: s, trace: trace, jobs: make([]simJob, len(trace)), index: make(map[string]int, len(trace)), acc: newAccounting(o, capGPUs, nodes),
 		learn: l, faults: newFaults(nodes, o.Failures, t0)}
 	for i := range trace {
 		rp.jobs[i] = simJob{tj: &trace[i], gpus: gpus(&trace[i]), remaining: trace[i].RuntimeSeconds, firstStart: -1, end: -1}
@@ -368,7 +380,7 @@ func (rp *replay) apply(res jobs.Result, t int64) {
 	}
 	for _, st := range res.Started {
 		j := &rp.jobs[rp.index[st.JobID]]
-		j.running, j.runStart = true, t
+		j.running, j.runStart, j.pods = true, t, st.Pods
 		if j.firstStart < 0 {
 			j.firstStart = t
 		}

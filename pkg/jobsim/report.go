@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gpud/gpud/pkg/allocator"
 )
 
 // Report is what one replay measured. Times are seconds.
@@ -29,7 +31,10 @@ type Report struct {
 	// Estimates describes the runtime estimates jobs were submitted with.
 	Estimates EstimateStats
 	// Failures is what injected GPU failures cost; nil without failures.
-	Failures               *FailureStats
+	Failures *FailureStats
+	// Objectives are the measures an operator's objectives weigh.
+	Objectives             ObjectiveStats
+	objRows                bool
 	capGPUs, gpuSecondsUse float64
 }
 
@@ -54,6 +59,7 @@ type accounting struct {
 	preempts   int
 	lostGPUSec float64
 	backfilled int
+	pw         *power
 }
 
 type step struct {
@@ -61,8 +67,8 @@ type step struct {
 	alloc float64
 }
 
-func newAccounting(o ReplayOptions, capGPUs float64) *accounting {
-	return &accounting{o: o, capGPUs: capGPUs, byQueue: map[string]float64{}, queueInt: map[string]float64{}}
+func newAccounting(o ReplayOptions, capGPUs float64, nodes []allocator.Node) *accounting {
+	return &accounting{o: o, capGPUs: capGPUs, byQueue: map[string]float64{}, queueInt: map[string]float64{}, pw: newPower(nodes, o.Models)}
 }
 
 func (a *accounting) advance(t int64) {
@@ -73,6 +79,7 @@ func (a *accounting) advance(t int64) {
 		for q, g := range a.byQueue {
 			a.queueInt[q] += g * dt
 		}
+		a.pw.advance(dt)
 	}
 	a.t = t
 }
@@ -81,6 +88,7 @@ func (a *accounting) change(j *simJob, sign float64) {
 	a.alloc += sign * j.gpus
 	a.byQueue[j.tj.Queue] += sign * j.gpus
 	a.steps = append(a.steps, step{a.t, a.alloc})
+	a.pw.change(j, sign, a.t)
 }
 
 func (a *accounting) preempt(j *simJob, lostSeconds int64) {
@@ -292,12 +300,20 @@ type metric struct {
 // extraMetrics are the estimate rows (when any report's estimates are not
 // the trace's own) and failure rows (when any report injected failures).
 func extraMetrics(rs []*Report) []metric {
-	var est, fail bool
+	var est, fail, obj bool
 	for _, r := range rs {
 		est = est || r.Estimates.Source != EstimateUser
 		fail = fail || r.Failures != nil
+		obj = obj || r.objRows
 	}
 	var out []metric
+	if obj {
+		out = append(out,
+			metric{"GPUs unallocated % (avg)", func(r *Report) float64 { return r.Objectives.UnallocatedPct }, "%14.2f", false},
+			metric{"Jain fairness (queues)", func(r *Report) float64 { return r.Objectives.Jain }, "%14.3f", false},
+			metric{"GPU energy (kWh)", func(r *Report) float64 { return r.Objectives.KWh }, "%14.1f", false},
+			metric{"GPU cost", func(r *Report) float64 { return r.Objectives.Cost }, "%14.2f", false})
+	}
 	if est {
 		out = append(out,
 			metric{"jobs with an estimate", func(r *Report) float64 { return r.Estimates.Coverage }, "%14.3f", true},

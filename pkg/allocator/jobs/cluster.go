@@ -34,6 +34,7 @@ type nodeFree struct {
 	gpus      []gpuFree
 	wholeFree int   // healthy non-MIG GPUs fully free
 	milliFree int64 // sum of free milli over healthy non-MIG GPUs
+	pods      int   // pods bound on the node
 }
 
 // cluster is the free state of all nodes.
@@ -46,6 +47,7 @@ type cluster struct {
 	names    [4][]string
 	byName   map[string]int
 	capacity Resources
+	obj      *objState // nil: today's placement score
 }
 
 func newCluster(nodes []allocator.Node) (*cluster, error) {

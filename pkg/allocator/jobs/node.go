@@ -144,6 +144,7 @@ func (c *cluster) bind(p *PodPlacement, d *demand) {
 	f, inf := &c.free[p.Node], &c.info[p.Node]
 	f.cpu -= d.cpu
 	f.mem -= d.mem
+	f.pods++
 	for _, g := range p.GPUs {
 		gf := &f.gpus[g]
 		if d.kind == kindMIG {
@@ -168,6 +169,7 @@ func (c *cluster) unbind(p *PodPlacement, d *demand) {
 	f, inf := &c.free[p.Node], &c.info[p.Node]
 	f.cpu += d.cpu
 	f.mem += d.mem
+	f.pods--
 	for _, g := range p.GPUs {
 		gf := &f.gpus[g]
 		if d.kind == kindMIG {

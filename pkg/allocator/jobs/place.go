@@ -74,6 +74,9 @@ func (c *cluster) placeOne(d *demand, nodes []int, blocked []bool) ([]PodPlaceme
 
 // bestChoice picks the best-scoring node of nodes for one pod of d.
 func (c *cluster) bestChoice(d *demand, nodes []int, blocked []bool) (PodPlacement, bool) {
+	if c.obj != nil && (d.kind == kindWhole || d.kind == kindFrac) {
+		return c.bestObjective(d, nodes, blocked)
+	}
 	var best PodPlacement
 	bestScore, found := int64(0), false
 	for _, i := range nodes {
@@ -84,6 +87,25 @@ func (c *cluster) bestChoice(d *demand, nodes []int, blocked []bool) (PodPlaceme
 			continue
 		}
 		sc := c.score(i, d)
+		if found && sc >= bestScore {
+			continue
+		}
+		if p, ok := c.choose(i, d); ok {
+			best, bestScore, found = p, sc, true
+		}
+	}
+	return best, found
+}
+
+// bestObjective is bestChoice with the objective's score.
+func (c *cluster) bestObjective(d *demand, nodes []int, blocked []bool) (PodPlacement, bool) {
+	var best PodPlacement
+	bestScore, found := 0.0, false
+	for _, i := range nodes {
+		if (blocked != nil && blocked[i]) || c.podsFit(i, d, 1) == 0 {
+			continue
+		}
+		sc := c.obj.score(c, i, d)
 		if found && sc >= bestScore {
 			continue
 		}

@@ -41,6 +41,12 @@ type search struct {
 
 // eligible says why running job v may be preempted for j, or "".
 func (s *Scheduler) eligible(j, v *jobState, jUse Resources, now int64) string {
+	if s.opts.Order == OrderLAS {
+		if s.lasLevel(v, now) > s.lasLevel(j, now) {
+			return "attained-service"
+		}
+		return ""
+	}
 	if v.queue == j.queue && v.job.Priority < j.job.Priority {
 		return "priority"
 	}
@@ -141,6 +147,7 @@ func (s *Scheduler) preempt(j *jobState, d *demand, mask []bool, now int64) ([]P
 	s.commit(j, pods, now)
 	out := make([]Preemption, len(victims))
 	for i, v := range victims {
+		v.attained += v.d.modelMilli() * int64(v.n) * (now - v.start)
 		out[i] = Preemption{JobID: v.job.ID, Beneficiary: j.job.ID, Why: v.why}
 	}
 	return out, true

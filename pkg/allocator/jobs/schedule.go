@@ -24,7 +24,7 @@ type memoKey struct {
 func (s *Scheduler) Schedule(now int64) Result {
 	s.round++
 	rd := &round{s: s, now: now, memo: map[memoKey]Reason{}, noVictims: map[memoKey]bool{}}
-	next := s.order()
+	next := s.order(now)
 	for j := next(); j != nil; j = next() {
 		rd.consider(j)
 	}
@@ -165,7 +165,7 @@ func (s *Scheduler) requeue(preempted []Preemption) {
 // share it picks, at every level of the queue tree, the child below its
 // guarantee or else with the lowest weighted DRF share, re-evaluated after
 // each job since starts change shares.
-func (s *Scheduler) order() func() *jobState {
+func (s *Scheduler) order(now int64) func() *jobState {
 	byQueue := make([][]*jobState, len(s.q.list))
 	remain := make([]int, len(s.q.list))
 	for _, j := range s.pending {
@@ -177,7 +177,7 @@ func (s *Scheduler) order() func() *jobState {
 	if !s.opts.FairShare {
 		all := slices.Clone(s.pending)
 		slices.SortFunc(all, func(a, b *jobState) int {
-			return cmp.Or(cmp.Compare(a.job.Submit, b.job.Submit), cmp.Compare(a.seq, b.seq))
+			return cmp.Or(s.orderCmp(a, b, now), cmp.Compare(a.job.Submit, b.job.Submit), cmp.Compare(a.seq, b.seq))
 		})
 		i := 0
 		return func() *jobState {
@@ -190,10 +190,14 @@ func (s *Scheduler) order() func() *jobState {
 	}
 	for _, l := range byQueue {
 		slices.SortFunc(l, func(a, b *jobState) int {
-			return cmp.Or(cmp.Compare(b.job.Priority, a.job.Priority), cmp.Compare(a.job.Submit, b.job.Submit), cmp.Compare(a.seq, b.seq))
+			return cmp.Or(cmp.Compare(b.job.Priority, a.job.Priority), s.orderCmp(a, b, now),
+				cmp.Compare(a.job.Submit, b.job.Submit), cmp.Compare(a.seq, b.seq))
 		})
 	}
 	pos := make([]int, len(s.q.list))
+	if s.opts.Objective != nil {
+		return s.objectiveOrder(byQueue, remain, pos)
+	}
 	return func() *jobState {
 		level := s.q.roots
 		for {

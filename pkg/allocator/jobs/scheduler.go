@@ -27,6 +27,9 @@ type jobState struct {
 	// savedPods keeps a preempted job's placement for undo.
 	savedPods []PodPlacement
 	never     Reason
+	// attained is the GPU-milli-seconds of its runs before the current one
+	// ([OrderLAS]).
+	attained int64
 }
 
 func (j *jobState) estEnd(now int64) int64 {
@@ -71,6 +74,12 @@ func New(nodes []allocator.Node, qs []Queue, rs []Reservation, opts Options) (*S
 	t, err := newQueues(qs, c)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: queues: %w", err)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.Objective != nil {
+		c.obj = newObjState(opts.Objective, c)
 	}
 	s := &Scheduler{opts: opts, c: c, empty: empty, q: t, jobs: map[string]*jobState{}}
 	for _, r := range rs {

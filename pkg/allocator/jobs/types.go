@@ -181,6 +181,13 @@ type Options struct {
 	// Preemption lets higher-priority jobs, queues under their guarantee and
 	// reservation owners take capacity.
 	Preemption bool
+	// Order orders pending jobs; the zero value is arrival order.
+	Order Order
+	// LASThresholds are [OrderLAS]'s attained-service queue limits in
+	// GPU-seconds, ascending; nil means [DefaultLASThresholds].
+	LASThresholds []int64
+	// Objective, if set, weighs the policy's terms; nil is today's policy.
+	Objective *Objective
 }
 
 // Gpud is the default option set.

@@ -180,7 +180,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			continue
 		}
 		if opts := extres.PerNode(pod, s.classes, extended[pod.UID], in.nodes); opts != nil {
-			p.PerNode = perNode(p, opts)
+			p.PerNode = perNode(p, opts, in.nodes)
 		} else if ec := extres.For(pod, s.classes, extended[pod.UID]); ec != nil {
 			p.Claims = append(p.Claims, ec.Claim)
 			p.ExtendedResources = ec.Mappings
@@ -292,8 +292,9 @@ func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
 }
 
 // perNode is p as it is placed on each option's nodes: its claims plus
-// the option's extended-resource claim, if any.
-func perNode(p *plan.Pod, opts []extres.Option) []plan.PerNode {
+// the option's extended-resource claim, if any; an option no node of
+// nodes could ever serve says so (extres.NeverFits).
+func perNode(p *plan.Pod, opts []extres.Option, nodes []*corev1.Node) []plan.PerNode {
 	out := make([]plan.PerNode, 0, len(opts))
 	for _, o := range opts {
 		as := *p
@@ -303,11 +304,11 @@ func perNode(p *plan.Pod, opts []extres.Option) []plan.PerNode {
 			as.ExtendedResources = o.Claim.Mappings
 		}
 		as.PluginDevices = extres.Count(o.Plugin)
-		nodes := make(map[string]bool, len(o.Nodes))
+		on := make(map[string]bool, len(o.Nodes))
 		for _, n := range o.Nodes {
-			nodes[n] = true
+			on[n] = true
 		}
-		out = append(out, plan.PerNode{Nodes: nodes, Pod: &as})
+		out = append(out, plan.PerNode{Nodes: on, Pod: &as, NeverFits: extres.NeverFits(o, nodes)})
 	}
 	return out
 }

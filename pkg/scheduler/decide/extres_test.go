@@ -79,7 +79,7 @@ func (e *env) extPod(name string, n int64, opts ...podOpt) *plan.Pod {
 		for _, n := range o.Nodes {
 			nodes[n] = true
 		}
-		p.PerNode = append(p.PerNode, plan.PerNode{Nodes: nodes, Pod: &as})
+		p.PerNode = append(p.PerNode, plan.PerNode{Nodes: nodes, Pod: &as, NeverFits: extres.NeverFits(o, e.nodes)})
 	}
 	return p
 }
@@ -267,5 +267,40 @@ func TestExtendedResourcesShapes(t *testing.T) {
 	p := e.decide(Config{})
 	if got := bindsOf(p); got["one"] != "dra" || len(got) != 1 {
 		t.Errorf("binds %v, want one on dra (pending %+v)", got, p.Pending)
+	}
+}
+
+// TestExtendedResourcesNeverFitsEitherWay: a pod asking 9 nvidia.com/gpu
+// fits neither the device-plugin node (8 allocatable) nor the DRA node (8
+// GPUs): it says "never fits", naming both ways, while a pod asking 8 on a
+// full cluster is only short of room now.
+func TestExtendedResourcesNeverFitsEitherWay(t *testing.T) {
+	e := newEnv(t)
+	withClassRules(t, e)
+	pluginNode(e, "dp", 8)
+	rulesNode(e, "dra")
+	e.extPod("nine", 9)
+	p := e.decide(Config{})
+	w, ok := pendingOf(p, "nine")
+	if !ok || w.Code != jobs.CodeNeverFits || !strings.HasPrefix(w.Message, "never fits: ") ||
+		!strings.Contains(w.Message, "asks 9 nvidia.com/gpu through a device plugin; the most any of the 1 nodes serving it that way has allocatable is 8") ||
+		!strings.Contains(w.Message, "asks 9 GPUs") {
+		t.Errorf("nine: pending %v %+v, want never fits naming the device plugin's 8 and the DRA node's 8 GPUs", ok, w)
+	}
+
+	e = newEnv(t)
+	withClassRules(t, e)
+	pluginNode(e, "dp", 8)
+	rulesNode(e, "dra")
+	e.pluginBound("holder", "dp", 8)
+	e.pod("dra-holder", []resourceapi.DeviceRequest{gpus(8)})
+	e.apply(e.decide(Config{}))
+	e.extPod("eight", 8)
+	p = e.decide(Config{})
+	if len(p.Binds) != 0 {
+		t.Fatalf("binds %+v on a full cluster", p.Binds)
+	}
+	if w, ok := pendingOf(p, "eight"); !ok || w.Code == jobs.CodeNeverFits || strings.Contains(w.Message, "never") {
+		t.Errorf("eight on a full cluster: pending %v %+v, want short of room now, not never fits", ok, w)
 	}
 }

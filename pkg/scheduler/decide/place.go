@@ -293,6 +293,12 @@ func (c *cycle) placePod(u *unit, p *plan.Pod, only map[string]bool) (*placed, *
 			if len(sub) == 0 {
 				continue
 			}
+			if e.NeverFits != "" {
+				if i == len(passes)-1 {
+					fails, failedOn = append(fails, fail(jobs.CodeNeverFits, "%s", e.NeverFits)), append(failedOn, e)
+				}
+				continue
+			}
 			pl, f := c.placeAs(u, e.Pod, sub)
 			if pl != nil {
 				pl.pod, pl.as = p, e.Pod
@@ -322,15 +328,26 @@ func perNodeFailure(fails []*failure, on []plan.PerNode) *failure {
 	if len(fails) == 1 {
 		return best
 	}
+	// Never fits only when no way could ever serve the pod; then the
+	// message says so first, as a single entry's does.
+	never := !slices.ContainsFunc(fails, func(f *failure) bool { return f.code != jobs.CodeNeverFits })
 	msgs := make([]string, len(fails))
 	for i, f := range fails {
 		how := "through a device plugin"
 		if on[i].Pod.ExtendedResources != nil {
 			how = "through the DeviceClass (a claim)"
 		}
-		msgs[i] = fmt.Sprintf("on the %d %s serving its extended resources %s: %s", len(on[i].Nodes), plural(len(on[i].Nodes), "node", "nodes"), how, f.msg)
+		why := f.msg
+		if never {
+			why = strings.TrimPrefix(why, "never fits: ")
+		}
+		msgs[i] = fmt.Sprintf("on the %d %s serving its extended resources %s: %s", len(on[i].Nodes), plural(len(on[i].Nodes), "node", "nodes"), how, why)
 	}
-	return &failure{code: best.code, room: best.room, msg: strings.Join(msgs, "; ")}
+	msg := strings.Join(msgs, "; ")
+	if never {
+		return &failure{code: jobs.CodeNeverFits, msg: "never fits: " + msg}
+	}
+	return &failure{code: best.code, room: best.room, msg: msg}
 }
 
 // preferredAcross is preferred over every node p's rules allow (among

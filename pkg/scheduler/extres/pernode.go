@@ -2,6 +2,7 @@ package extres
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -143,4 +144,48 @@ func joinNames(names []corev1.ResourceName) string {
 		b.WriteString(string(n))
 	}
 	return b.String()
+}
+
+// NeverFits says why no node of o could ever serve the resources o's pod
+// asks through device plugins, even with nothing else on it ("" if one
+// could, or o asks none): a resource more than every node's allocatable
+// of it, or no node with enough of all of them at once. nodes are looked
+// up by o.Nodes' names; unknown names are skipped.
+func NeverFits(o Option, nodes []*corev1.Node) string {
+	if len(o.Plugin) == 0 {
+		return ""
+	}
+	in := make(map[string]bool, len(o.Nodes))
+	for _, n := range o.Nodes {
+		in[n] = true
+	}
+	names := slices.Sorted(maps.Keys(o.Plugin))
+	most := make(map[corev1.ResourceName]int64, len(names))
+	served := 0
+	for _, n := range nodes {
+		if n == nil || !in[n.Name] {
+			continue
+		}
+		served++
+		all := true
+		for _, name := range names {
+			q := n.Status.Allocatable[name]
+			most[name] = max(most[name], q.Value())
+			all = all && q.Value() >= o.Plugin.Name(name, "").Value()
+		}
+		if all {
+			return ""
+		}
+	}
+	if served == 0 {
+		return ""
+	}
+	for _, name := range names {
+		if want := o.Plugin.Name(name, "").Value(); want > most[name] {
+			return fmt.Sprintf("never fits: the pod asks %d %s through a device plugin; the most any of the %d nodes serving it that way has allocatable is %d",
+				want, name, served, most[name])
+		}
+	}
+	return fmt.Sprintf("never fits: no node of the %d serving %s through a device plugin has allocatable for all the pod asks of them at once",
+		served, joinNames(names))
 }

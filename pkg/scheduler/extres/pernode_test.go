@@ -93,3 +93,33 @@ func TestPerNodeNone(t *testing.T) {
 		t.Errorf("no DRA-backed resource: options %+v, want nil", got)
 	}
 }
+
+// TestNeverFits: an option's device-plugin resources never fit when every
+// node of the option has less of one than the pod asks, or no node has
+// enough of all at once; one node with enough of all is room enough.
+func TestNeverFits(t *testing.T) {
+	gpu, nic := corev1.ResourceName("nvidia.com/gpu"), corev1.ResourceName("example.com/nic")
+	nodes := []*corev1.Node{
+		node("a", map[corev1.ResourceName]string{gpu: "8", nic: "1"}),
+		node("b", map[corev1.ResourceName]string{gpu: "4", nic: "4"}),
+		node("other", map[corev1.ResourceName]string{gpu: "16", nic: "16"}), // not the option's
+	}
+	ask := func(g, n string) Option {
+		return Option{Nodes: []string{"a", "b"}, Plugin: corev1.ResourceList{gpu: resource.MustParse(g), nic: resource.MustParse(n)}}
+	}
+	for _, c := range []struct {
+		name string
+		o    Option
+		want string
+	}{
+		{"fits a", ask("8", "1"), ""},
+		{"fits b", ask("2", "4"), ""},
+		{"no plugin resources", Option{Nodes: []string{"a"}}, ""},
+		{"too many GPUs", ask("9", "1"), "never fits: the pod asks 9 nvidia.com/gpu through a device plugin; the most any of the 2 nodes serving it that way has allocatable is 8"},
+		{"not both at once", ask("8", "4"), "never fits: no node of the 2 serving example.com/nic,nvidia.com/gpu through a device plugin has allocatable for all the pod asks of them at once"},
+	} {
+		if got := NeverFits(c.o, nodes); got != c.want {
+			t.Errorf("%s: NeverFits = %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -166,6 +166,10 @@ type Pod struct {
 type PerNode struct {
 	Nodes map[string]bool
 	Pod   *Pod
+	// NeverFits, when set, says why no node of Nodes could ever serve
+	// what Pod asks through device plugins (more than any has
+	// allocatable): a decider does not try the entry and reports this.
+	NeverFits string
 }
 
 // Key returns "namespace/name".

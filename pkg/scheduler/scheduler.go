@@ -200,6 +200,9 @@ func New(cfg Config) (*Scheduler, error) {
 		return nil, fmt.Errorf("scheduler: pod informer handler: %w", err)
 	}
 	s.hasSynced = append(s.hasSynced, podInf.Informer().HasSynced)
+	if err := s.watchStorage(); err != nil {
+		return nil, err
+	}
 
 	s.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: cfg.Client.EventsV1()})
 	s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, cfg.SchedulerName)

@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table objectives-table
+.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity codelint clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table objectives-table
 
 all: build
 
@@ -155,7 +155,12 @@ test-gpu:
 test-short:
 	$(GO) test -short $(PKGS)
 
-lint: fmt-check vet staticcheck purity
+lint: fmt-check vet staticcheck purity codelint
+
+## codelint: the house rules go vet and staticcheck do not know
+## (internal/codelint: error prefixes, cmd/gpud only wires).
+codelint:
+	$(GO) test -count=1 ./internal/codelint/
 
 ## purity: the pure packages import only the standard library and each other.
 PURE_PKGS := ./pkg/gpu/... ./pkg/topology/... ./pkg/allocator/... ./pkg/timeslice/... ./pkg/predict/... ./pkg/scheduler/heal/... ./pkg/scheduler/podgroup/autogang/...

@@ -405,7 +405,7 @@ func wiredTaskNames(t *testing.T, args []string, log *slog.Logger) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { src.close(log) })
+	t.Cleanup(func() { src.Close(log) })
 	tasks, err := wireAgent(cfg, args, lib, sim, src, log)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
+	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"
@@ -76,7 +77,7 @@ type enforceStatus func() string
 // Isolation or memory limits that the node cannot do are logged once and
 // reported in the status, not an error; --cpu-affinity align without a
 // cpuset hierarchy is an error.
-func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, lib nvml.Interface, metrics prometheus.Registerer, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
+func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *agentsrc.Sources, lib nvml.Interface, metrics prometheus.Registerer, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
 	isolate := o.isolateDevices
 	align := o.cpuAffinity == cpuAffinityAlign
 	if !isolate && !align && lib == nil {
@@ -112,18 +113,18 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, lib
 	majors = simMajors(majors, cfg.nvml.simulate != "" && cfg.nvml.devRoot != "")
 	ecfg := enforce.Config{
 		Unified: mounts.Unified, V1Devices: mounts.V1["devices"], Isolate: isolate, Majors: majors,
-		Interval: o.interval, Inventory: inventory, Allocations: src.pods, Pods: src.podNames,
+		Interval: o.interval, Inventory: inventory, Allocations: src.Pods, Pods: src.PodNames,
 		Containers: enforce.ContainerLogs{Root: o.containerLogsRoot},
 	}
-	if src.events != nil { // a nil *Recorder in the interface would be a non-nil Events
-		ecfg.Events = src.events
+	if src.Events != nil { // a nil *Recorder in the interface would be a non-nil Events
+		ecfg.Events = src.Events
 	}
 	if cfg.dra.enabled() {
 		dir, err := filepath.Abs(cfg.dra.pluginsDir)
 		if err != nil {
 			return nil, nil, flagErr("kubelet-plugins-dir", "%s: %w", cfg.dra.pluginsDir, err)
 		}
-		ecfg.DRA = &enforce.DRA{Resources: src.pods, Prepared: enforce.CheckpointClaims(filepath.Join(dir, dra.DriverName))}
+		ecfg.DRA = &enforce.DRA{Resources: src.Pods, Prepared: enforce.CheckpointClaims(filepath.Join(dir, dra.DriverName))}
 	}
 	if align {
 		w, err := cpuaffinity.NewWriter(mounts.Unified, mounts.V1["cpuset"])
@@ -149,8 +150,8 @@ func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, lib
 			}
 			if mounts.Unified != "" {
 				ecfg.MemoryLimits = ml
-				if src.sharing != nil {
-					ecfg.Sharing = src.sharing.Sharing
+				if src.Sharing != nil {
+					ecfg.Sharing = src.Sharing.Sharing
 				}
 			}
 			limitsStatus = ml.Status

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpud/gpud/pkg/agenthttp"
+	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/devcgroup"
 	"github.com/gpud/gpud/pkg/devnodes"
 	"github.com/gpud/gpud/pkg/gpu"
@@ -58,14 +60,14 @@ func TestEnforceFlags(t *testing.T) {
 	}
 }
 
-func enforceTestConfig(t *testing.T, args ...string) (*agentConfig, *nodeSources) {
+func enforceTestConfig(t *testing.T, args ...string) (*agentConfig, *agentsrc.Sources) {
 	t.Helper()
 	dir := t.TempDir()
 	fs, c := agentFlagSet(io.Discard)
 	if err := fs.Parse(append([]string{"--proc-root", filepath.Join(dir, "proc"), "--sysfs-root", filepath.Join(dir, "sys")}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	src := &nodeSources{pods: podresources.New(filepath.Join(dir, "kubelet.sock")), podNames: procattr.PodLogs{Root: filepath.Join(dir, "pods")}}
+	src := &agentsrc.Sources{Pods: podresources.New(filepath.Join(dir, "kubelet.sock")), PodNames: procattr.PodLogs{Root: filepath.Join(dir, "pods")}}
 	return c, src
 }
 
@@ -180,9 +182,9 @@ func TestNewEnforceTaskMounts(t *testing.T) {
 	if !strings.Contains(s, "ebpf on "+cg) && !strings.Contains(s, "not available") {
 		t.Errorf("status = %q, want ebpf on %s or why not", s, cg)
 	}
-	srv := &httpServer{inventory: func() (gpu.Inventory, bool) { return gpu.Inventory{}, true }, metrics: prometheus.NewRegistry(), enforcement: status, log: quietLog()}
+	srv := &agenthttp.Server{Inventory: func() (gpu.Inventory, bool) { return gpu.Inventory{}, true }, Metrics: prometheus.NewRegistry(), Enforcement: status, Log: quietLog()}
 	rec := httptest.NewRecorder()
-	srv.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	if rec.Code != http.StatusOK || rec.Body.String() != "ok\n"+s+"\n" {
 		t.Errorf("/readyz = %d %q, want ok and the enforcement line", rec.Code, rec.Body.String())
 	}

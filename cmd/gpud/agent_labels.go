@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
+	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/nodelabels"
 	"github.com/gpud/gpud/pkg/nodelabels/labelsync"
@@ -89,7 +90,7 @@ func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
 // newTasks returns the node labels task, or none when labels are off. In
 // auto mode, missing API access turns labels off with one log line;
 // with --node-labels=true it is an error.
-func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *migctl.ConfigState, log *slog.Logger) ([]taskgroup.Task, error) {
+func (o *labelsOptions) newTasks(cfg *agentConfig, src *agentsrc.Sources, migState *migctl.ConfigState, log *slog.Logger) ([]taskgroup.Task, error) {
 	if o.set && !o.on {
 		return nil, nil
 	}
@@ -104,9 +105,9 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 		log.Info("node labels off", "reason", err)
 		return nil, nil
 	}
-	if msgs := validation.IsDNS1123Subdomain(src.node); len(msgs) > 0 {
+	if msgs := validation.IsDNS1123Subdomain(src.Node); len(msgs) > 0 {
 		return off(flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
-			printable.Quote(src.node), strings.Join(msgs, "; ")))
+			printable.Quote(src.Node), strings.Join(msgs, "; ")))
 	}
 	rc, err := cfg.dra.restConfig()
 	if err != nil {
@@ -122,9 +123,9 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 		strategy = cfg.dp.migStrategy
 	}
 	u, err := labelsync.New(labelsync.Config{
-		Client: client, NodeName: src.node, Inventory: src.store,
+		Client: client, NodeName: src.Node, Inventory: src.Store,
 		Options: func() nodelabels.Options {
-			return nodelabels.Options{MIGStrategy: strategy, MIGConfigState: migState.Get(src.store.Current())}
+			return nodelabels.Options{MIGStrategy: strategy, MIGConfigState: migState.Get(src.Store.Current())}
 		},
 		Log: log,
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
+	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/nodetaint"
 )
 
@@ -51,12 +52,12 @@ func (o *nodeTaintOptions) validate(dra *draOptions) []error {
 }
 
 // newTasks returns the node taint task, or none when it is off.
-func (o *nodeTaintOptions) newTasks(cfg *agentConfig, src *nodeSources, log *slog.Logger) ([]taskgroup.Task, error) {
+func (o *nodeTaintOptions) newTasks(cfg *agentConfig, src *agentsrc.Sources, log *slog.Logger) ([]taskgroup.Task, error) {
 	if !o.on {
 		return nil, nil
 	}
-	if msgs := validation.IsDNS1123Subdomain(src.node); len(msgs) > 0 {
-		return nil, flagErr("node-name", "%s is not a Kubernetes node name: %s; set --node-name", printable.Quote(src.node), strings.Join(msgs, "; "))
+	if msgs := validation.IsDNS1123Subdomain(src.Node); len(msgs) > 0 {
+		return nil, flagErr("node-name", "%s is not a Kubernetes node name: %s; set --node-name", printable.Quote(src.Node), strings.Join(msgs, "; "))
 	}
 	rc, err := cfg.dra.restConfig()
 	if err != nil {
@@ -67,8 +68,8 @@ func (o *nodeTaintOptions) newTasks(cfg *agentConfig, src *nodeSources, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("node taint: api client: %w", err)
 	}
-	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: src.node, Inventory: src.store, Tracker: o.config(), Log: log,
-		OnChange: func(t nodetaint.Taint) { src.events.NodeTaint(nodetaint.TaintKey, t.Value, t.Reason) }})
+	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: src.Node, Inventory: src.Store, Tracker: o.config(), Log: log,
+		OnChange: func(t nodetaint.Taint) { src.Events.NodeTaint(nodetaint.TaintKey, t.Value, t.Reason) }})
 	if err != nil {
 		return nil, err
 	}

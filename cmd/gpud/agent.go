@@ -144,7 +144,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		src.Health.OnXid(st.OnXid)
 		tasks = append(tasks, taskgroup.Task{Name: "stream", Run: st.Run})
 	}
-	enforceTasks, enforceStatus, err := cfg.enforce.newEnforceTasks(cfg, src, lib, metrics, src.Store.Current, log.With("component", "enforce"))
+	enforceTasks, enforceStatus, err := newEnforceTasks(cfg, src, lib, metrics, src.Store.Current, log.With("component", "enforce"))
 	if err != nil {
 		return nil, err
 	}

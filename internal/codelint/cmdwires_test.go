@@ -33,7 +33,6 @@ var cmdDebt = []string{
 	"draOptions.newDRADriver",
 	"draOptions.restConfig",
 	"driverEditsOptions.driverEdits",
-	"enforceOptions.newEnforceTasks",
 	"eventsOptions.newRecorder",
 	"healthOptions.config",
 	"labelsOptions.newTasks",

@@ -19,6 +19,7 @@ import (
 	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/mig/migcli"
 	"github.com/gpud/gpud/pkg/mig/migctl"
@@ -48,7 +49,7 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer closeLib()
-	node, err := cfg.nvml.resolveNodeName(sim)
+	node, err := resolveNodeName(cfg.nvml, sim)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -73,8 +74,9 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 // newNodeSources opens the node's sources on the agent's flags.
 func newNodeSources(cfg *agentConfig, lib nvml.Interface, node string, log *slog.Logger) (*agentsrc.Sources, error) {
+	sharing := func(inv gpu.Inventory) (timeslice.Config, error) { return loadSharing(&cfg.sharing, inv) }
 	return agentsrc.Open(agentsrc.Config{Node: node, PodResourcesSocket: cfg.podResourcesSocket, ProcRoot: cfg.procRoot,
-		PodLogsRoot: cfg.podLogsRoot, Health: cfg.health.config(), Sharing: cfg.sharing.loadSharing}, lib, log)
+		PodLogsRoot: cfg.podLogsRoot, Health: healthConfig(&cfg.health), Sharing: sharing}, lib, log)
 }
 
 // wireAgent builds every component on the sources it needs and returns
@@ -82,7 +84,7 @@ func newNodeSources(cfg *agentConfig, lib nvml.Interface, node string, log *slog
 func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode.Node, src *agentsrc.Sources, log *slog.Logger) ([]taskgroup.Task, error) {
 	metrics := prometheus.NewRegistry()
 	sampler, err := telemetry.NewSampler(lib, src.Store.Inventory, telemetry.Attribution{Pods: src.Pods, Procs: src.Containers, Names: src.PodNames},
-		telemetry.Config{Interval: cfg.telemetry.sweepInterval(), Hostname: src.Node}, log.With("component", "telemetry"))
+		telemetry.Config{Interval: sweepInterval(&cfg.telemetry), Hostname: src.Node}, log.With("component", "telemetry"))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
@@ -91,7 +93,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, fmt.Errorf("telemetry: register metrics: %w", err)
 	}
 	src.Health.OnXid(sampler.RecordXid)
-	events, eventTasks, err := cfg.events.newRecorder(cfg, src.Node, metrics, log.With("component", "kube-events"))
+	events, eventTasks, err := newEventRecorder(&cfg.events, cfg, src.Node, metrics, log.With("component", "kube-events"))
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +123,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if err != nil {
 		return nil, err
 	}
-	sharingC, err := sharingctl.New(cfg.sharing.controllerConfig(src.Sharing, src.Store.Current, metrics, log.With("component", "sharing"),
+	sharingC, err := sharingctl.New(sharingControllerConfig(&cfg.sharing, src.Sharing, src.Store.Current, metrics, log.With("component", "sharing"),
 		timeslice.WatchdogConfig{Processes: src.Procs, Containers: src.Containers, Pods: src.PodNames, Assignments: src.Pods,
 			OnViolation: events.WatchdogOverLimit, OnKill: events.WatchdogKilled}))
 	if err != nil {
@@ -135,7 +137,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		{Name: "sharing", Run: sharingC.Run},
 	}
 	tasks = append(tasks, eventTasks...)
-	st, err := cfg.telemetry.stream.newStream(streamDeps{node: src.Node, inventory: src.Store.Current, changed: src.Store.InventoryChanged,
+	st, err := newStream(&cfg.telemetry.stream, streamDeps{node: src.Node, inventory: src.Store.Current, changed: src.Store.InventoryChanged,
 		sharing: src.Sharing, snapshot: sampler.Snapshot, metrics: metrics, log: log.With("component", "stream")})
 	if err != nil {
 		return nil, err
@@ -149,7 +151,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	tasks = append(tasks, enforceTasks...)
-	mpsA, err := cfg.mps.newMPSAgent(sim != nil, lib, src.Sharing, src.Store, log.With("component", "mps"))
+	mpsA, err := newMPSAgent(&cfg.mps, sim != nil, lib, src.Sharing, src.Store, log.With("component", "mps"))
 	if err != nil {
 		return nil, err
 	}
@@ -170,26 +172,26 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, taskgroup.Task{Name: "admin", Run: srv.Run})
 	}
-	labelTasks, err := cfg.labels.newTasks(cfg, src, migState, log.With("component", "node-labels"))
+	labelTasks, err := newNodeLabelTasks(&cfg.labels, cfg, src, migState, log.With("component", "node-labels"))
 	if err != nil {
 		return nil, err
 	}
 	tasks = append(tasks, labelTasks...)
-	taintTasks, err := cfg.nodeTaint.newTasks(cfg, src, log.With("component", "node-taint"))
+	taintTasks, err := newNodeTaintTasks(&cfg.nodeTaint, cfg, src, log.With("component", "node-taint"))
 	if err != nil {
 		return nil, err
 	}
 	tasks = append(tasks, taintTasks...)
-	files, err := cfg.nvml.deviceFiles(sim, src.Store.Current())
+	files, err := deviceFiles(cfg.nvml, sim, src.Store.Current())
 	if err != nil {
 		return nil, err
 	}
 	var driverEdits cdispec.ContainerEdits
-	if cfg.dra.enabled() || (cfg.dp.pluginDir != "" && cfg.dp.cdiDir != "") {
-		driverEdits = cfg.driver.driverEdits(lib, sim, cfg.mps.driverRoot, log.With("component", "driver-files"))
+	if draEnabled(&cfg.dra) || (cfg.dp.pluginDir != "" && cfg.dp.cdiDir != "") {
+		driverEdits = newDriverEdits(cfg.driver, lib, sim, cfg.mps.driverRoot, log.With("component", "driver-files"))
 	}
-	if cfg.dra.enabled() {
-		drv, err := cfg.dra.newDRADriver(draDeps{node: src.Node, inventory: src.Store, migState: migSvc.State, sim: sim, sharing: src.Sharing,
+	if draEnabled(&cfg.dra) {
+		drv, err := newDRADriver(&cfg.dra, draDeps{node: src.Node, inventory: src.Store, migState: migSvc.State, sim: sim, sharing: src.Sharing,
 			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root(), files: files, driverEdits: driverEdits, log: log.With("component", "dra")})
 		if err != nil {
 			return nil, err
@@ -202,7 +204,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		}
 		return append(tasks, taskgroup.Task{Name: "dra", Run: drv.Run}), nil
 	}
-	dp, err := cfg.dp.newDevicePlugin(struct {
+	dp, err := newDevicePlugin(&cfg.dp, struct {
 		*discovery.Store
 		*timeslice.Runtime
 	}{src.Store, src.Sharing}, mpsA.Root(), files, driverEdits, log.With("component", "deviceplugin"))

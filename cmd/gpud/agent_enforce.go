@@ -39,7 +39,7 @@ func newEnforceTasks(cfg *agentConfig, src *agentsrc.Sources, lib nvml.Interface
 	o := cfg.enforce.Options
 	o.ProcRoot, o.SysfsRoot, o.MPS = cfg.procRoot, cfg.dra.sysfsRoot, cfg.mps.enabled
 	o.Simulated, o.SimDevFiles = cfg.nvml.simulate != "", cfg.nvml.devRoot != ""
-	if cfg.dra.enabled() {
+	if draEnabled(&cfg.dra) {
 		o.DRAPluginsDir = cfg.dra.pluginsDir
 	}
 	return enforceagent.Build(o, src, lib, metrics, inventory, log)

@@ -71,7 +71,7 @@ func inClusterEnv() bool {
 // give. DRA mode checks --kubeconfig and --node-name itself; outside it,
 // labels check them here.
 func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
-	if o.set && !o.on || dra.enabled() {
+	if o.set && !o.on || draEnabled(dra) {
 		return nil
 	}
 	var errs []error
@@ -87,19 +87,19 @@ func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
 	return errs
 }
 
-// newTasks returns the node labels task, or none when labels are off. In
+// newNodeLabelTasks returns the node labels task, or none when labels are off. In
 // auto mode, missing API access turns labels off with one log line;
 // with --node-labels=true it is an error.
-func (o *labelsOptions) newTasks(cfg *agentConfig, src *agentsrc.Sources, migState *migctl.ConfigState, log *slog.Logger) ([]taskgroup.Task, error) {
+func newNodeLabelTasks(o *labelsOptions, cfg *agentConfig, src *agentsrc.Sources, migState *migctl.ConfigState, log *slog.Logger) ([]taskgroup.Task, error) {
 	if o.set && !o.on {
 		return nil, nil
 	}
-	if !o.set && !cfg.dra.enabled() && cfg.dra.kubeconfig == "" && !inClusterEnv() {
+	if !o.set && !draEnabled(&cfg.dra) && cfg.dra.kubeconfig == "" && !inClusterEnv() {
 		log.Info("node labels off: no API access (set --kubeconfig, or --node-labels=false to say so)")
 		return nil, nil
 	}
 	off := func(err error) ([]taskgroup.Task, error) {
-		if o.set || cfg.dra.enabled() {
+		if o.set || draEnabled(&cfg.dra) {
 			return nil, err
 		}
 		log.Info("node labels off", "reason", err)
@@ -109,7 +109,7 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *agentsrc.Sources, migSta
 		return off(flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
 			printable.Quote(src.Node), strings.Join(msgs, "; ")))
 	}
-	rc, err := cfg.dra.restConfig()
+	rc, err := draRESTConfig(&cfg.dra)
 	if err != nil {
 		return off(err)
 	}
@@ -119,7 +119,7 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *agentsrc.Sources, migSta
 		return off(fmt.Errorf("node labels: api client: %w", err))
 	}
 	strategy := "" // DRA: MIG devices are dynamic, GFD's strategies do not apply
-	if !cfg.dra.enabled() {
+	if !draEnabled(&cfg.dra) {
 		strategy = cfg.dp.migStrategy
 	}
 	u, err := labelsync.New(labelsync.Config{

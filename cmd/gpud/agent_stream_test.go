@@ -108,7 +108,7 @@ func TestAgentStreamsXidToScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.telemetry.sweepInterval(); got != 200*time.Millisecond {
+	if got := sweepInterval(&cfg.telemetry); got != 200*time.Millisecond {
 		t.Errorf("sampler interval %s with a 200ms stream, want 200ms", got)
 	}
 	lib, sim, closeLib, err := openNVML(cfg.nvml)

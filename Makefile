@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table objectives-table tidy-check
+.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity codelint clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table objectives-table tidy-check
 
 all: build
 
@@ -155,13 +155,18 @@ test-gpu:
 test-short:
 	$(GO) test -short $(PKGS)
 
-lint: fmt-check vet staticcheck purity tidy-check
+lint: fmt-check vet staticcheck purity codelint tidy-check
 
 ## tidy-check: go.mod and go.sum are as go mod tidy leaves them (a
 ## directly imported module marked // indirect, or a missing go.sum line,
 ## fails here rather than on a user's go get).
 tidy-check:
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum differ from go mod tidy's: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
+
+## codelint: the house rules go vet and staticcheck do not know
+## (internal/codelint: error prefixes, cmd/gpud only wires).
+codelint:
+	$(GO) test -count=1 ./internal/codelint/
 
 ## purity: the pure packages import only the standard library and each other.
 PURE_PKGS := ./pkg/gpu/... ./pkg/topology/... ./pkg/allocator/... ./pkg/timeslice/... ./pkg/predict/... ./pkg/scheduler/heal/... ./pkg/scheduler/podgroup/autogang/...

@@ -15,13 +15,14 @@ import (
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
 	"github.com/gpud/gpud/pkg/adminapi"
-	"github.com/gpud/gpud/pkg/agentevents"
+	"github.com/gpud/gpud/pkg/agenthttp"
+	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
+	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/mig/migcli"
 	"github.com/gpud/gpud/pkg/mig/migctl"
-	"github.com/gpud/gpud/pkg/podresources"
-	"github.com/gpud/gpud/pkg/procattr"
 	"github.com/gpud/gpud/pkg/sharingctl"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/pkg/telemetry"
@@ -48,7 +49,7 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer closeLib()
-	node, err := cfg.nvml.resolveNodeName(sim)
+	node, err := resolveNodeName(cfg.nvml, sim)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -56,7 +57,7 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer src.close(log)
+	defer src.Close(log)
 	tasks, err := wireAgent(cfg, args, lib, sim, src, log)
 	if err != nil {
 		return err
@@ -71,59 +72,19 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	return nil
 }
 
-// nodeSources are the node's one owner of each hardware and kubelet
-// stream; components get these, never each other.
-type nodeSources struct {
-	node       string                   // the node name reported everywhere
-	store      *discovery.Store         // inventory + health, with change notification
-	health     *discovery.HealthMonitor // the one NVML event pump
-	procs      discovery.ProcessReader  // the one GPU process reader
-	pods       *podresources.Client     // the one PodResources client
-	containers procattr.Resolver
-	podNames   procattr.PodLogs
-	sharing    *timeslice.Runtime // the sharing config and its update policy
-	// events is the agent's one Kubernetes Events recorder; nil (records
-	// nothing) without API access or with --kube-events=false.
-	events *agentevents.Recorder
-}
-
-// newNodeSources reads the node once and checks --sharing-config against
-// it, so nothing starts with a config this node cannot take.
-func newNodeSources(cfg *agentConfig, lib nvml.Interface, node string, log *slog.Logger) (*nodeSources, error) {
-	store := discovery.NewStore(discovery.New(lib, node, log.With("component", "discovery")), log.With("component", "inventory"))
-	inv, err := store.Rediscover()
-	if err != nil {
-		log.Warn("inventory read failed, retrying in the background", "err", err)
-	}
-	sharing, err := cfg.sharing.loadSharing(inv)
-	if err != nil {
-		return nil, err
-	}
-	pods := podresources.New(cfg.podResourcesSocket)
-	return &nodeSources{
-		node:       node,
-		store:      store,
-		health:     discovery.NewHealthMonitor(lib, cfg.health.config(), store.SetHealth, log.With("component", "health")),
-		procs:      discovery.ProcessReader{Lib: lib},
-		pods:       pods,
-		containers: procattr.Resolver{ProcRoot: cfg.procRoot},
-		podNames:   procattr.PodLogs{Root: cfg.podLogsRoot},
-		sharing:    timeslice.NewRuntime(timeslice.RuntimeConfig{Initial: sharing, Inventory: store.Current, Allocations: pods}),
-	}, nil
-}
-
-func (s *nodeSources) close(log *slog.Logger) {
-	if err := s.pods.Close(); err != nil {
-		log.Warn("pod resources close failed", "err", err)
-	}
+// newNodeSources opens the node's sources on the agent's flags.
+func newNodeSources(cfg *agentConfig, lib nvml.Interface, node string, log *slog.Logger) (*agentsrc.Sources, error) {
+	sharing := func(inv gpu.Inventory) (timeslice.Config, error) { return loadSharing(&cfg.sharing, inv) }
+	return agentsrc.Open(agentsrc.Config{Node: node, PodResourcesSocket: cfg.podResourcesSocket, ProcRoot: cfg.procRoot,
+		PodLogsRoot: cfg.podLogsRoot, Health: healthConfig(&cfg.health), Sharing: sharing}, lib, log)
 }
 
 // wireAgent builds every component on the sources it needs and returns
 // them as tasks.
-func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode.Node, src *nodeSources, log *slog.Logger) ([]taskgroup.Task, error) {
+func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode.Node, src *agentsrc.Sources, log *slog.Logger) ([]taskgroup.Task, error) {
 	metrics := prometheus.NewRegistry()
-	sampler, err := telemetry.NewSampler(lib, src.store.Inventory, telemetry.Attribution{Pods: src.pods, Procs: src.containers, Names: src.podNames},
-		telemetry.Config{Interval: cfg.telemetry.sweepInterval(), Hostname: src.node}, log.With("component", "telemetry"))
+	sampler, err := telemetry.NewSampler(lib, src.Store.Inventory, telemetry.Attribution{Pods: src.Pods, Procs: src.Containers, Names: src.PodNames},
+		telemetry.Config{Interval: sweepInterval(&cfg.telemetry), Hostname: src.Node}, log.With("component", "telemetry"))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
@@ -131,18 +92,18 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if err := metrics.Register(telemetry.NewCollector(sampler, compat, version)); err != nil {
 		return nil, fmt.Errorf("telemetry: register metrics: %w", err)
 	}
-	src.health.OnXid(sampler.RecordXid)
-	events, eventTasks, err := cfg.events.newRecorder(cfg, src.node, metrics, log.With("component", "kube-events"))
+	src.Health.OnXid(sampler.RecordXid)
+	events, eventTasks, err := newEventRecorder(&cfg.events, cfg, src.Node, metrics, log.With("component", "kube-events"))
 	if err != nil {
 		return nil, err
 	}
-	src.events = events
-	src.health.OnHealth(events.GPUHealth)
+	src.Events = events
+	src.Health.OnHealth(events.GPUHealth)
 
 	migLog := log.With("component", "mig")
-	migSvc, err := newMIGService(lib, sim, cfg.mig.journal, cfg.mig.resetGPUs, src.pods,
+	migSvc, err := migcli.NewService(lib, sim, cfg.mig.journal, cfg.mig.resetGPUs, src.Pods,
 		func(res mig.Result) {
-			rediscoverAfterMIG(src.store, migLog)
+			rediscoverAfterMIG(src.Store, migLog)
 			migctl.ReportChanges(res, events.MIGLayoutChanged)
 		}, migLog)
 	if err != nil {
@@ -157,40 +118,40 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	if err != nil {
 		return nil, err
 	}
-	migC, err := migctl.New(migctl.Config{Service: migSvc, Layout: cfg.mig.layout(), Force: cfg.mig.force, ConfigPath: cfg.configPath,
+	migC, err := migctl.New(migctl.Config{Service: migSvc, Layout: cfg.mig.layout, Force: cfg.mig.force, ConfigPath: cfg.configPath,
 		Reload: reload, State: migState.Set, Metrics: migMetrics, Log: migLog})
 	if err != nil {
 		return nil, err
 	}
-	sharingC, err := sharingctl.New(cfg.sharing.controllerConfig(src.sharing, src.store.Current, metrics, log.With("component", "sharing"),
-		timeslice.WatchdogConfig{Processes: src.procs, Containers: src.containers, Pods: src.podNames, Assignments: src.pods,
+	sharingC, err := sharingctl.New(sharingControllerConfig(&cfg.sharing, src.Sharing, src.Store.Current, metrics, log.With("component", "sharing"),
+		timeslice.WatchdogConfig{Processes: src.Procs, Containers: src.Containers, Pods: src.PodNames, Assignments: src.Pods,
 			OnViolation: events.WatchdogOverLimit, OnKill: events.WatchdogKilled}))
 	if err != nil {
 		return nil, err
 	}
 	tasks := []taskgroup.Task{
-		{Name: "inventory", Run: func(ctx context.Context) error { return src.store.Run(ctx, cfg.rediscover) }},
-		{Name: "health", Run: src.health.Run},
+		{Name: "inventory", Run: func(ctx context.Context) error { return src.Store.Run(ctx, cfg.rediscover) }},
+		{Name: "health", Run: src.Health.Run},
 		{Name: "telemetry", Run: sampler.Run},
 		{Name: "mig", Run: migC.Run},
 		{Name: "sharing", Run: sharingC.Run},
 	}
 	tasks = append(tasks, eventTasks...)
-	st, err := cfg.telemetry.stream.newStream(streamDeps{node: src.node, inventory: src.store.Current, changed: src.store.InventoryChanged,
-		sharing: src.sharing, snapshot: sampler.Snapshot, metrics: metrics, log: log.With("component", "stream")})
+	st, err := newStream(&cfg.telemetry.stream, streamDeps{node: src.Node, inventory: src.Store.Current, changed: src.Store.InventoryChanged,
+		sharing: src.Sharing, snapshot: sampler.Snapshot, metrics: metrics, log: log.With("component", "stream")})
 	if err != nil {
 		return nil, err
 	}
 	if st != nil {
-		src.health.OnXid(st.OnXid)
+		src.Health.OnXid(st.OnXid)
 		tasks = append(tasks, taskgroup.Task{Name: "stream", Run: st.Run})
 	}
-	enforceTasks, enforceStatus, err := cfg.enforce.newEnforceTasks(cfg, src, lib, metrics, src.store.Current, log.With("component", "enforce"))
+	enforceTasks, enforceStatus, err := newEnforceTasks(cfg, src, lib, metrics, src.Store.Current, log.With("component", "enforce"))
 	if err != nil {
 		return nil, err
 	}
 	tasks = append(tasks, enforceTasks...)
-	mpsA, err := cfg.mps.newMPSAgent(sim != nil, lib, src.sharing, src.store, log.With("component", "mps"))
+	mpsA, err := newMPSAgent(&cfg.mps, sim != nil, lib, src.Sharing, src.Store, log.With("component", "mps"))
 	if err != nil {
 		return nil, err
 	}
@@ -198,39 +159,39 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		tasks = append(tasks, taskgroup.Task{Name: "mps", Run: mpsA.Run})
 	}
 	enforceStatus = mpsA.WithStatus(enforceStatus)
-	var httpSrv *httpServer // its ready checks are added below, before it runs
+	var httpSrv *agenthttp.Server // its ready checks are added below, before it runs
 	if cfg.http.addr != "" {
-		srv := &httpServer{addr: cfg.http.addr, inventory: src.store.Inventory, metrics: metrics, enforcement: enforceStatus, log: log.With("component", "http")}
+		srv := &agenthttp.Server{Addr: cfg.http.addr, Inventory: src.Store.Inventory, Metrics: metrics, Enforcement: enforceStatus, Log: log.With("component", "http")}
 		tasks = append(tasks, taskgroup.Task{Name: "http", Run: srv.Run})
 		httpSrv = srv
 	}
 	if cfg.admin.socket != "" {
 		mux := http.NewServeMux()
 		migctl.API{Service: migSvc, Metrics: migMetrics}.Routes(mux)
-		sharingctl.API{Runtime: src.sharing}.Routes(mux)
+		sharingctl.API{Runtime: src.Sharing}.Routes(mux)
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, taskgroup.Task{Name: "admin", Run: srv.Run})
 	}
-	labelTasks, err := cfg.labels.newTasks(cfg, src, migState, log.With("component", "node-labels"))
+	labelTasks, err := newNodeLabelTasks(&cfg.labels, cfg, src, migState, log.With("component", "node-labels"))
 	if err != nil {
 		return nil, err
 	}
 	tasks = append(tasks, labelTasks...)
-	taintTasks, err := cfg.nodeTaint.newTasks(cfg, src, log.With("component", "node-taint"))
+	taintTasks, err := newNodeTaintTasks(&cfg.nodeTaint, cfg, src, log.With("component", "node-taint"))
 	if err != nil {
 		return nil, err
 	}
 	tasks = append(tasks, taintTasks...)
-	files, err := cfg.nvml.deviceFiles(sim, src.store.Current())
+	files, err := deviceFiles(cfg.nvml, sim, src.Store.Current())
 	if err != nil {
 		return nil, err
 	}
 	var driverEdits cdispec.ContainerEdits
-	if cfg.dra.enabled() || (cfg.dp.pluginDir != "" && cfg.dp.cdiDir != "") {
-		driverEdits = cfg.driver.driverEdits(lib, sim, cfg.mps.driverRoot, log.With("component", "driver-files"))
+	if draEnabled(&cfg.dra) || (cfg.dp.pluginDir != "" && cfg.dp.cdiDir != "") {
+		driverEdits = newDriverEdits(cfg.driver, lib, sim, cfg.mps.driverRoot, log.With("component", "driver-files"))
 	}
-	if cfg.dra.enabled() {
-		drv, err := cfg.dra.newDRADriver(draDeps{node: src.node, inventory: src.store, migState: migSvc.State, sim: sim, sharing: src.sharing,
+	if draEnabled(&cfg.dra) {
+		drv, err := newDRADriver(&cfg.dra, draDeps{node: src.Node, inventory: src.Store, migState: migSvc.State, sim: sim, sharing: src.Sharing,
 			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root(), files: files, driverEdits: driverEdits, log: log.With("component", "dra")})
 		if err != nil {
 			return nil, err
@@ -239,14 +200,14 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		if httpSrv != nil {
 			// A DRA agent whose slices are not in the API server offers
 			// nothing to pods: not ready, and /readyz says why.
-			httpSrv.ready = append(httpSrv.ready, drv.Published)
+			httpSrv.Ready = append(httpSrv.Ready, drv.Published)
 		}
 		return append(tasks, taskgroup.Task{Name: "dra", Run: drv.Run}), nil
 	}
-	dp, err := cfg.dp.newDevicePlugin(struct {
+	dp, err := newDevicePlugin(&cfg.dp, struct {
 		*discovery.Store
 		*timeslice.Runtime
-	}{src.store, src.sharing}, mpsA.Root(), files, driverEdits, log.With("component", "deviceplugin"))
+	}{src.Store, src.Sharing}, mpsA.Root(), files, driverEdits, log.With("component", "deviceplugin"))
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +227,7 @@ func agentReloader(args []string) func() (migctl.Layout, error) {
 		if err != nil {
 			return migctl.Layout{}, err
 		}
-		return c.mig.layout(), nil
+		return c.mig.layout, nil
 	}
 }
 

@@ -123,8 +123,8 @@ func TestConfigFlagsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.mig.layoutName != "b" || c.logLevel != "debug" || c.mig.layoutFile != layouts {
-		t.Fatalf("at start: mig-config %q, log-level %q, mig-config-file %q; want b (flag), debug and the file (config)", c.mig.layoutName, c.logLevel, c.mig.layoutFile)
+	if c.mig.layout.Name != "b" || c.logLevel != "debug" || c.mig.layout.File != layouts {
+		t.Fatalf("at start: mig-config %q, log-level %q, mig-config-file %q; want b (flag), debug and the file (config)", c.mig.layout.Name, c.logLevel, c.mig.layout.File)
 	}
 	reload := agentReloader(args)
 	write("mig-config-file: " + layouts + "\nmig-config: c\n")

@@ -62,7 +62,7 @@ func (o *devicePluginOptions) validate() []error {
 	if len(errs) > 0 || o.pluginDir == "" {
 		return errs
 	}
-	cfg, err := o.config()
+	cfg, err := devicePluginConfig(o)
 	if err != nil {
 		return []error{err}
 	}
@@ -72,8 +72,8 @@ func (o *devicePluginOptions) validate() []error {
 	return errs
 }
 
-// config is the device plugin's Config, paths made absolute.
-func (o *devicePluginOptions) config() (deviceplugin.Config, error) {
+// devicePluginConfig is the device plugin's Config, paths made absolute.
+func devicePluginConfig(o *devicePluginOptions) (deviceplugin.Config, error) {
 	cfg := deviceplugin.Config{
 		CDIDir: o.cdiDir, ResourcePrefix: o.prefix, MIGStrategy: o.migStrategy,
 		DeviceListStrategy: o.listStrategy, RenameShared: o.renameShared,
@@ -96,11 +96,11 @@ func (o *devicePluginOptions) config() (deviceplugin.Config, error) {
 // replicas' containers mount; empty when none runs. files says where the
 // device files are on the host; driverEdits are the driver's files the
 // CDI spec carries (zero: none).
-func (o *devicePluginOptions) newDevicePlugin(src deviceplugin.Source, mpsRoot string, files devnodes.Files, driverEdits cdispec.ContainerEdits, log *slog.Logger) (*deviceplugin.Manager, error) {
+func newDevicePlugin(o *devicePluginOptions, src deviceplugin.Source, mpsRoot string, files devnodes.Files, driverEdits cdispec.ContainerEdits, log *slog.Logger) (*deviceplugin.Manager, error) {
 	if o.pluginDir == "" {
 		return nil, nil
 	}
-	cfg, err := o.config()
+	cfg, err := devicePluginConfig(o)
 	if err != nil {
 		return nil, err
 	}

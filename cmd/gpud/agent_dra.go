@@ -73,7 +73,8 @@ func (o *draOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", defaultSysfsRoot, "with --kubelet-api dra: the host's sysfs, where each GPU's PCIe root complex is read for the resource.kubernetes.io/pcieRoot attribute (a simulated node has its own topology)")
 }
 
-func (o *draOptions) enabled() bool { return o.kubeletAPI == kubeletAPIDRA }
+// draEnabled reports whether --kubelet-api is dra.
+func draEnabled(o *draOptions) bool { return o.kubeletAPI == kubeletAPIDRA }
 
 // validate checks the DRA flags; nodeName is --node-name as given (empty:
 // resolved later) and cdiDir is --cdi-dir. In device-plugin mode only
@@ -124,14 +125,14 @@ func (o *draOptions) validate(nodeName, cdiDir string) []error {
 	return errs
 }
 
-// restConfig is the API client configuration: the kubeconfig, or the
+// draRESTConfig is the API client configuration: the kubeconfig, or the
 // in-cluster config when none is given.
-func (o *draOptions) restConfig() (*rest.Config, error) { return kubeRESTConfig(o.kubeconfig) }
+func draRESTConfig(o *draOptions) (*rest.Config, error) { return kubeRESTConfig(o.kubeconfig) }
 
-// driverClient is the DRA driver's API client: restConfig with the
+// draClient is the DRA driver's API client: restConfig with the
 // driver's user agent and rate (--kube-api-qps, --kube-api-burst).
-func (o *draOptions) driverClient() (kubernetes.Interface, error) {
-	cfg, err := o.restConfig()
+func draClient(o *draOptions) (kubernetes.Interface, error) {
+	cfg, err := draRESTConfig(o)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +197,7 @@ type draDeps struct {
 // newDRADriver builds the DRA driver on its sources and an API client.
 // The driver follows the inventory store itself: it takes the store's
 // next-change channel before each read, so no change is lost.
-func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
+func newDRADriver(o *draOptions, deps draDeps) (*dra.Driver, error) {
 	if msgs := validation.IsDNS1123Subdomain(deps.node); len(msgs) > 0 {
 		return nil, flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
 			printable.Quote(deps.node), strings.Join(msgs, "; "))
@@ -204,7 +205,7 @@ func (o *draOptions) newDRADriver(deps draDeps) (*dra.Driver, error) {
 	client := deps.client
 	if client == nil {
 		var err error
-		if client, err = o.driverClient(); err != nil {
+		if client, err = draClient(o); err != nil {
 			return nil, err
 		}
 	}

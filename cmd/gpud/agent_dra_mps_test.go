@@ -60,7 +60,7 @@ func TestDRAFractionGetsMPS(t *testing.T) {
 	}
 	o := mpsOptions{enabled: true, driverRoot: driver, root: root}
 	rt := timeslice.NewRuntime(timeslice.RuntimeConfig{Inventory: w.store.Current})
-	m, err := o.newMPSAgent(true, w.node, rt, w.store, quietLog())
+	m, err := newMPSAgent(&o, true, w.node, rt, w.store, quietLog())
 	if err != nil || m.Root() != root {
 		t.Fatalf("mps agent: root %q, err %v", m.Root(), err)
 	}

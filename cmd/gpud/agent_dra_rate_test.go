@@ -56,7 +56,7 @@ func readClaims(t *testing.T, kubeconfig string, n int, args ...string) time.Dur
 	if err := fs.Parse(append([]string{"--kubeconfig", kubeconfig}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	client, err := o.driverClient()
+	client, err := draClient(&o)
 	if err != nil {
 		t.Fatal(err)
 	}

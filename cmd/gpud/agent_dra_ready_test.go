@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/agenthttp"
 	"github.com/gpud/gpud/pkg/simnode"
 )
 
@@ -96,10 +97,10 @@ func TestDRAReadinessFollowsPublishedSlices(t *testing.T) {
 			return false, nil, nil
 		})
 	})
-	srv := &httpServer{inventory: w.store.Inventory, metrics: prometheus.NewRegistry(), ready: []func() error{w.drv.Published}, log: quietLog()}
+	srv := &agenthttp.Server{Inventory: w.store.Inventory, Metrics: prometheus.NewRegistry(), Ready: []func() error{w.drv.Published}, Log: quietLog()}
 	get := func() (int, string) {
 		rec := httptest.NewRecorder()
-		srv.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 		return rec.Code, rec.Body.String()
 	}
 	testwait.For(t, 30*time.Second, "/readyz 200 once the slices are in the API server", func() bool {

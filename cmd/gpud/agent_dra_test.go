@@ -150,7 +150,7 @@ func TestDRAModeWiring(t *testing.T) {
 
 func TestDRANodeNameMustBeANodeName(t *testing.T) {
 	o := draOptions{kubeletAPI: kubeletAPIDRA, kubeconfig: writeTestKubeconfig(t, t.TempDir()), pluginsDir: t.TempDir(), registryDir: t.TempDir()}
-	_, err := o.newDRADriver(draDeps{node: "My_Host", cdiDir: t.TempDir(), log: slog.New(slog.DiscardHandler)})
+	_, err := newDRADriver(&o, draDeps{node: "My_Host", cdiDir: t.TempDir(), log: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "--node-name:") {
 		t.Fatalf("newDRADriver with node My_Host = %v, want a --node-name error", err)
 	}
@@ -159,7 +159,7 @@ func TestDRANodeNameMustBeANodeName(t *testing.T) {
 func TestDRAInClusterConfigMissing(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "")
-	_, err := (&draOptions{}).restConfig()
+	_, err := draRESTConfig(&draOptions{})
 	if err == nil || !strings.Contains(err.Error(), "--kubeconfig: empty, and no in-cluster config") || !strings.Contains(err.Error(), rest.ErrNotInCluster.Error()) {
 		t.Fatalf("restConfig outside a cluster = %v", err)
 	}
@@ -184,7 +184,7 @@ func TestDRADeployDaemonSetUsesAgentFlags(t *testing.T) {
 	if err := fs.Parse(args[1:]); err != nil {
 		t.Fatalf("DaemonSet args: %v", err)
 	}
-	if !c.dra.enabled() {
+	if !draEnabled(&c.dra) {
 		t.Errorf("DRA DaemonSet runs --kubelet-api %q", c.dra.kubeletAPI)
 	}
 }
@@ -231,7 +231,7 @@ func startWiredDriver(t *testing.T, setup func(t *testing.T, n *simnode.Node, o 
 	if setup != nil {
 		setup(t, n, &o, &deps)
 	}
-	drv, err := o.newDRADriver(deps)
+	drv, err := newDRADriver(&o, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func wiredTaskNames(t *testing.T, args []string, log *slog.Logger) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeLib)
-	node, err := cfg.nvml.resolveNodeName(sim)
+	node, err := resolveNodeName(cfg.nvml, sim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func wiredTaskNames(t *testing.T, args []string, log *slog.Logger) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { src.close(log) })
+	t.Cleanup(func() { src.Close(log) })
 	tasks, err := wireAgent(cfg, args, lib, sim, src, log)
 	if err != nil {
 		t.Fatal(err)

@@ -39,14 +39,14 @@ func (o driverEditsOptions) validate() []error {
 	return errs
 }
 
-// driverEdits returns the driver's user-space files (libraries,
+// newDriverEdits returns the driver's user-space files (libraries,
 // binaries, the toolkit's hooks) for every CDI spec the agent writes,
 // generated once from NVML and driverRoot. A simulated node has no
 // driver and gets none (said at Info); a driver nvcdi cannot find is said
 // once at Warn and the specs go without: a container then needs a runtime
 // that injects the driver (the nvidia RuntimeClass). It never fails the
 // agent.
-func (o driverEditsOptions) driverEdits(lib nvml.Interface, sim *simnode.Node, driverRoot string, log *slog.Logger) cdispec.ContainerEdits {
+func newDriverEdits(o driverEditsOptions, lib nvml.Interface, sim *simnode.Node, driverRoot string, log *slog.Logger) cdispec.ContainerEdits {
 	if sim != nil {
 		log.Info("driver files not in CDI specs", "reason", "simulated node")
 		return cdispec.ContainerEdits{}

@@ -41,7 +41,7 @@ func TestDriverEdits(t *testing.T) {
 			var buf bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			o := driverEditsOptions{hookPath: "/opt/nvidia-cdi-hook"}
-			edits := o.driverEdits(node, tc.sim, tc.root, log)
+			edits := newDriverEdits(o, node, tc.sim, tc.root, log)
 			if got := len(edits.Mounts) > 0 && len(edits.Hooks) > 0; got != tc.wantEdits {
 				t.Errorf("edits = %+v, want some: %v", edits, tc.wantEdits)
 			}

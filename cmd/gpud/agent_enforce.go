@@ -1,290 +1,58 @@
 package main
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
-	"github.com/gpud/gpud/pkg/cgroupfs"
-	"github.com/gpud/gpud/pkg/cpuaffinity"
-	"github.com/gpud/gpud/pkg/devcgroup"
-	"github.com/gpud/gpud/pkg/devnodes"
+	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/enforce"
+	"github.com/gpud/gpud/pkg/enforce/enforceagent"
 	"github.com/gpud/gpud/pkg/gpu"
-	"github.com/gpud/gpud/pkg/memlimit"
 	"github.com/gpud/gpud/pkg/nriplugin"
-	"github.com/gpud/gpud/pkg/procattr"
 )
 
-// The --cpu-affinity modes.
-const (
-	cpuAffinityOff   = "off"
-	cpuAffinityAlign = "align"
-)
-
-// enforceOptions are the flags of per-container enforcement: device
-// isolation (on by default where the node supports it) and NUMA-aligned
-// cpusets (off by default: it writes cpusets the kubelet may also manage).
-type enforceOptions struct {
-	isolateDevices    bool
-	cpuAffinity       string
-	interval          time.Duration
-	containerLogsRoot string
-	nriSocket         string
-}
+// enforceOptions are the flags of per-container enforcement; the rest of
+// its settings come from the agent's other flags (newEnforceTasks).
+type enforceOptions struct{ enforceagent.Options }
 
 func (o *enforceOptions) register(fs *flag.FlagSet) {
-	fs.BoolVar(&o.isolateDevices, "isolate-devices", true, "let each container open only the GPUs (and MIG caps) the kubelet allocated it, with an eBPF device filter on its cgroup v2 directory (cgroup v1: devices.deny); where the kernel cannot, the agent says why once and in /readyz, and runs without. With --kubelet-api dra: the "+dra.DriverName+" devices PodResources lists per container (kubelet feature gate KubeletPodResourcesDynamicResources, on by default from 1.34); a kubelet that lists none while claims are prepared is said once and in /readyz, and new containers in those claims' namespaces are left unfiltered")
-	fs.StringVar(&o.cpuAffinity, "cpu-affinity", cpuAffinityOff, "align: give each GPU container that the kubelet's CPU manager did not pin a cpuset on its GPUs' NUMA node(s) (all CPUs when its CPU request needs more); off: leave cpusets alone")
-	fs.DurationVar(&o.interval, "enforce-interval", enforce.DefaultInterval, "how often the pod cgroup tree is read for new containers (at most 1s: a container is filtered within this long of its cgroup appearing)")
-	fs.StringVar(&o.containerLogsRoot, "container-logs-root", enforce.DefaultContainerLogsRoot, "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log), which map container IDs to names")
-	fs.StringVar(&o.nriSocket, "nri-socket", nriplugin.DefaultSocket, "the runtime's NRI socket: with it, cpusets are set at container creation and device filters attached before the container starts (the cgroup poll stays on as the fallback); absent is fine, empty disables NRI")
+	fs.BoolVar(&o.IsolateDevices, "isolate-devices", true, "let each container open only the GPUs (and MIG caps) the kubelet allocated it, with an eBPF device filter on its cgroup v2 directory (cgroup v1: devices.deny); where the kernel cannot, the agent says why once and in /readyz, and runs without. With --kubelet-api dra: the "+dra.DriverName+" devices PodResources lists per container (kubelet feature gate KubeletPodResourcesDynamicResources, on by default from 1.34); a kubelet that lists none while claims are prepared is said once and in /readyz, and new containers in those claims' namespaces are left unfiltered")
+	fs.StringVar(&o.CPUAffinity, "cpu-affinity", enforceagent.CPUAffinityOff, "align: give each GPU container that the kubelet's CPU manager did not pin a cpuset on its GPUs' NUMA node(s) (all CPUs when its CPU request needs more); off: leave cpusets alone")
+	fs.DurationVar(&o.Interval, "enforce-interval", enforce.DefaultInterval, "how often the pod cgroup tree is read for new containers (at most 1s: a container is filtered within this long of its cgroup appearing)")
+	fs.StringVar(&o.ContainerLogsRoot, "container-logs-root", enforce.DefaultContainerLogsRoot, "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log), which map container IDs to names")
+	fs.StringVar(&o.NRISocket, "nri-socket", nriplugin.DefaultSocket, "the runtime's NRI socket: with it, cpusets are set at container creation and device filters attached before the container starts (the cgroup poll stays on as the fallback); absent is fine, empty disables NRI")
 }
 
-func (o *enforceOptions) validate() []error {
-	var errs []error
-	switch o.cpuAffinity {
-	case cpuAffinityOff, cpuAffinityAlign:
-	default:
-		errs = append(errs, flagErr("cpu-affinity", "%s: want align or off", printable.Quote(o.cpuAffinity)))
-	}
-	if o.interval <= 0 || o.interval > enforce.MaxInterval {
-		errs = append(errs, flagErr("enforce-interval", "%s: want more than 0 and at most %s", o.interval, enforce.MaxInterval))
-	}
-	return errs
-}
+func (o *enforceOptions) validate() []error { return splitErrors(o.Validate()) }
 
 // enforceStatus is the one-line state /readyz shows; "" when off.
 type enforceStatus func() string
 
-// newEnforceTask builds the enforcer on the node's cgroup mounts (read
-// from <proc-root>/self/mountinfo) and NVIDIA majors (<proc-root>/devices),
-// with GPU memory limits on lib's GPUs (nil lib: none; their mode gauge
-// goes to metrics). It returns no task when all parts are off, and the
-// NRI plugin's task next to the poll's unless --nri-socket is empty.
-// Isolation or memory limits that the node cannot do are logged once and
-// reported in the status, not an error; --cpu-affinity align without a
-// cpuset hierarchy is an error.
-func (o *enforceOptions) newEnforceTasks(cfg *agentConfig, src *nodeSources, lib nvml.Interface, metrics prometheus.Registerer, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
-	isolate := o.isolateDevices
-	align := o.cpuAffinity == cpuAffinityAlign
-	if !isolate && !align && lib == nil {
-		return nil, nil, nil
+// newEnforceTasks builds enforcement (see [enforceagent.Build]) on the
+// agent's flags.
+func newEnforceTasks(cfg *agentConfig, src *agentsrc.Sources, lib nvml.Interface, metrics prometheus.Registerer, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
+	o := cfg.enforce.Options
+	o.ProcRoot, o.SysfsRoot, o.MPS = cfg.procRoot, cfg.dra.sysfsRoot, cfg.mps.enabled
+	o.Simulated, o.SimDevFiles = cfg.nvml.simulate != "", cfg.nvml.devRoot != ""
+	if draEnabled(&cfg.dra) {
+		o.DRAPluginsDir = cfg.dra.pluginsDir
 	}
-	// A simulated node's GPUs are not the host's: filters and cpusets made
-	// from its inventory must not land on the host's real containers (make
-	// run on a workstation). It is the node's GPU stand-in when it owns
-	// device files (--sim-dev-root: the kubelet's containers get them), and
-	// tests point --proc-root at a temp dir whose mountinfo names test
-	// cgroups.
-	if cfg.nvml.simulate != "" && cfg.nvml.devRoot == "" && filepath.Clean(cfg.procRoot) == procattr.DefaultProcRoot {
-		if align {
-			return nil, nil, flagErr("cpu-affinity", "align with --simulate needs --sim-dev-root (the simulated node serves this node's containers) or --proc-root pointed away from the host's %s: a simulated node must not set the host containers' cpusets", procattr.DefaultProcRoot)
-		}
-		const reason = "simulated node without --sim-dev-root: the host's containers are not the simulated node's (with --sim-dev-root, it serves this node's containers and filters them)"
-		log.Info("device isolation not available", "reason", reason)
-		return nil, func() string { return "device isolation: not available: " + reason }, nil
-	}
-	mounts, err := readMounts(filepath.Join(cfg.procRoot, "self", "mountinfo"))
-	if err != nil {
-		if align {
-			return nil, nil, fmt.Errorf("--cpu-affinity align: %w", err)
-		}
-		log.Warn("device isolation not available", "reason", err.Error())
-		status := "device isolation: not available: " + err.Error()
-		return nil, func() string { return status }, nil
-	}
-	majors, err := readMajors(filepath.Join(cfg.procRoot, "devices"))
-	if err != nil {
-		log.Warn("nvidia majors unknown, mig caps not filtered", "err", err)
-	}
-	majors = simMajors(majors, cfg.nvml.simulate != "" && cfg.nvml.devRoot != "")
-	ecfg := enforce.Config{
-		Unified: mounts.Unified, V1Devices: mounts.V1["devices"], Isolate: isolate, Majors: majors,
-		Interval: o.interval, Inventory: inventory, Allocations: src.pods, Pods: src.podNames,
-		Containers: enforce.ContainerLogs{Root: o.containerLogsRoot},
-	}
-	if src.events != nil { // a nil *Recorder in the interface would be a non-nil Events
-		ecfg.Events = src.events
-	}
-	if cfg.dra.enabled() {
-		dir, err := filepath.Abs(cfg.dra.pluginsDir)
-		if err != nil {
-			return nil, nil, flagErr("kubelet-plugins-dir", "%s: %w", cfg.dra.pluginsDir, err)
-		}
-		ecfg.DRA = &enforce.DRA{Resources: src.pods, Prepared: enforce.CheckpointClaims(filepath.Join(dir, dra.DriverName))}
-	}
-	if align {
-		w, err := cpuaffinity.NewWriter(mounts.Unified, mounts.V1["cpuset"])
-		if err != nil {
-			return nil, nil, fmt.Errorf("--cpu-affinity align: %w", err)
-		}
-		online, err := readOnlineCPUs(filepath.Join(cfg.dra.sysfsRoot, "devices", "system", "cpu", "online"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("--cpu-affinity align: %w", err)
-		}
-		ecfg.CPUs, ecfg.OnlineCPUs, ecfg.CPURoot = w, online, cpuRoot(mounts)
-	}
-	limitsStatus := func() string { return "" }
-	if lib != nil {
-		ml, err := newMemoryLimits(lib, mounts.Unified, cfg.mps.enabled, log)
-		switch {
-		case err != nil:
-			log.Warn("gpu memory limits not available", "err", err)
-			limitsStatus = func() string { return "memory limits: not available: " + err.Error() }
-		default:
-			if err := registerMemoryLimits(ml, metrics, &ecfg); err != nil {
-				return nil, nil, err
-			}
-			if mounts.Unified != "" {
-				ecfg.MemoryLimits = ml
-				if src.sharing != nil {
-					ecfg.Sharing = src.sharing.Sharing
-				}
-			}
-			limitsStatus = ml.Status
-		}
-	}
-	e, err := enforce.New(ecfg, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	if s := e.Status(); strings.Contains(s, "not available") {
-		log.Warn("device isolation not available", "status", s)
-	}
-	tasks := []taskgroup.Task{{Name: "enforce", Run: e.Run}}
-	if o.nriSocket != "" {
-		tasks = append(tasks, taskgroup.Task{Name: "nri", Run: nriplugin.New(o.nriSocket, e, log.With("component", "nri")).Run})
-	}
-	status := func() string {
-		if l := limitsStatus(); l != "" {
-			return e.Status() + "\n" + l
-		}
-		return e.Status()
-	}
-	return tasks, status, nil
+	return enforceagent.Build(o, src, lib, metrics, inventory, log)
 }
 
-// newMemoryLimits builds the GPU memory limit manager on lib's GPUs and
-// the cgroup2 mount (empty: none, so no GPU gets driver limits), with
-// --mps saying whether fractions run under MPS, and logs each GPU's mode
-// and why.
-func newMemoryLimits(lib nvml.Interface, unified string, mps bool, log *slog.Logger) (*memlimit.Manager, error) {
-	version, ret := lib.SystemGetDriverVersion()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("driver version: %w", ret)
+// splitErrors is err as a list: the errors an errors.Join holds, so each
+// keeps its own flag (and config file line).
+func splitErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
 	}
-	count, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("GPU count: %w", ret)
-	}
-	devs := make([]memlimit.Device, 0, count)
-	for i := range count {
-		d, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("GPU %d: %w", i, ret)
-		}
-		devs = append(devs, d)
-	}
-	m, err := memlimit.New(memlimit.Config{CgroupRoot: unified, DriverVersion: version, MPS: mps, Devices: devs})
 	if err != nil {
-		return nil, err
+		return []error{err}
 	}
-	for _, d := range m.Decisions() {
-		log.Info("gpu memory limit mode", "gpu_uuid", d.UUID, "mode", d.Mode, "reason", d.Reason)
-	}
-	return m, nil
-}
-
-// registerMemoryLimits puts the modes' gauge and the enforcer's memory
-// limit metrics on reg (nil: nowhere).
-func registerMemoryLimits(m *memlimit.Manager, reg prometheus.Registerer, ecfg *enforce.Config) error {
-	if reg == nil {
-		return nil
-	}
-	if err := m.Register(reg); err != nil {
-		return err
-	}
-	em, err := enforce.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	ecfg.Metrics = em
 	return nil
-}
-
-func readMounts(path string) (cgroupfs.Mounts, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return cgroupfs.Mounts{}, fmt.Errorf("read cgroup mounts: %w (is --proc-root the host's /proc?)", err)
-	}
-	defer f.Close()
-	m, err := cgroupfs.Parse(f)
-	if err != nil {
-		return cgroupfs.Mounts{}, err
-	}
-	if m.Unified == "" && len(m.V1) == 0 {
-		return cgroupfs.Mounts{}, fmt.Errorf("no cgroup mounts in %s: mount the host's /sys/fs/cgroup", path)
-	}
-	return m, nil
-}
-
-// simMajors are the majors of a simulated node's device files
-// (--sim-dev-root): no driver registers nvidia-uvm or nvidia-caps in
-// /proc/devices, and without their majors a container (a privileged one,
-// whose device cgroup the runtime opens to everything) could open every
-// MIG cap of the node. Majors the kernel does list are kept.
-func simMajors(m devcgroup.Majors, simDevFiles bool) devcgroup.Majors {
-	if !simDevFiles {
-		return m
-	}
-	if m.UVM == 0 {
-		m.UVM = devnodes.SimUVMMajor
-	}
-	if m.Caps == 0 {
-		m.Caps = devnodes.SimCapsMajor
-	}
-	return m
-}
-
-func readMajors(path string) (devcgroup.Majors, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return devcgroup.Majors{}, nil
-		}
-		return devcgroup.Majors{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	defer f.Close()
-	return devcgroup.ParseProcDevices(f)
-}
-
-func readOnlineCPUs(path string) ([]int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read online CPUs: %w (is --sysfs-root the host's /sys?)", err)
-	}
-	return cpuaffinity.Parse(string(b))
-}
-
-// cpuRoot is the hierarchy with the kubelet's CPU requests and quotas: the
-// cgroup2 mount when it has the cpu controller, else the v1 cpu mount.
-func cpuRoot(m cgroupfs.Mounts) string {
-	if m.Unified != "" {
-		if b, err := os.ReadFile(filepath.Join(m.Unified, "cgroup.controllers")); err == nil && strings.Contains(" "+strings.TrimSpace(string(b))+" ", " cpu ") {
-			return m.Unified
-		}
-	}
-	return m.V1["cpu"]
 }

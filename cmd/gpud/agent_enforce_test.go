@@ -13,8 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpud/gpud/pkg/devcgroup"
-	"github.com/gpud/gpud/pkg/devnodes"
+	"github.com/gpud/gpud/pkg/agenthttp"
+	"github.com/gpud/gpud/pkg/agentsrc"
+	"github.com/gpud/gpud/pkg/enforce/enforceagent"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/memlimit"
 	"github.com/gpud/gpud/pkg/podresources"
@@ -53,19 +54,19 @@ func TestEnforceFlags(t *testing.T) {
 		})
 	}
 	_, c := agentFlagSet(io.Discard)
-	if !c.enforce.isolateDevices || c.enforce.cpuAffinity != cpuAffinityOff {
-		t.Errorf("defaults: isolate-devices %v cpu-affinity %s, want true and off", c.enforce.isolateDevices, c.enforce.cpuAffinity)
+	if !c.enforce.IsolateDevices || c.enforce.CPUAffinity != enforceagent.CPUAffinityOff {
+		t.Errorf("defaults: isolate-devices %v cpu-affinity %s, want true and off", c.enforce.IsolateDevices, c.enforce.CPUAffinity)
 	}
 }
 
-func enforceTestConfig(t *testing.T, args ...string) (*agentConfig, *nodeSources) {
+func enforceTestConfig(t *testing.T, args ...string) (*agentConfig, *agentsrc.Sources) {
 	t.Helper()
 	dir := t.TempDir()
 	fs, c := agentFlagSet(io.Discard)
 	if err := fs.Parse(append([]string{"--proc-root", filepath.Join(dir, "proc"), "--sysfs-root", filepath.Join(dir, "sys")}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	src := &nodeSources{pods: podresources.New(filepath.Join(dir, "kubelet.sock")), podNames: procattr.PodLogs{Root: filepath.Join(dir, "pods")}}
+	src := &agentsrc.Sources{Pods: podresources.New(filepath.Join(dir, "kubelet.sock")), PodNames: procattr.PodLogs{Root: filepath.Join(dir, "pods")}}
 	return c, src
 }
 
@@ -75,7 +76,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 	c, src := enforceTestConfig(t)
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 		t.Fatalf("no mountinfo: tasks %v, status %v; want no task and a not-available status", tasks, status)
 	}
 	c, src = enforceTestConfig(t, "--cpu-affinity", "align")
-	if _, _, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
+	if _, _, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
 		t.Fatalf("align without cgroups: %v, want an error naming --cpu-affinity", err)
 	}
 }
@@ -93,7 +94,7 @@ func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 // says so; --cpu-affinity align is refused naming the flag.
 func TestNewEnforceTaskSimulatedHost(t *testing.T) {
 	c, src := enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc/")
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,19 +104,19 @@ func TestNewEnforceTaskSimulatedHost(t *testing.T) {
 	// With its own device files, the simulated node is this node's GPUs
 	// (a kubelet's containers get them): isolation is not switched off.
 	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--sim-dev-root", t.TempDir())
-	_, status, err = c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	_, status, err = newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err == nil && status != nil && strings.Contains(status(), "simulated node") {
 		t.Fatalf("simulated with --sim-dev-root: status %q, want isolation tried", status())
 	}
 	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--cpu-affinity", "align")
-	if _, _, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "cpu-affinity") {
+	if _, _, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "cpu-affinity") {
 		t.Fatalf("align, simulated on the host's /proc: %v, want an error naming --cpu-affinity", err)
 	}
 }
 
 func TestNewEnforceTaskOff(t *testing.T) {
 	c, src := enforceTestConfig(t, "--isolate-devices=false")
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil || tasks != nil || status != nil {
 		t.Fatalf("all off: %v %v %v, want nothing", tasks, status, err)
 	}
@@ -130,7 +131,7 @@ func TestNewEnforceTaskDRA(t *testing.T) {
 		filepath.Join(c.procRoot, "self", "mountinfo"): "41 31 0:38 / " + cg + " rw,relatime - cgroup2 cgroup2 rw\n",
 		filepath.Join(c.procRoot, "devices"):           "Character devices:\n195 nvidia\n",
 	})
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestNewEnforceTaskMounts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(c.procRoot, "devices"), []byte("Character devices:\n195 nvidia\n508 nvidia-caps\n510 nvidia-uvm\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tasks, status, err := c.enforce.newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,33 +181,11 @@ func TestNewEnforceTaskMounts(t *testing.T) {
 	if !strings.Contains(s, "ebpf on "+cg) && !strings.Contains(s, "not available") {
 		t.Errorf("status = %q, want ebpf on %s or why not", s, cg)
 	}
-	srv := &httpServer{inventory: func() (gpu.Inventory, bool) { return gpu.Inventory{}, true }, metrics: prometheus.NewRegistry(), enforcement: status, log: quietLog()}
+	srv := &agenthttp.Server{Inventory: func() (gpu.Inventory, bool) { return gpu.Inventory{}, true }, Metrics: prometheus.NewRegistry(), Enforcement: status, Log: quietLog()}
 	rec := httptest.NewRecorder()
-	srv.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	if rec.Code != http.StatusOK || rec.Body.String() != "ok\n"+s+"\n" {
 		t.Errorf("/readyz = %d %q, want ok and the enforcement line", rec.Code, rec.Body.String())
-	}
-}
-
-func TestSimMajors(t *testing.T) {
-	tests := []struct {
-		name        string
-		in          devcgroup.Majors
-		simDevFiles bool
-		want        devcgroup.Majors
-	}{
-		{name: "real node keeps what /proc/devices says", in: devcgroup.Majors{}, want: devcgroup.Majors{}},
-		{name: "simulated device files get the simulated majors", in: devcgroup.Majors{}, simDevFiles: true,
-			want: devcgroup.Majors{UVM: devnodes.SimUVMMajor, Caps: devnodes.SimCapsMajor}},
-		{name: "majors the kernel lists are kept", in: devcgroup.Majors{UVM: 510, Caps: 511}, simDevFiles: true,
-			want: devcgroup.Majors{UVM: 510, Caps: 511}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := simMajors(tc.in, tc.simDevFiles); got != tc.want {
-				t.Errorf("simMajors(%+v, %t) = %+v, want %+v", tc.in, tc.simDevFiles, got, tc.want)
-			}
-		})
 	}
 }
 
@@ -232,7 +211,7 @@ func TestNewEnforceTaskMemoryLimits(t *testing.T) {
 			n := simnode.NewBuiltin("dgx-h100", simnode.WithDriverVersion(tc.driver))
 			t.Cleanup(n.Close)
 			reg := prometheus.NewRegistry()
-			tasks, status, err := c.enforce.newEnforceTasks(c, src, n, reg, noInventory, quietLog())
+			tasks, status, err := newEnforceTasks(c, src, n, reg, noInventory, quietLog())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,14 +25,14 @@ func (o *eventsOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.on, "kube-events", true, "write Kubernetes Events on pods and this node (GPU unhealthy/healthy, memory watchdog reports and kills, GPU memory limits set or refused, MIG layout changes), rate limited per object; needs API access (--kubelet-api dra, --kubeconfig, or a pod's service account token) and is off without it; uses --kubeconfig and --node-name")
 }
 
-// newRecorder returns the Events recorder and its task, or a nil recorder
+// newEventRecorder returns the Events recorder and its task, or a nil recorder
 // (which records nothing) when Events are off or the agent has no API
 // access; that is logged once, never an error: Events are a report.
-func (o *eventsOptions) newRecorder(cfg *agentConfig, node string, metrics prometheus.Registerer, log *slog.Logger) (*agentevents.Recorder, []taskgroup.Task, error) {
+func newEventRecorder(o *eventsOptions, cfg *agentConfig, node string, metrics prometheus.Registerer, log *slog.Logger) (*agentevents.Recorder, []taskgroup.Task, error) {
 	if !o.on {
 		return nil, nil, nil
 	}
-	if !cfg.dra.enabled() && cfg.dra.kubeconfig == "" && !inClusterEnv() {
+	if !draEnabled(&cfg.dra) && cfg.dra.kubeconfig == "" && !inClusterEnv() {
 		log.Info("kubernetes events off: no API access (set --kubeconfig, or --kube-events=false to say so)")
 		return nil, nil, nil
 	}
@@ -40,7 +40,7 @@ func (o *eventsOptions) newRecorder(cfg *agentConfig, node string, metrics prome
 		log.Warn("kubernetes events off: the node name is not a Kubernetes node name, set --node-name", "node", node)
 		return nil, nil, nil
 	}
-	rc, err := cfg.dra.restConfig()
+	rc, err := draRESTConfig(&cfg.dra)
 	if err != nil {
 		log.Warn("kubernetes events off", "err", err)
 		return nil, nil, nil

@@ -92,7 +92,7 @@ func TestAgentEventsOnNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { src.close(log) })
+	t.Cleanup(func() { src.Close(log) })
 	tasks, err := wireAgent(cfg, args, lib, sim, src, log)
 	if err != nil {
 		t.Fatal(err)

@@ -34,8 +34,8 @@ func (o *healthOptions) validate() []error {
 	return errs
 }
 
-// config is the monitor's HealthConfig; validate has passed.
-func (o *healthOptions) config() discovery.HealthConfig {
+// healthConfig is the monitor's HealthConfig; validate has passed.
+func healthConfig(o *healthOptions) discovery.HealthConfig {
 	xids, _ := parseXids(o.ignoreXids)
 	return discovery.HealthConfig{IgnoredXids: xids, RecoveryPeriod: o.recoveryPeriod}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
+	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/nodelabels"
 	"github.com/gpud/gpud/pkg/nodelabels/labelsync"
@@ -70,7 +71,7 @@ func inClusterEnv() bool {
 // give. DRA mode checks --kubeconfig and --node-name itself; outside it,
 // labels check them here.
 func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
-	if o.set && !o.on || dra.enabled() {
+	if o.set && !o.on || draEnabled(dra) {
 		return nil
 	}
 	var errs []error
@@ -86,29 +87,29 @@ func (o *labelsOptions) validate(dra *draOptions, nodeName string) []error {
 	return errs
 }
 
-// newTasks returns the node labels task, or none when labels are off. In
+// newNodeLabelTasks returns the node labels task, or none when labels are off. In
 // auto mode, missing API access turns labels off with one log line;
 // with --node-labels=true it is an error.
-func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *migctl.ConfigState, log *slog.Logger) ([]taskgroup.Task, error) {
+func newNodeLabelTasks(o *labelsOptions, cfg *agentConfig, src *agentsrc.Sources, migState *migctl.ConfigState, log *slog.Logger) ([]taskgroup.Task, error) {
 	if o.set && !o.on {
 		return nil, nil
 	}
-	if !o.set && !cfg.dra.enabled() && cfg.dra.kubeconfig == "" && !inClusterEnv() {
+	if !o.set && !draEnabled(&cfg.dra) && cfg.dra.kubeconfig == "" && !inClusterEnv() {
 		log.Info("node labels off: no API access (set --kubeconfig, or --node-labels=false to say so)")
 		return nil, nil
 	}
 	off := func(err error) ([]taskgroup.Task, error) {
-		if o.set || cfg.dra.enabled() {
+		if o.set || draEnabled(&cfg.dra) {
 			return nil, err
 		}
 		log.Info("node labels off", "reason", err)
 		return nil, nil
 	}
-	if msgs := validation.IsDNS1123Subdomain(src.node); len(msgs) > 0 {
+	if msgs := validation.IsDNS1123Subdomain(src.Node); len(msgs) > 0 {
 		return off(flagErr("node-name", "%s (from $NODE_NAME, the simulated profile or the hostname) is not a Kubernetes node name: %s; set --node-name",
-			printable.Quote(src.node), strings.Join(msgs, "; ")))
+			printable.Quote(src.Node), strings.Join(msgs, "; ")))
 	}
-	rc, err := cfg.dra.restConfig()
+	rc, err := draRESTConfig(&cfg.dra)
 	if err != nil {
 		return off(err)
 	}
@@ -118,13 +119,13 @@ func (o *labelsOptions) newTasks(cfg *agentConfig, src *nodeSources, migState *m
 		return off(fmt.Errorf("node labels: api client: %w", err))
 	}
 	strategy := "" // DRA: MIG devices are dynamic, GFD's strategies do not apply
-	if !cfg.dra.enabled() {
+	if !draEnabled(&cfg.dra) {
 		strategy = cfg.dp.migStrategy
 	}
 	u, err := labelsync.New(labelsync.Config{
-		Client: client, NodeName: src.node, Inventory: src.store,
+		Client: client, NodeName: src.Node, Inventory: src.Store,
 		Options: func() nodelabels.Options {
-			return nodelabels.Options{MIGStrategy: strategy, MIGConfigState: migState.Get(src.store.Current())}
+			return nodelabels.Options{MIGStrategy: strategy, MIGConfigState: migState.Get(src.Store.Current())}
 		},
 		Log: log,
 	})

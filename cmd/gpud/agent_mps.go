@@ -27,7 +27,7 @@ func (o *mpsOptions) register(fs *flag.FlagSet) {
 
 // newMPSAgent builds the MPS controller from the flags (see
 // [mpsctl.Controller] for when it is off).
-func (o *mpsOptions) newMPSAgent(simulated bool, lib nvml.Interface, sharing *timeslice.Runtime, store mpsctl.Inventory, log *slog.Logger) (*mpsctl.Controller, error) {
+func newMPSAgent(o *mpsOptions, simulated bool, lib nvml.Interface, sharing *timeslice.Runtime, store mpsctl.Inventory, log *slog.Logger) (*mpsctl.Controller, error) {
 	return mpsctl.New(mpsctl.Config{Enabled: o.enabled, DriverRoot: o.driverRoot, Root: o.root, Simulated: simulated,
 		NVML: lib, Sharing: sharing, Inventory: store, Log: log})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/internal/taskgroup"
+	"github.com/gpud/gpud/pkg/agentsrc"
 	"github.com/gpud/gpud/pkg/nodetaint"
 )
 
@@ -32,7 +33,7 @@ func (o *nodeTaintOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.clearAfter, "node-taint-clear-after", nodetaint.DefaultClearAfter, "how long every GPU must stay healthy before --node-taint's taint is removed (1m to 168h)")
 }
 
-func (o *nodeTaintOptions) config() nodetaint.Config {
+func nodeTaintConfig(o *nodeTaintOptions) nodetaint.Config {
 	return nodetaint.Config{Window: o.window, MaxGPUs: o.gpus, ClearAfter: o.clearAfter}
 }
 
@@ -41,24 +42,24 @@ func (o *nodeTaintOptions) validate(dra *draOptions) []error {
 		return nil
 	}
 	var errs []error
-	if err := o.config().Validate(); err != nil {
+	if err := nodeTaintConfig(o).Validate(); err != nil {
 		errs = append(errs, flagErr("node-taint", "--node-taint-window %s, --node-taint-gpus %d, --node-taint-clear-after %s: %w", o.window, o.gpus, o.clearAfter, err))
 	}
-	if !dra.enabled() && dra.kubeconfig == "" && !inClusterEnv() {
+	if !draEnabled(dra) && dra.kubeconfig == "" && !inClusterEnv() {
 		errs = append(errs, flagErr("node-taint", "true needs API access: set --kubeconfig, or run in a pod with its service account token"))
 	}
 	return errs
 }
 
-// newTasks returns the node taint task, or none when it is off.
-func (o *nodeTaintOptions) newTasks(cfg *agentConfig, src *nodeSources, log *slog.Logger) ([]taskgroup.Task, error) {
+// newNodeTaintTasks returns the node taint task, or none when it is off.
+func newNodeTaintTasks(o *nodeTaintOptions, cfg *agentConfig, src *agentsrc.Sources, log *slog.Logger) ([]taskgroup.Task, error) {
 	if !o.on {
 		return nil, nil
 	}
-	if msgs := validation.IsDNS1123Subdomain(src.node); len(msgs) > 0 {
-		return nil, flagErr("node-name", "%s is not a Kubernetes node name: %s; set --node-name", printable.Quote(src.node), strings.Join(msgs, "; "))
+	if msgs := validation.IsDNS1123Subdomain(src.Node); len(msgs) > 0 {
+		return nil, flagErr("node-name", "%s is not a Kubernetes node name: %s; set --node-name", printable.Quote(src.Node), strings.Join(msgs, "; "))
 	}
-	rc, err := cfg.dra.restConfig()
+	rc, err := draRESTConfig(&cfg.dra)
 	if err != nil {
 		return nil, fmt.Errorf("node taint: %w", err)
 	}
@@ -67,8 +68,8 @@ func (o *nodeTaintOptions) newTasks(cfg *agentConfig, src *nodeSources, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("node taint: api client: %w", err)
 	}
-	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: src.node, Inventory: src.store, Tracker: o.config(), Log: log,
-		OnChange: func(t nodetaint.Taint) { src.events.NodeTaint(nodetaint.TaintKey, t.Value, t.Reason) }})
+	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: src.Node, Inventory: src.Store, Tracker: nodeTaintConfig(o), Log: log,
+		OnChange: func(t nodetaint.Taint) { src.Events.NodeTaint(nodetaint.TaintKey, t.Value, t.Reason) }})
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ func (o *sharingOptions) validate() []error {
 
 // loadSharing reads --sharing-config and checks it against inv (every key
 // a device of this node, every share fitting its device).
-func (o *sharingOptions) loadSharing(inv gpu.Inventory) (timeslice.Config, error) {
+func loadSharing(o *sharingOptions, inv gpu.Inventory) (timeslice.Config, error) {
 	if o.file == "" {
 		return timeslice.Config{}, nil
 	}
@@ -58,9 +58,9 @@ func (o *sharingOptions) loadSharing(inv gpu.Inventory) (timeslice.Config, error
 	return cfg, nil
 }
 
-// controllerConfig is the sharing controller's config from the flags
+// sharingControllerConfig is the sharing controller's config from the flags
 // (validated) and the wiring.
-func (o *sharingOptions) controllerConfig(rt *timeslice.Runtime, inv func() gpu.Inventory, metrics prometheus.Registerer, log *slog.Logger, wd timeslice.WatchdogConfig) sharingctl.Config {
+func sharingControllerConfig(o *sharingOptions, rt *timeslice.Runtime, inv func() gpu.Inventory, metrics prometheus.Registerer, log *slog.Logger, wd timeslice.WatchdogConfig) sharingctl.Config {
 	wd.Mode, _ = timeslice.ParseEnforce(o.enforce) // validated
 	wd.Interval = o.interval
 	return sharingctl.Config{Runtime: rt, Inventory: inv, File: o.file, Watchdog: wd, Metrics: metrics, Log: log}

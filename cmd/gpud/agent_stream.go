@@ -75,7 +75,7 @@ type streamDeps struct {
 
 // newStream builds the stream task; nil without --scheduler-addr. The
 // certificate files are read here, before anything starts.
-func (o *streamOptions) newStream(deps streamDeps) (*agentfeed.Feed, error) {
+func newStream(o *streamOptions, deps streamDeps) (*agentfeed.Feed, error) {
 	if o.addr == "" {
 		return nil, nil
 	}

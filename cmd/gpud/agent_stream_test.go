@@ -108,7 +108,7 @@ func TestAgentStreamsXidToScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.telemetry.sweepInterval(); got != 200*time.Millisecond {
+	if got := sweepInterval(&cfg.telemetry); got != 200*time.Millisecond {
 		t.Errorf("sampler interval %s with a 200ms stream, want 200ms", got)
 	}
 	lib, sim, closeLib, err := openNVML(cfg.nvml)
@@ -121,14 +121,14 @@ func TestAgentStreamsXidToScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { src.close(log) })
+	t.Cleanup(func() { src.Close(log) })
 	tasks, err := wireAgent(cfg, args, lib, sim, src, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testwait.Run(t, "agent", func(ctx context.Context) error { return taskgroup.Run(ctx, tasks) })
 
-	inv := src.store.Current()
+	inv := src.Store.Current()
 	gpu2 := inv.GPUs[2].UUID
 	testwait.For(t, 20*time.Second, "the agent's hello and samples", func() bool {
 		n := srv.Telemetry(time.Now(), 3)["node-h100"]
@@ -142,7 +142,7 @@ func TestAgentStreamsXidToScheduler(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond)
-		for _, g := range src.store.Current().GPUs {
+		for _, g := range src.Store.Current().GPUs {
 			if g.UUID == gpu2 {
 				return g.Health != "Healthy"
 			}

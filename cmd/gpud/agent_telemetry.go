@@ -23,7 +23,7 @@ func (o *telemetryOptions) register(fs *flag.FlagSet) {
 
 // sweepInterval is the sampler's period: --sample-interval, or
 // --stream-interval when the stream is on and sends more often.
-func (o *telemetryOptions) sweepInterval() time.Duration {
+func sweepInterval(o *telemetryOptions) time.Duration {
 	if o.stream.addr != "" && o.stream.interval > 0 {
 		return min(o.interval, o.stream.interval)
 	}

@@ -107,7 +107,7 @@ func (o *certsOptions) validate() []error {
 	return errs
 }
 
-func (o *certsOptions) schedulerNames() []string {
+func schedulerNames(o *certsOptions) []string {
 	if n := splitList(o.serverNames); len(n) > 0 {
 		return n
 	}
@@ -143,12 +143,12 @@ func runCerts(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("certs: API client: %w", err)
 	}
 	res, err := certsecret.Write(ctx, client, certsecret.Config{Namespace: o.namespace, CASecret: o.caSecret, SchedulerSecret: o.schedulerSecret,
-		AgentSecret: o.agentSecret, SchedulerNames: o.schedulerNames(), Validity: o.validity, CAValidity: o.caValidity}, time.Now())
+		AgentSecret: o.agentSecret, SchedulerNames: schedulerNames(o), Validity: o.validity, CAValidity: o.caValidity}, time.Now())
 	if err != nil {
 		return fmt.Errorf("certs: %w", err)
 	}
 	fmt.Fprintf(stdout, "CA %s/%s (%s), scheduler %s/%s for %s, agents %s/%s (one client certificate, CN %s; each agent proves its node with its ServiceAccount token)\n",
-		o.namespace, o.caSecret, res.CA, o.namespace, o.schedulerSecret, strings.Join(o.schedulerNames(), ","), o.namespace, o.agentSecret, stream.AgentCommonName)
+		o.namespace, o.caSecret, res.CA, o.namespace, o.schedulerSecret, strings.Join(schedulerNames(o), ","), o.namespace, o.agentSecret, stream.AgentCommonName)
 	if res.Removed > 0 {
 		fmt.Fprintf(stdout, "removed %d per-node certificate and key entries an older gpud wrote into %s/%s\n", res.Removed, o.namespace, o.agentSecret)
 	}

@@ -99,10 +99,10 @@ func loadAgentConfig(args []string, stderr io.Writer) (*agentConfig, error) {
 	}
 	var errs []error
 	for _, err := range c.validate() {
-		var fe *flagError
+		var fe *flagfile.FlagError
 		if errors.As(err, &fe) {
-			if line, ok := lines[fe.flag]; ok {
-				err = fmt.Errorf("%s:%d: %s: %w", c.configPath, line, fe.flag, fe.err)
+			if line, ok := lines[fe.Flag]; ok {
+				err = fmt.Errorf("%s:%d: %s: %w", c.configPath, line, fe.Flag, fe.Err)
 			}
 		}
 		errs = append(errs, err)
@@ -113,17 +113,10 @@ func loadAgentConfig(args []string, stderr io.Writer) (*agentConfig, error) {
 	return c, nil
 }
 
-// flagError is a bad flag value: "--name: what is wrong and what is allowed".
-type flagError struct {
-	flag string
-	err  error
-}
-
-func (e *flagError) Error() string { return "--" + e.flag + ": " + e.err.Error() }
-func (e *flagError) Unwrap() error { return e.err }
-
+// flagErr is a bad value of --name, which loadAgentConfig points at the
+// config file's line when the file set it.
 func flagErr(name, format string, args ...any) error {
-	return &flagError{flag: name, err: fmt.Errorf(format, args...)}
+	return &flagfile.FlagError{Flag: name, Err: fmt.Errorf(format, args...)}
 }
 
 // validate checks every part of the config without touching anything

@@ -26,7 +26,7 @@ func readInventory(f nvmlFlags) (gpu.Inventory, error) {
 		return gpu.Inventory{}, err
 	}
 	defer closeLib()
-	node, err := f.resolveNodeName(sim)
+	node, err := resolveNodeName(f, sim)
 	if err != nil {
 		return gpu.Inventory{}, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpud/gpud/internal/fileio"
 	"github.com/gpud/gpud/pkg/mig"
+	"github.com/gpud/gpud/pkg/mig/migcli"
 	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/kubeletstub"
 )
@@ -223,11 +224,11 @@ func TestMigCLINoAgentFallsBackToNVML(t *testing.T) {
 }
 
 // TestMigCLIStateFileNotWritten: `gpud mig apply --simulate` whose
-// --sim-state-file cannot be written fails instead of printing "Applied"
-// for a layout that is gone when it exits: both when the path cannot be
-// written at all (its parent is a regular file: tests may run as root,
-// who writes into read-only directories) and when writes start failing
-// after the node was opened.
+// --sim-state-file cannot be written at all (its parent is a regular
+// file: tests may run as root, who writes into read-only directories)
+// fails instead of printing "Applied" for a layout that is gone when it
+// exits. pkg/mig/migcli tests writes that start failing after the node
+// was opened.
 func TestMigCLIStateFileNotWritten(t *testing.T) {
 	dir := t.TempDir()
 	layouts := writeLayouts(t)
@@ -240,37 +241,6 @@ func TestMigCLIStateFileNotWritten(t *testing.T) {
 		"-f", layouts, "-c", "two-3g", "--pod-resources-socket", ""}, &out, io.Discard)
 	if err == nil || out.Len() > 0 {
 		t.Fatalf("apply with an unwritable state file = %v, printed %q; want an error and nothing printed", err, out.String())
-	}
-
-	// Writable at start, not after: the state file's directory is
-	// replaced by a regular file between opening the node and applying.
-	stateDir := filepath.Join(dir, "state")
-	if err := os.Mkdir(stateDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	c, err := parseMigArgs([]string{"apply", "--simulate", "dgx-a100", "--sim-state-file", filepath.Join(stateDir, "node.json"),
-		"-f", layouts, "-c", "two-3g", "--reset-gpus", "--pod-resources-socket", ""}, io.Discard, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lib, sim, closeLib, err := openNVML(c.nvml)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeLib()
-	if err := os.RemoveAll(stateDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(stateDir, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := mig.ParseLayoutFile([]byte(cliLayouts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.onNVML(t.Context(), lib, sim, f, io.Discard)
-	if !errors.Is(err, simnode.ErrStateFile) || !strings.Contains(err.Error(), "--sim-state-file "+filepath.Join(stateDir, "node.json")) {
-		t.Fatalf("apply after the state file became unwritable = %v, want simnode.ErrStateFile naming the file", err)
 	}
 }
 
@@ -337,10 +307,13 @@ func TestMigCLIStaleSocket(t *testing.T) {
 	if ret := nvml.New().Init(); ret == nvml.SUCCESS {
 		t.Skip("NVML is installed here: the fallback would change the GPUs")
 	}
-	defer func(d time.Duration) { agentGoneWait = d }(agentGoneWait)
-	agentGoneWait = 300 * time.Millisecond
 	var stderr bytes.Buffer
-	err := run(t.Context(), []string{"mig", "plan", "-f", writeLayouts(t), "-c", "two-3g", "--admin-socket", refusingSocket(t)}, io.Discard, &stderr)
+	c, err := parseMigArgs([]string{"plan", "-f", writeLayouts(t), "-c", "two-3g", "--admin-socket", refusingSocket(t)}, io.Discard, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AgentGoneWait = 300 * time.Millisecond
+	err = migcli.Run(t.Context(), c, io.Discard, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "NVML") || !strings.Contains(stderr.String(), "stale socket") {
 		t.Fatalf("plan = %v (stderr %q), want a stale-socket note and the NVML fallback", err, stderr.String())
 	}
@@ -356,7 +329,7 @@ func killApply(t *testing.T, r *migCLIRig, journal, layout string) {
 	n := simnode.NewBuiltin("dgx-a100", simnode.WithStateFile(r.state))
 	stalled := make(chan struct{}, 1)
 	n.InjectFault("CreateGpuInstance", simnode.FaultSpec{After: 1, Delay: time.Hour, Hit: stalled})
-	svc, err := newMIGService(n, n, journal, true, nil, nil, nil)
+	svc, err := migcli.NewService(n, n, journal, true, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +377,7 @@ func TestMigCLIInterruptedApply(t *testing.T) {
 			t.Errorf("mig show lacks %q:\n%s", want, out)
 		}
 	}
-	var js migShowJSON
+	var js migcli.ShowJSON
 	if err := run(t.Context(), []string{"mig", "show", "--simulate", "dgx-a100", "--sim-state-file", r.state, "--journal", journal, "-o", "json"}, &jsonBuf{&js}, io.Discard); err != nil {
 		t.Fatal(err)
 	}

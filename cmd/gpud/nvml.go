@@ -37,7 +37,7 @@ func (f *nvmlFlags) register(fs *flag.FlagSet) {
 // deviceFiles says where the device files the CDI specs name are on the
 // host: a GPU node's /dev; on a simulated node, the files --sim-dev-root
 // holds (created here) or none, so the specs name only files that exist.
-func (f nvmlFlags) deviceFiles(sim *simnode.Node, inv gpu.Inventory) (devnodes.Files, error) {
+func deviceFiles(f nvmlFlags, sim *simnode.Node, inv gpu.Inventory) (devnodes.Files, error) {
 	if sim == nil {
 		if f.devRoot != "" {
 			return devnodes.Files{}, flagErr("sim-dev-root", "needs --simulate: a GPU node's device files are the driver's")
@@ -76,7 +76,7 @@ func openNVML(f nvmlFlags) (nvml.Interface, *simnode.Node, func(), error) {
 		}
 		// The GPUs' UUIDs derive from the node's name, so two simulated
 		// nodes of one profile share none, as real GPUs do.
-		name, err := f.givenNodeName()
+		name, err := givenNodeName(f)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -132,7 +132,7 @@ func checkNodeName(name string) error {
 // givenNodeName is the node name the flag or $NODE_NAME gives, "" when
 // neither does. It fails for a name from $NODE_NAME that is not a
 // Kubernetes node name (validate checks the flag's).
-func (f nvmlFlags) givenNodeName() (string, error) {
+func givenNodeName(f nvmlFlags) (string, error) {
 	if f.nodeName != "" {
 		return f.nodeName, nil
 	}
@@ -149,8 +149,8 @@ func (f nvmlFlags) givenNodeName() (string, error) {
 // simulated profile's name, or the hostname (lowercased, as the kubelet
 // names its node). It fails for a name from $NODE_NAME that is not a
 // Kubernetes node name.
-func (f nvmlFlags) resolveNodeName(sim *simnode.Node) (string, error) {
-	if name, err := f.givenNodeName(); name != "" || err != nil {
+func resolveNodeName(f nvmlFlags, sim *simnode.Node) (string, error) {
+	if name, err := givenNodeName(f); name != "" || err != nil {
 		return name, err
 	}
 	if sim != nil {

@@ -60,7 +60,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.out, "o", "csv", "output format (csv)")
 }
 
-func (f *simFlags) load() ([]trace.Node, []trace.Pod, []string, error) {
+func loadSim(f *simFlags) ([]trace.Node, []trace.Pod, []string, error) {
 	if f.nodes == "" || f.pods == "" {
 		return nil, nil, nil, errors.New("sim: --nodes and --pods are required")
 	}
@@ -126,7 +126,7 @@ func runSimOpenB(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		fams = []tracefamily.Family{fam}
 	}
-	nodes, pods, policies, err := f.load()
+	nodes, pods, policies, err := loadSim(&f)
 	if err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func runSimReplay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseOnlyFlags(fs, args); err != nil {
 		return fmt.Errorf("sim replay: %w", err)
 	}
-	nodes, pods, policies, err := f.load()
+	nodes, pods, policies, err := loadSim(&f)
 	if err != nil {
 		return err
 	}

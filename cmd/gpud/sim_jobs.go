@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
@@ -112,7 +111,7 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
-	in, err := loadSimJobs(*nodesPath, *jobsPath, *queuesPath, jobsim.NodeOptions{NodesPerRack: *perRack, RacksPerZone: *perZone})
+	in, err := jobsim.LoadInput(*nodesPath, *jobsPath, *queuesPath, jobsim.NodeOptions{NodesPerRack: *perRack, RacksPerZone: *perZone})
 	if err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
@@ -130,11 +129,11 @@ func runSimJobs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if settings != nil {
 		variants = jobsim.ObjectiveVariants(variants, settings)
 	}
-	reports, err := in.replay(ctx, variants, progress)
+	reports, err := in.ReplayAll(ctx, variants, progress)
 	if err != nil {
 		return fmt.Errorf("sim jobs: %w", err)
 	}
-	fmt.Fprintf(stdout, "gpud sim jobs: %d jobs from %s on %d nodes (%d GPUs) from %s\n\n", len(in.trace), *jobsPath, len(in.nodes), capacityMilli(in.nodes)/1000, *nodesPath)
+	fmt.Fprintf(stdout, "gpud sim jobs: %d jobs from %s on %d nodes (%d GPUs) from %s\n\n", len(in.Trace), *jobsPath, len(in.Nodes), jobsim.CapacityMilli(in.Nodes)/1000, *nodesPath)
 	return jobsim.WriteReports(stdout, reports)
 }
 
@@ -187,73 +186,6 @@ func readSmallFile(path string, limit int64) ([]byte, error) {
 	return data, nil
 }
 
-// simJobsInput is what `gpud sim jobs` replays.
-type simJobsInput struct {
-	nodes        []allocator.Node
-	trace        []jobsim.TraceJob
-	queues       []jobs.Queue
-	reservations []jobs.Reservation
-}
-
-// loadSimJobs reads the node file, the job trace and, if queuesPath is
-// set, the queue file, checking every job's queue is a leaf of it;
-// without one the trace's queues get [jobsim.DefaultQueues].
-func loadSimJobs(nodesPath, jobsPath, queuesPath string, no jobsim.NodeOptions) (simJobsInput, error) {
-	var in simJobsInput
-	var err error
-	if in.nodes, err = readJobNodes(nodesPath, no); err != nil {
-		return in, err
-	}
-	f, err := os.Open(jobsPath)
-	if err != nil {
-		return in, fmt.Errorf("open the job trace: %w", err)
-	}
-	in.trace, err = jobsim.ReadJobs(f, jobsPath)
-	f.Close()
-	if err != nil {
-		return in, err
-	}
-	if queuesPath == "" {
-		in.queues = jobsim.DefaultQueues(in.trace, capacityMilli(in.nodes))
-		return in, nil
-	}
-	if in.queues, in.reservations, err = jobsim.ReadQueueFile(queuesPath); err != nil {
-		return in, err
-	}
-	if err := jobsim.CheckQueues(jobsPath, in.trace, in.queues); err != nil {
-		return in, fmt.Errorf("--queues %s: %w", queuesPath, err)
-	}
-	return in, nil
-}
-
-// replay runs the input once per variant (see [jobsim.Variants]), writing
-// progress lines to progress unless it is nil.
-func (in *simJobsInput) replay(ctx context.Context, variants []jobsim.ReplayOptions, progress io.Writer) ([]*jobsim.Report, error) {
-	var reports []*jobsim.Report
-	for _, o := range variants {
-		name := o.Policy
-		o.Queues, o.Reservations = in.queues, in.reservations
-		start := time.Now()
-		if progress != nil {
-			fmt.Fprintf(progress, "sim jobs: %s: replaying %d jobs on %d nodes\n", name, len(in.trace), len(in.nodes))
-			o.Progress = func(done, total int) {
-				if done%5000 == 0 {
-					fmt.Fprintf(progress, "sim jobs: %s: %d/%d jobs done\n", name, done, total)
-				}
-			}
-		}
-		r, err := jobsim.Replay(ctx, in.nodes, in.trace, o)
-		if err != nil {
-			return nil, err
-		}
-		if progress != nil {
-			fmt.Fprintf(progress, "sim jobs: %s: done in %s\n", name, time.Since(start).Round(time.Millisecond))
-		}
-		reports = append(reports, r)
-	}
-	return reports, nil
-}
-
 // runSimJobsGen implements `gpud sim jobs-gen`: a seeded synthetic job
 // trace derived from an openb pod list. args exclude "gpud sim jobs-gen".
 func runSimJobsGen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -286,12 +218,12 @@ func runSimJobsGen(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("sim jobs-gen: %w", err)
 	}
-	nodes, err := readJobNodes(*nodesPath, jobsim.NodeOptions{})
+	nodes, err := jobsim.ReadNodesFile(*nodesPath, jobsim.NodeOptions{})
 	if err != nil {
 		return fmt.Errorf("sim jobs-gen: %w", err)
 	}
 	js, err := jobsim.Generate(pods, jobsim.GenOptions{Seed: *seed, Jobs: *n, Load: *load, GangFraction: *gang,
-		CapacityGPUs: int(capacityMilli(nodes) / allocator.MilliPerGPU)})
+		CapacityGPUs: int(jobsim.CapacityMilli(nodes) / allocator.MilliPerGPU)})
 	if err != nil {
 		return fmt.Errorf("sim jobs-gen: %w", err)
 	}
@@ -347,26 +279,4 @@ func fractionFlag(name string, v, hi float64) error {
 		return fmt.Errorf("%s %v: want a number in (0, %v]", name, v, hi)
 	}
 	return nil
-}
-
-func readJobNodes(path string, o jobsim.NodeOptions) ([]allocator.Node, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open the node file: %w", err)
-	}
-	defer f.Close()
-	return jobsim.ReadNodes(f, path, o)
-}
-
-// capacityMilli is the milli-GPU of healthy non-MIG GPUs plus MIG GPUs.
-func capacityMilli(nodes []allocator.Node) int64 {
-	var c int64
-	for _, n := range nodes {
-		for _, g := range n.GPUs {
-			if !g.Unhealthy {
-				c += allocator.MilliPerGPU
-			}
-		}
-	}
-	return c
 }

@@ -8,4 +8,16 @@
 // "mig: slice in use: destroy MIG-..."), instead of starting with the
 // prefix again; and a sentinel that only ever appears wrapped by another
 // sentinel of its package carries no prefix of its own.
+//
+// The cmd-wires rule: cmd/gpud parses flags, builds components and runs
+// them; behaviour lives in packages. So every type its non-test files
+// declare with methods is a flag option struct: a struct (or a flag
+// value) whose methods are only flag.Value's String and Set,
+// flag.Getter's Get, the bool-flag marker IsBoolFlag, register (binds
+// its fields to a *flag.FlagSet) and validate (checks the values it
+// holds, touching nothing). Anything else (an HTTP server, a CLI
+// command's logic, a loader, an error type, a component builder) goes
+// into the package that owns it, with its own Config or Options and
+// Validate there. Types without methods (the parsed config, the
+// wiring's dependency bundles) and test files are not checked.
 package codelint

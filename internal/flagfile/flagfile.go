@@ -24,6 +24,17 @@ import (
 // should not be megabytes long.
 const MaxErrors = 20
 
+// FlagError is a bad flag value: "--name: what is wrong and what is
+// allowed". A loader that knows which line of a file set the flag can
+// point at that line instead (see [Apply]).
+type FlagError struct {
+	Flag string // the flag's name, without dashes
+	Err  error
+}
+
+func (e *FlagError) Error() string { return "--" + e.Flag + ": " + e.Err.Error() }
+func (e *FlagError) Unwrap() error { return e.Err }
+
 // ApplyFile reads path (at most fileio.MaxConfigBytes) and applies it to
 // fs as Apply does. The flag that names the file is "config".
 func ApplyFile(fs *flag.FlagSet, path string) (map[string]int, error) {

@@ -194,3 +194,16 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// TestFlagError: a FlagError names the flag with its dashes and keeps the
+// cause for errors.Is.
+func TestFlagError(t *testing.T) {
+	cause := errors.New("want text or json")
+	err := error(&FlagError{Flag: "log-format", Err: fmt.Errorf("%q: %w", "xml", cause)})
+	if got, want := err.Error(), `--log-format: "xml": want text or json`; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(err, cause) {
+		t.Errorf("errors.Is(%v, cause) = false, want the cause unwrapped", err)
+	}
+}

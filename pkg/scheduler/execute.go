@@ -275,10 +275,13 @@ func (s *Scheduler) bindUnit(ctx context.Context, j bindJob, unit []plan.Bind) [
 	var out []plan.Pending
 	for i, b := range unit {
 		pod := b.Pod.Pod
-		err := s.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-			Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
-		}, metav1.CreateOptions{})
+		err := ctx.Err() // the term ended: no Binding after it
+		if err == nil {
+			err = s.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+				Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
+			}, metav1.CreateOptions{})
+		}
 		if err != nil && s.boundAnyway(ctx, pod, b.Node) {
 			err = nil // the request failed on our side (a timeout, a cancel) after the API server bound it
 		}
@@ -363,6 +366,9 @@ func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClai
 	for _, a := range b.Allocations {
 		if a.Claim == nil {
 			continue
+		}
+		if err := ctx.Err(); err != nil { // the term ended: no write after it
+			return out, fmt.Errorf("claim %s/%s for pod %s not written: %w", a.Claim.Namespace, a.Claim.Name, b.Pod.Key(), err)
 		}
 		w := writtenClaim{before: a.Claim, after: a.Claim}
 		if extres.IsPlaceholder(a.Claim) {

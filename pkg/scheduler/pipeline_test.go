@@ -99,7 +99,9 @@ type slowClient struct {
 	before func(verb, name string)
 }
 
-func (c slowClient) CoreV1() corev1client.CoreV1Interface { return slowCore{c.Interface.CoreV1(), c.before} }
+func (c slowClient) CoreV1() corev1client.CoreV1Interface {
+	return slowCore{c.Interface.CoreV1(), c.before}
+}
 func (c slowClient) ResourceV1() resourceclient.ResourceV1Interface {
 	return slowResource{c.Interface.ResourceV1(), c.before}
 }
@@ -109,7 +111,9 @@ type slowCore struct {
 	before func(verb, name string)
 }
 
-func (c slowCore) Pods(ns string) corev1client.PodInterface { return slowPods{c.CoreV1Interface.Pods(ns), c.before} }
+func (c slowCore) Pods(ns string) corev1client.PodInterface {
+	return slowPods{c.CoreV1Interface.Pods(ns), c.before}
+}
 
 type slowPods struct {
 	corev1client.PodInterface

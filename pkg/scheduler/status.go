@@ -41,7 +41,9 @@ func (s *Scheduler) writePending(ctx context.Context, pending []plan.Pending) {
 
 // writeFailed tells the pods of a failed bind why (writeStatuses); it
 // forgets nothing, as it runs beside the cycles.
-func (s *Scheduler) writeFailed(ctx context.Context, pending []plan.Pending) { s.writeStatuses(ctx, pending) }
+func (s *Scheduler) writeFailed(ctx context.Context, pending []plan.Pending) {
+	s.writeStatuses(ctx, pending)
+}
 
 // writeStatuses writes the pending status of each pod whose status (or
 // what this process wrote last) does not say so already: a pod whose

@@ -16,9 +16,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	resourceclient "k8s.io/client-go/kubernetes/typed/resource/v1"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/gpud/gpud/pkg/scheduler/decide"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
 // guard bounds the waits of these tests for what must happen (a failure
@@ -413,5 +416,64 @@ func TestPipelineStopsWithTerm(t *testing.T) {
 		if got := ts.claimFromAPI(t, "ns", name); got.Status.Allocation != nil || len(got.Finalizers) != 0 {
 			t.Errorf("%s after the term: %+v, finalizers %v; want as before", name, got.Status, got.Finalizers)
 		}
+	}
+}
+
+// TestStatusBudget: pending-status writes stay within their share of the
+// client's rate; what is over budget is written by a later cycle, and a
+// pod whose reason has not changed costs no write.
+func TestStatusBudget(t *testing.T) {
+	var pods []runtime.Object
+	var pending []plan.Pending
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		p := claimPod("ns", name, t0)
+		pods = append(pods, p)
+		pending = append(pending, plan.Pending{Pod: newPod(p, nil), Code: "capacity", Message: "no free GPU for " + name})
+	}
+	ts := newTestScheduler(t, placeAll{}, pods...)
+	now := t0
+	ts.cfg.Now = func() time.Time { return now }
+	ts.statusBudget = flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(1, 2, passiveClock(ts.cfg.Now))
+	var mu sync.Mutex
+	patched := map[string]int{}
+	ts.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		patched[a.(k8stesting.PatchAction).GetName()]++
+		return false, nil, nil
+	})
+	total := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range patched {
+			n += c
+		}
+		return n
+	}
+	ts.writePending(t.Context(), pending)
+	if n := total(); n != 2 {
+		t.Fatalf("first cycle: %d status writes, want 2 (the burst)", n)
+	}
+	if v := metricValue(t, ts.statusDeferred); v != 3 {
+		t.Errorf("deferred = %v, want 3", v)
+	}
+	now = now.Add(2 * time.Second) // two more tokens
+	ts.writePending(t.Context(), pending)
+	if n := total(); n != 4 {
+		t.Fatalf("a cycle 2s later: %d status writes in all, want 4 (the two written first are not written again)", n)
+	}
+	for name, c := range patched {
+		if c != 1 {
+			t.Errorf("pod %s written %d times", name, c)
+		}
+	}
+
+	rc, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", QPS: 200, Burst: 400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := newStatusBudget(rc, time.Now).QPS(); got != 50 {
+		t.Errorf("status budget of a client at 200 QPS = %v/s, want 50", got)
 	}
 }

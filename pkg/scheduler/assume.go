@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,15 +30,65 @@ type assumedClaim struct {
 // show yet: claims (by UID, with the resourceVersion the write returned)
 // and bound pods (by UID, with their node). An entry is dropped once the
 // informer shows that resourceVersion or a newer one (or the pod bound),
-// or the object is gone. Safe for concurrent use.
+// or the object is gone.
+//
+// It also holds the binds in flight (decided, handed to the bind workers,
+// not yet written): each pod as bound to its node ([assumeCache.bound])
+// and each claim as the decision left it, allocated and reserved for the
+// pod ([assumeCache.inFlight]), whatever its resourceVersion, until the
+// worker releases it. The next cycle therefore decides on the assumed
+// state, as kube-scheduler's scheduling cycle runs on its assumed pods
+// while their binding cycles run. Safe for concurrent use.
 type assumeCache struct {
 	mu     sync.Mutex
 	claims map[types.UID]assumedClaim
 	pods   map[types.UID]string
+	// flying are the claims of binds in flight, by claim UID (the
+	// stand-in UID for a claim of extended resources not yet created).
+	flying map[types.UID]flyingClaim
+}
+
+// flyingClaim is a claim as a bind in flight for pod will write it.
+type flyingClaim struct {
+	c   *resourceapi.ResourceClaim
+	pod types.UID
 }
 
 func newAssumeCache() *assumeCache {
-	return &assumeCache{claims: map[types.UID]assumedClaim{}, pods: map[types.UID]string{}}
+	return &assumeCache{claims: map[types.UID]assumedClaim{}, pods: map[types.UID]string{}, flying: map[types.UID]flyingClaim{}}
+}
+
+// inFlight records the claims a bind for pod is about to write, as it
+// will write them (not bounded by maxAssumed: what is in flight is bounded
+// by the cycles' pending pods, and dropping it would double-allocate).
+func (a *assumeCache) inFlight(pod types.UID, claims []*resourceapi.ResourceClaim) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range claims {
+		if c != nil && c.UID != "" {
+			a.flying[c.UID] = flyingClaim{c: c, pod: pod}
+		}
+	}
+}
+
+// landed drops the in-flight claims of pod: its writes are done (what
+// they wrote is in the cache as written) or undone.
+func (a *assumeCache) landed(pod types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for uid, f := range a.flying {
+		if f.pod == pod {
+			delete(a.flying, uid)
+		}
+	}
+}
+
+// unbound drops a pod assumed bound whose bind failed: the next cycle
+// sees it pending again.
+func (a *assumeCache) unbound(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.pods, uid)
 }
 
 // claim records a claim as the API server returned it (from a write or a
@@ -70,16 +122,17 @@ func (a *assumeCache) forget() {
 	defer a.mu.Unlock()
 	clear(a.claims)
 	clear(a.pods)
+	clear(a.flying)
 }
 
 // mergeClaims returns the informer's claims with each one this process
 // wrote more recently replaced by the written version, plus written claims
 // the informer does not have yet (for [absentGrace]); it drops entries the
-// informer has caught up with.
+// informer has caught up with. Claims of binds in flight replace both.
 func (a *assumeCache) mergeClaims(informer []*resourceapi.ResourceClaim, now time.Time) []*resourceapi.ResourceClaim {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.claims) == 0 {
+	if len(a.claims) == 0 && len(a.flying) == 0 {
 		return informer
 	}
 	out := make([]*resourceapi.ResourceClaim, len(informer), len(informer)+len(a.claims))
@@ -106,6 +159,23 @@ func (a *assumeCache) mergeClaims(informer []*resourceapi.ResourceClaim, now tim
 			out = append(out, w.c)
 		}
 	}
+	if len(a.flying) == 0 {
+		return out
+	}
+	at := make(map[types.UID]int, len(out))
+	for i, c := range out {
+		at[c.UID] = i
+	}
+	n := len(out)
+	for uid, f := range a.flying {
+		if i, ok := at[uid]; ok {
+			out[i] = f.c
+			continue
+		}
+		out = append(out, f.c)
+	}
+	// Map order: sorted, so that a cycle's input does not depend on it.
+	slices.SortFunc(out[n:], func(x, y *resourceapi.ResourceClaim) int { return cmp.Compare(x.UID, y.UID) })
 	return out
 }
 

@@ -114,12 +114,14 @@ func (b *backoff) forget(uid types.UID) {
 	delete(b.m, uid)
 }
 
-// prune forgets every pod keep rejects.
-func (b *backoff) prune(keep func(types.UID) bool) {
+// prune forgets every pod keep rejects, except the ones still backing
+// off at now: a bind worker backs off a pod whose bind failed while a
+// cycle that saw it assumed bound (not pending) was running.
+func (b *backoff) prune(keep func(types.UID) bool, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for uid := range b.m {
-		if !keep(uid) {
+	for uid, e := range b.m {
+		if !keep(uid) && !now.Before(e.until) {
 			delete(b.m, uid)
 		}
 	}

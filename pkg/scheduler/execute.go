@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -27,7 +26,10 @@ import (
 const (
 	// codeVolumes is the pending code of a pod whose volumes could not be
 	// bound for the node chosen.
-	codeVolumes            = "volume-binding"
+	codeVolumes = "volume-binding"
+	// codeBindError is the pending code of a pod whose bind failed (a
+	// claim write or its Binding): it is decided again after its backoff.
+	codeBindError          = "bind-error"
 	reasonScheduled        = "Scheduled"
 	reasonFailedScheduling = "FailedScheduling"
 	reasonPreempted        = "Preempted"
@@ -51,18 +53,15 @@ type writtenClaim struct {
 	finalizer, status, created bool
 }
 
-// execute carries out a plan: binds (gangs all-or-nothing), evictions,
-// then the pending pods' conditions and events.
+// execute carries out a plan: binds (gangs all-or-nothing) are handed to
+// the bind workers (see bindQueue) and written while the next cycles
+// decide; evictions, then the pending pods' conditions and events, are
+// written by the cycle.
 func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.cfg.Workers)
+	var refused []plan.Pending
 	for _, unit := range gangUnits(p.Binds) {
-		g.Go(func() error {
-			s.bindUnit(gctx, sn.volumes, unit)
-			return nil
-		})
+		refused = append(refused, s.dispatch(ctx, sn.volumes, unit)...)
 	}
-	_ = g.Wait()
 
 	preemptors := map[types.UID]bool{}
 	for _, e := range p.Evictions {
@@ -80,6 +79,7 @@ func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
 	s.m.preempts.Add(float64(len(preemptors)))
 
 	pending := append(slices.Clone(sn.missing), p.Pending...)
+	pending = append(pending, refused...)
 	s.m.pending.Reset()
 	for _, pd := range pending {
 		s.m.pending.WithLabelValues(pd.Code).Inc()
@@ -96,6 +96,120 @@ func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
 	}
 	s.m.setPendingOldest(sn.Now, pending, sn.waiting...)
 	s.writePending(ctx, pending)
+}
+
+// volumeReserver reserves a pod's volumes for a node within the cycle,
+// to be bound later by a worker (*rules.Cycle).
+type volumeReserver interface {
+	ReserveVolumes(ctx context.Context, pod *corev1.Pod, node string) (*rules.VolumeReservation, error)
+}
+
+// dispatch hands one unit to the bind workers. First, within the cycle,
+// it reserves the unit's volumes (VolumeBinding's Reserve: later decisions
+// see them taken) and assumes the unit: each pod bound to its node and
+// each claim allocated and reserved for it, so that the next cycle, which
+// may start before a single write of the unit is done, never gives the
+// same devices, ports, volumes or CPU to another pod. If a pod's volumes
+// cannot be reserved, the unit is not bound and its pods are returned
+// pending with the reason (backed off as any pod the plan left pending).
+func (s *Scheduler) dispatch(ctx context.Context, vols volumeBinder, unit []plan.Bind) []plan.Pending {
+	job := bindJob{ctx: ctx, unit: unit}
+	if r, ok := vols.(volumeReserver); ok {
+		job.vols = make([]*rules.VolumeReservation, len(unit))
+		for i, b := range unit {
+			res, err := r.ReserveVolumes(ctx, b.Pod.Pod, b.Node)
+			if err == nil {
+				job.vols[i] = res
+				continue
+			}
+			for _, res := range job.vols[:i] {
+				res.Unreserve(ctx)
+			}
+			s.log.Info("volumes not reserved, pods not bound", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang, "err", err)
+			now := s.cfg.Now()
+			for _, m := range unit {
+				s.backoff.failed(m.Pod.Pod.UID, now)
+			}
+			return volumesPending(unit, b, err)
+		}
+	} else if vols != nil {
+		job.binder = vols
+	}
+	now := s.cfg.Now()
+	for _, b := range unit {
+		pod := b.Pod.Pod
+		s.assumed.bound(pod.UID, b.Node)
+		var claims []*resourceapi.ResourceClaim
+		for _, a := range b.Allocations {
+			if a.Claim == nil {
+				continue
+			}
+			// As the worker will write it; an error here is the
+			// worker's to report.
+			if c, err := claimStatus(a, pod, now); err == nil && c != nil {
+				claims = append(claims, c)
+			}
+		}
+		s.assumed.inFlight(pod.UID, claims)
+	}
+	s.binds.add(job)
+	return nil
+}
+
+// volumesPending is every pod of unit pending because failed's volumes
+// could not be bound (err).
+func volumesPending(unit []plan.Bind, failed plan.Bind, err error) []plan.Pending {
+	out := make([]plan.Pending, 0, len(unit))
+	for _, m := range unit {
+		msg := err.Error()
+		if m.Pod != failed.Pod {
+			msg = fmt.Sprintf("gang member %s: %v", failed.Pod.Key(), err)
+		}
+		out = append(out, plan.Pending{Pod: m.Pod, Code: codeVolumes, Message: msg})
+	}
+	return out
+}
+
+// runBind is a bind worker's job: the unit's writes (bindUnit), then what
+// follows from them. A pod bound is forgotten by the backoff; a pod not
+// bound is no longer assumed (the next cycle sees it pending, and its
+// claims as the rollback left them), backs off, and is told why, and a
+// cycle is asked for. A job whose context ended before it started
+// writes nothing.
+func (s *Scheduler) runBind(j bindJob) {
+	var failed []plan.Pending
+	if j.ctx.Err() != nil {
+		for i, b := range j.unit {
+			if j.vols != nil {
+				j.vols[i].Unreserve(j.ctx)
+			}
+			failed = append(failed, plan.Pending{Pod: b.Pod, Code: codeBindError, Message: "not bound: " + j.ctx.Err().Error()})
+		}
+	} else {
+		failed = s.bindUnit(j.ctx, j, j.unit)
+	}
+	now := s.cfg.Now()
+	notBound := make(map[types.UID]bool, len(failed))
+	for _, pd := range failed {
+		notBound[pd.Pod.Pod.UID] = true
+	}
+	for _, b := range j.unit {
+		uid := b.Pod.Pod.UID
+		if notBound[uid] {
+			s.assumed.unbound(uid)
+			s.backoff.failed(uid, now)
+		} else {
+			s.backoff.forget(uid)
+		}
+		s.assumed.landed(uid)
+	}
+	if len(failed) == 0 {
+		return
+	}
+	if j.ctx.Err() == nil {
+		s.writeFailed(j.ctx, failed)
+	}
+	s.poke()
 }
 
 // gangUnits groups binds: each gang (same non-empty Gang) is one unit in
@@ -122,16 +236,18 @@ func gangUnits(binds []plan.Bind) [][]plan.Bind {
 	return out
 }
 
-// bindUnit writes every claim of the unit's binds, then binds each pod.
-// If a claim write fails, the claims written so far are rolled back and
-// nothing is bound; if a Binding fails, that pod's claims are rolled back.
-//
-// Before its Binding, each pod's WaitForFirstConsumer volumes are bound
-// for its node (vols; nil: none), as kube-scheduler's VolumeBinding PreBind
-// does; a pod whose volumes are not bound in time is not bound either, has
-// its claims rolled back and waits with the reason (a later cycle finds
-// its volumes bound, or provisioning under way on that node).
-func (s *Scheduler) bindUnit(ctx context.Context, vols volumeBinder, unit []plan.Bind) {
+// bindUnit binds the unit's volumes (reserved by the cycle, see
+// dispatch), as kube-scheduler's VolumeBinding PreBind does, then writes
+// every claim of the unit's binds, then binds each pod. It returns the
+// pods not bound, with why. If a pod's volumes are not bound in time,
+// nothing is written and no pod of the unit is bound (a later cycle finds
+// its volumes bound, or provisioning under way on that node). If a claim
+// write fails, the claims written so far are rolled back and nothing is
+// bound; if a Binding fails, that pod's claims are rolled back.
+func (s *Scheduler) bindUnit(ctx context.Context, j bindJob, unit []plan.Bind) []plan.Pending {
+	if pending := s.bindVolumes(ctx, j, unit); pending != nil {
+		return pending
+	}
 	written := make([][]writtenClaim, 0, len(unit))
 	for _, b := range unit {
 		w, err := s.writeClaims(ctx, b)
@@ -142,22 +258,30 @@ func (s *Scheduler) bindUnit(ctx context.Context, vols volumeBinder, unit []plan
 		for i := len(written) - 1; i >= 0; i-- {
 			s.rollback(ctx, unit[i].Pod.Pod, written[i])
 		}
+		failed := unit[len(written)-1].Pod
+		var out []plan.Pending
 		for _, b := range unit {
 			s.m.attempts.WithLabelValues(resultError).Inc()
 			s.log.Warn("claims not written, pod not bound", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang,
-				"failed_pod", unit[len(written)-1].Pod.Key(), "err", err)
+				"failed_pod", failed.Key(), "err", err)
+			msg := err.Error()
+			if b.Pod != failed {
+				msg = fmt.Sprintf("gang member %s: %v", failed.Key(), err)
+			}
+			out = append(out, plan.Pending{Pod: b.Pod, Code: codeBindError, Message: msg})
 		}
-		return
+		return out
 	}
-	if !s.bindVolumes(ctx, vols, unit, written) {
-		return
-	}
+	var out []plan.Pending
 	for i, b := range unit {
 		pod := b.Pod.Pod
-		err := s.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-			Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
-		}, metav1.CreateOptions{})
+		err := ctx.Err() // the term ended: no Binding after it
+		if err == nil {
+			err = s.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+				Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
+			}, metav1.CreateOptions{})
+		}
 		if err != nil && s.boundAnyway(ctx, pod, b.Node) {
 			err = nil // the request failed on our side (a timeout, a cancel) after the API server bound it
 		}
@@ -165,6 +289,8 @@ func (s *Scheduler) bindUnit(ctx context.Context, vols volumeBinder, unit []plan
 			s.rollback(ctx, pod, written[i])
 			s.m.attempts.WithLabelValues(resultError).Inc()
 			s.log.Warn("binding failed, claims rolled back", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang, "err", err)
+			out = append(out, plan.Pending{Pod: b.Pod, Code: codeBindError,
+				Message: fmt.Sprintf("binding to node %s failed (decided again): %v", b.Node, err)})
 			continue
 		}
 		s.assumed.bound(pod.UID, b.Node)
@@ -179,35 +305,37 @@ func (s *Scheduler) bindUnit(ctx context.Context, vols volumeBinder, unit []plan
 		s.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonScheduled, actionBinding,
 			"Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, b.Node)
 	}
+	return out
 }
 
-// bindVolumes binds every pod's volumes of the unit for its node; if one
-// fails, every claim of the unit is rolled back and every pod waits with
-// the reason (a gang binds all or nothing).
-func (s *Scheduler) bindVolumes(ctx context.Context, vols volumeBinder, unit []plan.Bind, written [][]writtenClaim) bool {
-	if vols == nil {
-		return true
-	}
-	for _, b := range unit {
-		err := vols.BindVolumes(ctx, b.Pod.Pod, b.Node, rules.VolumeBindTimeout)
+// bindVolumes binds every pod's volumes of the unit for its node (those
+// the cycle reserved, or all through j.binder); if one fails, the others'
+// reservations are undone and every pod of the unit is returned pending
+// with the reason (a gang binds all or nothing). Nil when all are bound.
+func (s *Scheduler) bindVolumes(ctx context.Context, j bindJob, unit []plan.Bind) []plan.Pending {
+	for i, b := range unit {
+		var err error
+		switch {
+		case j.vols != nil:
+			err = j.vols[i].Bind(ctx, rules.VolumeBindTimeout)
+		case j.binder != nil:
+			err = j.binder.BindVolumes(ctx, b.Pod.Pod, b.Node, rules.VolumeBindTimeout)
+		}
 		if err == nil {
 			continue
 		}
-		var pending []plan.Pending
-		for i, m := range unit {
-			s.rollback(ctx, m.Pod.Pod, written[i])
-			msg := err.Error()
-			if m.Pod != b.Pod {
-				msg = fmt.Sprintf("gang member %s: %v", b.Pod.Key(), err)
+		if j.vols != nil {
+			for _, r := range j.vols[i+1:] {
+				r.Unreserve(ctx)
 			}
-			pending = append(pending, plan.Pending{Pod: m.Pod, Code: codeVolumes, Message: msg})
+		}
+		for range unit {
 			s.m.attempts.WithLabelValues(resultUnschedulable).Inc()
 		}
 		s.log.Info("volumes not bound, pods not bound", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang, "err", err)
-		s.writePending(ctx, pending)
-		return false
+		return volumesPending(unit, b, err)
 	}
-	return true
+	return nil
 }
 
 // boundAnyway reports whether pod is bound to node after all: a Binding
@@ -238,6 +366,9 @@ func (s *Scheduler) writeClaims(ctx context.Context, b plan.Bind) ([]writtenClai
 	for _, a := range b.Allocations {
 		if a.Claim == nil {
 			continue
+		}
+		if err := ctx.Err(); err != nil { // the term ended: no write after it
+			return out, fmt.Errorf("claim %s/%s for pod %s not written: %w", a.Claim.Namespace, a.Claim.Name, b.Pod.Key(), err)
 		}
 		w := writtenClaim{before: a.Claim, after: a.Claim}
 		if extres.IsPlaceholder(a.Claim) {

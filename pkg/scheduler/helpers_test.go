@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -144,6 +145,20 @@ func newTestScheduler(t *testing.T, d plan.Decider, objs ...runtime.Object) *tes
 		return true, b, nil
 	})
 	return ts
+}
+
+// execute is Scheduler.execute, returning once the binds it handed to
+// the workers are done.
+func (ts *testScheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
+	ts.Scheduler.execute(ctx, sn, p)
+	ts.binds.wait()
+}
+
+// cycleOn is Scheduler.cycleOn, returning once the binds it handed to the
+// workers are done.
+func (ts *testScheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
+	ts.Scheduler.cycleOn(ctx, in, now)
+	ts.binds.wait()
 }
 
 // claimFromAPI reads a claim back from the fake clientset.

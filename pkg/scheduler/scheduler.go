@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 
@@ -78,7 +79,14 @@ type Scheduler struct {
 	watchdog    *leaderelection.HealthzAdaptor
 
 	assumed *assumeCache
-	snap    *snapshotter
+	// binds runs the binds of each cycle's plan in workers, apart from
+	// the cycles (see bindQueue).
+	binds *bindQueue
+	// statusBudget rations pending-status writes (see writeStatuses);
+	// statusDeferred counts the writes left to a later cycle by it.
+	statusBudget   flowcontrol.PassiveRateLimiter
+	statusDeferred prometheus.Counter
+	snap           *snapshotter
 	// healing evicts pods whose GPUs failed (nil: off).
 	healing *healing
 	trigger chan struct{}
@@ -119,6 +127,13 @@ func New(cfg Config) (*Scheduler, error) {
 	s := &Scheduler{cfg: cfg, log: cfg.Log.With("component", "scheduler"), m: newMetrics(), assumed: newAssumeCache(),
 		trigger: make(chan struct{}, 1), urgent: make(chan struct{}, 1), written: map[types.UID]writtenStatus{}}
 	s.backoff = newBackoff()
+	s.binds = newBindQueue(cfg.Workers, s.runBind, s.m.reg)
+	s.statusBudget = newStatusBudget(cfg.Client, cfg.Now)
+	s.statusDeferred = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "gpud_scheduler_status_writes_deferred_total",
+		Help: "Pending-status writes left to a later cycle to keep within their share of the API client's rate (the rest is the binds').",
+	})
+	s.m.reg.MustRegister(s.statusDeferred)
 	s.snap = newSnapshotter(cfg, s.assumed)
 	s.snap.backoff = s.backoff
 	s.m.setQuotas(cfg.Queues)
@@ -474,7 +489,12 @@ func (s *Scheduler) podUpdated(o, n any) {
 // decided together, except when a new pod of this scheduler arrives: that
 // cycle starts at once (kube-scheduler has no such delay either; pods that
 // arrive while a cycle runs are decided together by the next).
+//
+// Binds run in workers apart from the cycles (bindQueue); loop returns
+// once the binds under way have stopped (ctx ended: they roll back what
+// they wrote) and no worker is left.
 func (s *Scheduler) loop(ctx context.Context) {
+	defer s.binds.wait()
 	s.assumed.forget()
 	s.catchUp(ctx)
 	tick := time.NewTicker(s.cfg.Resync)
@@ -617,7 +637,7 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 		p, ok := boundByUID[uid]
 		return ok && !s.informerBound(p)
 	})
-	s.backoff.prune(func(uid types.UID) bool { _, ok := sn.unbound[uid]; return ok })
+	s.backoff.prune(func(uid types.UID) bool { _, ok := sn.unbound[uid]; return ok }, now)
 	d := time.Since(start)
 	s.m.cycle.Observe(d.Seconds())
 	s.lastCycle.Store(time.Now().UnixNano())
@@ -627,9 +647,10 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	}
 }
 
-// queueOutcome backs off the pods the plan left pending and forgets the
-// bound ones. Pods not reached this cycle, or waiting on nominated room,
-// were not tried and do not back off.
+// queueOutcome backs off the pods the plan left pending (the bind
+// workers forget the ones they bind, and back off the ones they fail to).
+// Pods not reached this cycle, or waiting on nominated room, were not
+// tried and do not back off.
 // A pod that kube-scheduler's plugins alone refused on every node backs
 // off with their names (rc.Rejected), for their queueing hints.
 func (s *Scheduler) queueOutcome(p plan.Plan, now time.Time, rc *rules.Cycle) {
@@ -641,9 +662,6 @@ func (s *Scheduler) queueOutcome(p plan.Plan, now time.Time, rc *rules.Cycle) {
 			}
 			s.backoff.failed(pd.Pod.Pod.UID, now)
 		}
-	}
-	for _, b := range p.Binds {
-		s.backoff.forget(b.Pod.Pod.UID)
 	}
 }
 

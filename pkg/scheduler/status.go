@@ -11,30 +11,22 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
 // writePending sets PodScheduled=False (reason Unschedulable, the
 // decider's message) and the nominated node on each pending pod whose
-// status says otherwise, with an Event, at most maxStatusWrites per cycle.
-// Entries of pods no longer pending are forgotten.
+// status says otherwise, with an Event (see writeStatuses). Entries of
+// pods no longer pending are forgotten.
 func (s *Scheduler) writePending(ctx context.Context, pending []plan.Pending) {
 	live := make(map[types.UID]bool, len(pending))
-	var todo []plan.Pending
 	for _, pd := range pending {
-		if pd.Pod == nil || pd.Pod.Pod == nil {
-			continue
-		}
-		pod := pd.Pod.Pod
-		live[pod.UID] = true
-		msg := truncate(pd.Message, maxMessageBytes)
-		if statusSays(pod, msg, pd.NominatedNode, s.cfg.Now()) || s.statusWritten(pod.UID, msg, pd.NominatedNode) {
-			s.log.Debug("pod pending", "pod", pd.Pod.Key(), "code", pd.Code, "reason", msg)
-			continue
-		}
-		if len(todo) < maxStatusWrites {
-			todo = append(todo, pd)
+		if pd.Pod != nil && pd.Pod.Pod != nil {
+			live[pd.Pod.Pod.UID] = true
 		}
 	}
 	s.mu.Lock()
@@ -44,6 +36,44 @@ func (s *Scheduler) writePending(ctx context.Context, pending []plan.Pending) {
 		}
 	}
 	s.mu.Unlock()
+	s.writeStatuses(ctx, pending)
+}
+
+// writeFailed tells the pods of a failed bind why (writeStatuses); it
+// forgets nothing, as it runs beside the cycles.
+func (s *Scheduler) writeFailed(ctx context.Context, pending []plan.Pending) {
+	s.writeStatuses(ctx, pending)
+}
+
+// writeStatuses writes the pending status of each pod whose status (or
+// what this process wrote last) does not say so already: a pod whose
+// reason has not changed costs no write. Writes are bounded twice: at most
+// maxStatusWrites per call, and within the status budget (statusBudget),
+// a share of the client's rate that leaves the rest to binds, so that
+// pending pods never slow binds down; a write over budget is left to a
+// later cycle (gpud_scheduler_status_writes_deferred_total).
+func (s *Scheduler) writeStatuses(ctx context.Context, pending []plan.Pending) {
+	var todo []plan.Pending
+	deferred := 0
+	for _, pd := range pending {
+		if pd.Pod == nil || pd.Pod.Pod == nil {
+			continue
+		}
+		pod := pd.Pod.Pod
+		msg := truncate(pd.Message, maxMessageBytes)
+		if statusSays(pod, msg, pd.NominatedNode, s.cfg.Now()) || s.statusWritten(pod.UID, msg, pd.NominatedNode) {
+			s.log.Debug("pod pending", "pod", pd.Pod.Key(), "code", pd.Code, "reason", msg)
+			continue
+		}
+		if len(todo) >= maxStatusWrites || !s.statusBudget.TryAccept() {
+			deferred++
+			continue
+		}
+		todo = append(todo, pd)
+	}
+	if deferred > 0 {
+		s.statusDeferred.Add(float64(deferred))
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.Workers)
@@ -55,6 +85,41 @@ func (s *Scheduler) writePending(ctx context.Context, pending []plan.Pending) {
 	}
 	_ = g.Wait()
 }
+
+// Status budget: pending-status writes may take statusShare of the API
+// client's rate (its QPS as client-go's rate limiter reports it, burst one
+// second of that), or defaultStatusQPS when the client has no limiter
+// (a fake); the rest is the binds' (claim writes, Binding: three or more
+// requests per pod).
+const (
+	statusShare      = 0.25
+	defaultStatusQPS = 50
+)
+
+// newStatusBudget is the token bucket of pending-status writes for
+// client, on the scheduler's clock now.
+func newStatusBudget(client kubernetes.Interface, now func() time.Time) flowcontrol.PassiveRateLimiter {
+	qps := float32(defaultStatusQPS)
+	if rc := client.CoreV1().RESTClient(); rc != nil && !isNilRESTClient(rc) {
+		if rl := rc.GetRateLimiter(); rl != nil && rl.QPS() > 0 {
+			qps = max(1, rl.QPS()*statusShare)
+		}
+	}
+	return flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(qps, max(1, int(qps)), passiveClock(now))
+}
+
+// isNilRESTClient reports whether rc is a nil *rest.RESTClient (what the
+// fake clientset returns) in its interface.
+func isNilRESTClient(rc rest.Interface) bool {
+	c, ok := rc.(*rest.RESTClient)
+	return ok && c == nil
+}
+
+// passiveClock is a clock.PassiveClock on a Now function.
+type passiveClock func() time.Time
+
+func (c passiveClock) Now() time.Time                  { return c() }
+func (c passiveClock) Since(t time.Time) time.Duration { return c().Sub(t) }
 
 func (s *Scheduler) patchPending(ctx context.Context, pd plan.Pending) {
 	pod := pd.Pod.Pod

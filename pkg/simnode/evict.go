@@ -59,8 +59,9 @@ func (d *Device) protectionLocked(cgroup string) (ns string, soft uint64, ok boo
 // cgroups above theirs are killed until the allocation fits: the cgroup
 // furthest above its soft limit first, its largest process first, and
 // none once its cgroup is back within its soft limit. A cgroup without
-// limits is guaranteed nothing; a process in no cgroup is outside the
-// model and never evicted. It reports whether the room was made; when it
+// limits is guaranteed nothing (its own processes count, not its
+// children's, which are judged on their own); a process in no cgroup is
+// outside the model and never evicted. It reports whether the room was made; when it
 // cannot be (the requester borrows too, or the borrowers do not hold
 // enough), nothing is evicted and the allocation fails with ERROR_MEMORY
 // as before.
@@ -91,6 +92,9 @@ func (d *Device) makeRoomLocked(pid uint32, cgroup string, bytes, free uint64) b
 		g := groups[key]
 		if g == nil {
 			g = &group{soft: qsoft, used: d.cgroupUsedLocked(key)}
+			if !limited {
+				g.used = d.ownUsedLocked(key)
+			}
 			groups[key] = g
 		}
 		g.pids = append(g.pids, q)
@@ -138,4 +142,16 @@ func (d *Device) makeRoomLocked(pid uint32, cgroup string, bytes, free uint64) b
 		n.evictions = append([]Eviction(nil), n.evictions[over:]...)
 	}
 	return true
+}
+
+// ownUsedLocked is the memory held by the processes in cgroup itself (not
+// below it): an unlimited cgroup's use, apart from its children's.
+func (d *Device) ownUsedLocked(cgroup string) uint64 {
+	var used uint64
+	for _, p := range d.procs {
+		if p.cgroup == cgroup {
+			used += p.memBytes
+		}
+	}
+	return used
 }

@@ -148,9 +148,10 @@ traces:
 k8s-bins:
 	./hack/k8s-bins.sh
 
-## test-gpu: the real-NVML tests, on a machine with NVIDIA GPUs and a driver.
+## test-gpu: the real-NVML tests, on a machine with NVIDIA GPUs and a driver
+## (driver memory limits on a real cgroup: r615 or later, cgroup v2, root).
 test-gpu:
-	$(GO) test -tags gpu -count=1 -v -run RealGPU ./test
+	$(GO) test -tags gpu -count=1 -v -run RealGPU ./test ./pkg/memlimit
 
 test-short:
 	$(GO) test -short $(PKGS)

@@ -14,16 +14,17 @@ import (
 // Event reasons, as `kubectl get events --field-selector reason=...`
 // finds them.
 const (
-	ReasonGPUUnhealthy         = "GPUUnhealthy"
-	ReasonGPULost              = "GPULost"
-	ReasonGPUHealthy           = "GPUHealthy"
-	ReasonGPUMemoryOverLimit   = "GPUMemoryOverLimit"
-	ReasonGPUMemoryLimitKilled = "GPUMemoryLimitKilled"
-	ReasonGPUMemoryLimitSet    = "GPUMemoryLimitSet"
-	ReasonGPUMemoryLimitFailed = "GPUMemoryLimitFailed"
-	ReasonMIGLayoutChanged     = "MIGLayoutChanged"
-	ReasonNodeTainted          = "GPUNodeTainted"
-	ReasonNodeTaintRemoved     = "GPUNodeTaintRemoved"
+	ReasonGPUUnhealthy             = "GPUUnhealthy"
+	ReasonGPULost                  = "GPULost"
+	ReasonGPUHealthy               = "GPUHealthy"
+	ReasonGPUMemoryOverLimit       = "GPUMemoryOverLimit"
+	ReasonGPUMemoryLimitKilled     = "GPUMemoryLimitKilled"
+	ReasonGPUMemoryLimitSet        = "GPUMemoryLimitSet"
+	ReasonGPUMemoryLimitFailed     = "GPUMemoryLimitFailed"
+	ReasonGPUMemoryBorrowerEvicted = "GPUMemoryBorrowerEvicted"
+	ReasonMIGLayoutChanged         = "MIGLayoutChanged"
+	ReasonNodeTainted              = "GPUNodeTainted"
+	ReasonNodeTaintRemoved         = "GPUNodeTaintRemoved"
 )
 
 // GPUHealth records a GPU's or MIG device's health change on the Node: a
@@ -98,6 +99,20 @@ func (r *Recorder) MemoryLimitFailed(namespace, pod, podUID, container string, g
 	r.emit(podRef(namespace, pod, podUID, container), corev1.EventTypeWarning, ReasonGPUMemoryLimitFailed, "SetMemoryLimit",
 		fmt.Sprintf("GPU memory limit on %s not set, the container runs without the driver's limit (MPS limits and the memory watchdog still apply) and the agent retries: %v",
 			strings.Join(gpus, ","), err))
+}
+
+// MemoryBorrowerEvicted records that a container lost the GPU memory it
+// borrowed above its soft limit while the GPU was under pressure: the
+// driver evicts borrowers first (their processes are killed) to give
+// others their guaranteed share. beforeBytes and afterBytes are what it
+// held on the GPU at the agent's poll before and after.
+func (r *Recorder) MemoryBorrowerEvicted(namespace, pod, podUID, container, gpuUUID string, softBytes, beforeBytes, afterBytes uint64) {
+	if r == nil {
+		return
+	}
+	r.emit(podRef(namespace, pod, podUID, container), corev1.EventTypeWarning, ReasonGPUMemoryBorrowerEvicted, "Evict",
+		fmt.Sprintf("GPU memory borrowed above the guaranteed %d MiB on GPU %s was taken back under memory pressure: the container held %d MiB and now %d MiB; the driver evicts containers above their request first, so a pod that must not be evicted should request what it uses",
+			softBytes>>20, gpuUUID, beforeBytes>>20, afterBytes>>20))
 }
 
 // MIGLayoutChanged records a GPU's new MIG layout on the Node; from and to

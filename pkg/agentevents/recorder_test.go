@@ -146,6 +146,16 @@ func TestPodEvents(t *testing.T) {
 	if e := waitEvent(t, client, ReasonGPUMemoryLimitFailed); e.Type != corev1.EventTypeWarning || !strings.Contains(e.Note, "ERROR_NO_PERMISSION") {
 		t.Errorf("limit failed event = %s %q", e.Type, e.Note)
 	}
+	r.MemoryBorrowerEvicted("team-a", "trainer", "pod-uid-7", "main", gpuA, 20<<30, 50<<30, 0)
+	e = waitEvent(t, client, ReasonGPUMemoryBorrowerEvicted)
+	if e.Type != corev1.EventTypeWarning || e.Regarding.FieldPath != "spec.containers{main}" || e.Regarding.UID != "pod-uid-7" {
+		t.Errorf("borrower evicted event %s regarding %+v, want a Warning on container main of the pod", e.Type, e.Regarding)
+	}
+	for _, s := range []string{gpuA, "20480 MiB", "51200 MiB", "now 0 MiB"} {
+		if !strings.Contains(e.Note, s) {
+			t.Errorf("borrower evicted note %q does not say %s", e.Note, s)
+		}
+	}
 
 	// A pod the watchdog could not name goes on the node, with its UID.
 	r.WatchdogOverLimit(timeslice.Violation{DeviceUUID: gpuB, PodUID: "pod-uid-9", PIDs: []uint32{3}, UsedBytes: 2 << 30, LimitBytes: 1 << 30}, timeslice.EnforceKill)
@@ -249,6 +259,7 @@ func TestNilRecorderDoesNothing(t *testing.T) {
 	r.WatchdogKilled(timeslice.Violation{}, 1, 1)
 	r.MemoryLimitSet("ns", "p", "u", "c", gpuA, 1, 1)
 	r.MemoryLimitFailed("ns", "p", "u", "c", nil, errors.New("x"))
+	r.MemoryBorrowerEvicted("ns", "p", "u", "c", gpuA, 1, 2, 0)
 	r.MIGLayoutChanged(gpuA, "a", "b")
 }
 

@@ -48,6 +48,7 @@ import (
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/memlimit"
 	"github.com/gpud/gpud/pkg/timeslice"
 	"github.com/gpud/gpud/pkg/usage"
 )
@@ -202,6 +203,8 @@ type Enforcer struct {
 	dra   draState
 
 	unlimited atomic.Int64 // containers whose memory limits failed
+
+	lastUse map[string]memlimit.Sample // by GPU UUID: the last poll of limited containers' use (evict.go)
 }
 
 // New checks cfg and probes the kernel once.
@@ -318,6 +321,7 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 	}
 	if complete {
 		e.warned["scan"] = false
+		e.watchEvictions()
 	}
 	// Containers whose cgroup is gone: release. A tree that could not be
 	// read releases nothing.

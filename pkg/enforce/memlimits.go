@@ -34,6 +34,9 @@ var _ MemoryLimits = (*memlimit.Manager)(nil)
 type LimitEvents interface {
 	MemoryLimitSet(namespace, pod, podUID, container, gpuUUID string, softBytes, hardBytes uint64)
 	MemoryLimitFailed(namespace, pod, podUID, container string, gpus []string, err error)
+	// MemoryBorrowerEvicted: the container, above its soft limit on the
+	// GPU, lost memory to the driver's eviction under pressure.
+	MemoryBorrowerEvicted(namespace, pod, podUID, container, gpuUUID string, softBytes, beforeBytes, afterBytes uint64)
 }
 
 // limitsOwner is the container whose limits applyLimits sets.
@@ -49,11 +52,12 @@ type Metrics struct {
 	sets      *prometheus.CounterVec
 	unlimited prometheus.Gauge
 	limits    *prometheus.GaugeVec
+	evictions prometheus.Counter
 }
 
 // NewMetrics registers gpud_memory_limit_sets_total,
-// gpud_memory_limit_unset_containers and gpud_container_memory_limit_bytes
-// on reg. Both results start at 0, so the first failure is an increase
+// gpud_memory_limit_unset_containers, gpud_container_memory_limit_bytes
+// and gpud_memory_borrower_evictions_total on reg. Both results start at 0, so the first failure is an increase
 // that alerts can see.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
@@ -69,11 +73,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "gpud_container_memory_limit_bytes",
 			Help: "A container's driver-enforced GPU memory limit on one GPU, in bytes: kind soft is guaranteed (the fraction's request), kind hard is where allocations fail (as asked; the driver caps the sum at the GPU's memory). Present while the limit is set.",
 		}, []string{"namespace", "pod", "container", "UUID", "kind"}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpud_memory_borrower_evictions_total",
+			Help: "Containers above their soft GPU memory limit (borrowing past their request) seen to lose that memory while their GPU was under memory pressure: the driver evicts borrowers first. Seen by polling the driver's per-cgroup use, so a borrower evicted and restarted within one poll is not counted.",
+		}),
 	}
 	for _, r := range []string{"success", "failure"} {
 		m.sets.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.sets, m.unlimited, m.limits} {
+	for _, c := range []prometheus.Collector{m.sets, m.unlimited, m.limits, m.evictions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("enforce: register metrics: %w", err)
 		}
@@ -90,6 +98,12 @@ func (m *Metrics) observeSet(ok bool) {
 		r = "failure"
 	}
 	m.sets.WithLabelValues(r).Inc()
+}
+
+func (m *Metrics) observeEviction() {
+	if m != nil {
+		m.evictions.Inc()
+	}
 }
 
 // setLimit records a container's limits on one GPU.

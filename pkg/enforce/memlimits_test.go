@@ -379,6 +379,10 @@ func (f *fakeLimitEvents) MemoryLimitFailed(ns, pod, uid, ctr string, gpus []str
 	f.got = append(f.got, fmt.Sprintf("failed %s/%s/%s/%s %v: %v", ns, pod, uid, ctr, gpus, err))
 }
 
+func (f *fakeLimitEvents) MemoryBorrowerEvicted(ns, pod, uid, ctr, gpu string, soft, before, after uint64) {
+	f.got = append(f.got, fmt.Sprintf("evicted %s/%s/%s/%s %s soft=%d before=%d after=%d", ns, pod, uid, ctr, gpu, soft, before, after))
+}
+
 // TestMemoryLimitsUnreadableCheckpoint: when the driver's checkpoint
 // cannot be read, the container with a share is counted as unlimited (and
 // retried), while filters and other containers go on.

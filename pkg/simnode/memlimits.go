@@ -60,9 +60,9 @@ func driverBranch(v string) (int, error) {
 // limit below what the cgroup holds already takes nothing back; its next
 // allocations fail until it is under the limit again (the simulator's
 // choice: the driver's behaviour there is not documented). The soft limit
-// is kept and reported but not acted on: the simulator does not evict a
-// cgroup above it under memory pressure, as the driver may. Limits are
-// kept in the state file.
+// is guaranteed: under memory pressure, processes of cgroups above theirs
+// (borrowers) are evicted to make room for a cgroup within its own (see
+// [Device.makeRoomLocked]). Limits are kept in the state file.
 func (d *Device) setMemoryLimitsFuncs() {
 	d.SetMemoryLimits_v1Func = func(namespace string, soft, hard uint64) nvml.Return {
 		if r := d.lostOr("SetMemoryLimits_v1"); r != nvml.SUCCESS {

@@ -95,8 +95,10 @@ func (d *Device) setComputeModeFuncs() {
 // NVML code a caller can test) when the compute mode refuses it
 // (ERROR_IN_USE), when the memory is not free or is above the process's
 // pinned MPS limit or its cgroup's hard memory limit (ERROR_MEMORY), and
-// for malformed MPS variables
-// (ERROR_INVALID_ARGUMENT), naming the variable.
+// for malformed MPS variables (ERROR_INVALID_ARGUMENT), naming the
+// variable. Memory held by borrowers (cgroups above their soft limit) is
+// not free to them: a process that stays within its cgroup's soft limit
+// gets it, the driver evicting borrowers ([Node.Evictions]).
 func (n *Node) StartProcess(index int, p ProcessSpec) error {
 	d, err := n.device(index)
 	if err != nil {
@@ -112,14 +114,14 @@ func (n *Node) StartProcess(index int, p ProcessSpec) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if free := d.memoryLocked().Free; p.MemoryBytes > free {
-		return fmt.Errorf("simnode: gpu %d: %d bytes requested, %d free: %w", index, p.MemoryBytes, free, nvml.ERROR_MEMORY)
-	}
 	if err := d.chargeLocked(p.Cgroup, p.MemoryBytes); err != nil {
 		return fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
 	}
 	if err := d.admitLocked(proc.mps); err != nil {
 		return fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
+	}
+	if free := d.memoryLocked().Free; p.MemoryBytes > free && !d.makeRoomLocked(p.PID, p.Cgroup, p.MemoryBytes, free) {
+		return fmt.Errorf("simnode: gpu %d: %d bytes requested, %d free: %w", index, p.MemoryBytes, free, nvml.ERROR_MEMORY)
 	}
 	d.procs[p.PID] = proc
 	return nil
@@ -145,7 +147,8 @@ func (d *Device) admitLocked(mps bool) error {
 // does: above an MPS client's pinned memory limit, above the hard memory
 // limit of its cgroup (or of one above it), or above the GPU's (or MIG
 // device's) free memory, it fails with ERROR_MEMORY and nothing is
-// allocated.
+// allocated; as with [Node.StartProcess], a process within its cgroup's
+// soft limit gets memory that borrowers hold, the driver evicting them.
 func (n *Node) Allocate(pid uint32, bytes uint64) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -162,11 +165,11 @@ func (n *Node) Allocate(pid uint32, bytes uint64) error {
 		if p.gi >= 0 {
 			free = d.migFreeLocked(p.gi)
 		}
-		if bytes > free {
-			return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, %d free: %w", d.index, pid, bytes, free, nvml.ERROR_MEMORY)
-		}
 		if err := d.chargeLocked(p.cgroup, bytes); err != nil {
 			return fmt.Errorf("simnode: gpu %d: pid %d: %w", d.index, pid, err)
+		}
+		if bytes > free && (p.gi >= 0 || !d.makeRoomLocked(pid, p.cgroup, bytes, free)) {
+			return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, %d free: %w", d.index, pid, bytes, free, nvml.ERROR_MEMORY)
 		}
 		p.memBytes += bytes
 		d.procs[pid] = p

@@ -8,7 +8,8 @@
 // active-thread percentage: see [Node.StartProcess]), per-cgroup GPU memory
 // limits as drivers from r615 enforce them (SetMemoryLimits_v1, see
 // [MemoryLimitsMinDriver]; a process's allocations past its cgroup's hard
-// limit fail), telemetry that
+// limit fail, and borrowers above their soft limit are evicted under
+// memory pressure: [Node.Evictions]), telemetry that
 // changes deterministically with time, Xid and ECC events, GPUs that fall
 // off the bus, injectable NVML errors and latency, and an optional state
 // file so the MIG layout, compute modes and memory limits survive a
@@ -55,6 +56,8 @@ type Node struct {
 	closeOnce sync.Once
 
 	gpm gpmRegistry // GPM samples and counters (gpm.go), guarded by mu
+
+	evictions []Eviction // processes evicted under memory pressure (evict.go), guarded by mu
 }
 
 var _ nvml.Interface = (*Node)(nil)

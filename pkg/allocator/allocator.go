@@ -55,6 +55,11 @@ func New(c *Cluster, p Policy, rng *rand.Rand) *Allocator {
 	return &Allocator{c: c, p: p, rng: rng, types: map[reqKey]int{}}
 }
 
+// SetRand makes rng break ties and drive random policies from now on, so
+// that one allocator, and the verdicts it caches per node version, can
+// serve calls that each bring their own generator.
+func (a *Allocator) SetRand(rng *rand.Rand) { a.rng = rng }
+
 // Cluster returns the cluster the allocator places on.
 func (a *Allocator) Cluster() *Cluster { return a.c }
 

@@ -132,6 +132,8 @@ type View struct {
 	// otherDevices: another driver publishes devices, so a claim no gpud
 	// device matches may be theirs (see [Other]).
 	otherDevices bool
+	// models are the allocator models placements share (see [model]).
+	models []*model
 }
 
 type gpuLabelKey struct {

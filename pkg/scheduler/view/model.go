@@ -50,35 +50,43 @@ func (b bind) equal(o bind) bool {
 // matchAttribute); a retry that excludes GPUs or nodes makes its own.
 const maxModels = 4
 
-// cluster returns the allocator model for one item, as a cluster built
-// afresh would be: the schedulable nodes with a device the item may use,
-// each GPU marked unhealthy unless the item may use one of its devices, and
-// what u takes bound. refs[i] is cluster node i. The allocator breaks ties
-// with opt.Rand.
+// cluster returns the allocator model for one item: the schedulable nodes
+// with a device the item may use, each GPU marked unhealthy unless the item
+// may use one of its devices, and what u takes bound. Its allocator
+// considers only the nodes the item may go to (not banned, pin if set, and
+// accepted by opt.NodeFilter): they are a mask on the model, not a model of
+// their own, so that pods whose filters differ (their CPU and memory left
+// on each node, affinity, taints) share one. refs[i] is cluster node i. The
+// allocator breaks ties with opt.Rand.
 func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, pin string, excluded map[gpuRef]bool) (*model, error) {
 	m := opt.Measured.of(v)
 	var nodes []allocator.Node
 	var refs []*Node
+	var allowed []bool
+	anyAllowed := false
 	for _, n := range v.nodes {
-		if n.Unschedulable || banned[n.Name] || (pin != "" && n.Name != pin) || (opt.NodeFilter != nil && !opt.NodeFilter(n)) {
+		if n.Unschedulable {
 			continue
 		}
+		ok := !banned[n.Name] && (pin == "" || n.Name == pin) && (opt.NodeFilter == nil || opt.NodeFilter(n))
 		an := allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: make([]allocator.GPU, len(n.GPUs))}
 		usable := it == nil // a pod without devices may go to any node
 		for g := range n.GPUs {
 			gp := &n.GPUs[g]
-			ok := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
+			use := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
 			labels := v.gpuLabels(it.domain(n, gp), it.isMIG())
 			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
-				Labels: labels, Unhealthy: !ok}
-			usable = usable || ok
+				Labels: labels, Unhealthy: !use}
+			usable = usable || use
 		}
 		if usable {
 			nodes = append(nodes, an)
 			refs = append(refs, n)
+			allowed = append(allowed, ok)
+			anyAllowed = anyAllowed || ok
 		}
 	}
-	if len(nodes) == 0 {
+	if !anyAllowed {
 		return nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
 	}
 	md, err := v.modelFor(nodes, refs, opt)
@@ -87,6 +95,9 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	}
 	var want []bind
 	for i, n := range refs {
+		if !allowed[i] {
+			continue // brought up to date when a placement may use it
+		}
 		want = want[:0]
 		for g := range n.GPUs {
 			if !nodes[i].GPUs[g].Unhealthy {
@@ -103,6 +114,9 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 		md.update(i, want)
 	}
 	md.alloc.SetRand(opt.Rand)
+	if err := md.alloc.SetCandidates(allowed); err != nil {
+		return nil, err
+	}
 	return md, nil
 }
 

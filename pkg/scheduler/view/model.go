@@ -3,6 +3,7 @@ package view
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 
 	"github.com/gpud/gpud/pkg/allocator"
@@ -186,6 +187,11 @@ func sameSlice[T any](a, b []T) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
+// sameMap compares maps, the same map (the view's shared labels) first.
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() || maps.Equal(a, b)
+}
+
 // sameNode compares what [allocator.NewCluster] reads of a node. The
 // view's GPU labels are shared maps, one per grouping value and MIG mode,
 // so they compare by content cheaply.
@@ -199,7 +205,7 @@ func sameNode(a, b allocator.Node) bool {
 			x.Unhealthy != y.Unhealthy || len(x.Labels) != len(y.Labels) {
 			return false
 		}
-		if !maps.Equal(x.Labels, y.Labels) {
+		if !sameMap(x.Labels, y.Labels) {
 			return false
 		}
 	}

@@ -19,6 +19,9 @@ import (
 // placement to the next instead of every node being scored again on a
 // cluster built afresh.
 type model struct {
+	// key hashes nodes (names, usable GPUs, grouping values) to tell
+	// models apart before comparing them.
+	key     uint64
 	nodes   []allocator.Node // what the cluster was built from
 	refs    []*Node
 	policy  string
@@ -47,9 +50,22 @@ func (b bind) equal(o bind) bool {
 }
 
 // maxModels bounds the models a view keeps; past it the oldest goes. Items
-// of one cycle mostly share a few (whole GPUs and fractions, MIG, a
-// matchAttribute); a retry that excludes GPUs or nodes makes its own.
-const maxModels = 4
+// of one cycle mostly share a few (whole GPUs and fractions, MIG shapes, a
+// matchAttribute); a retry that excludes GPUs makes its own.
+const maxModels = 16
+
+// FNV-1a, folded over what tells models apart.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
+}
 
 // cluster returns the allocator model for one item: the schedulable nodes
 // with a device the item may use, each GPU marked unhealthy unless the item
@@ -65,6 +81,7 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	var refs []*Node
 	var allowed []bool
 	anyAllowed := false
+	key := uint64(fnvOffset)
 	for _, n := range v.nodes {
 		if n.Unschedulable {
 			continue
@@ -75,12 +92,19 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 		for g := range n.GPUs {
 			gp := &n.GPUs[g]
 			use := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
-			labels := v.gpuLabels(it.domain(n, gp), it.isMIG())
+			domain := it.domain(n, gp)
+			labels := v.gpuLabels(domain, it.isMIG())
+			if use {
+				key = fnvString((key^1)*fnvPrime, domain)
+			} else {
+				key = (key ^ 2) * fnvPrime
+			}
 			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
 				Labels: labels, Unhealthy: !use}
 			usable = usable || use
 		}
 		if usable {
+			key = fnvString(key, n.Name)
 			nodes = append(nodes, an)
 			refs = append(refs, n)
 			allowed = append(allowed, ok)
@@ -90,7 +114,10 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	if !anyAllowed {
 		return nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
 	}
-	md, err := v.modelFor(nodes, refs, opt)
+	if it.isMIG() {
+		key = (key ^ 3) * fnvPrime
+	}
+	md, err := v.modelFor(key, nodes, refs, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +148,12 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	return md, nil
 }
 
-// modelFor returns the view's model built from nodes with opt's policy and
-// typical workload, building it when the view has none.
-func (v *View) modelFor(nodes []allocator.Node, refs []*Node, opt Options) (*model, error) {
+// modelFor returns the view's model built from nodes (whose hash is key)
+// with opt's policy and typical workload, building it when the view has
+// none.
+func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Options) (*model, error) {
 	for _, md := range v.models {
-		if md.policy == opt.Policy && sameSlice(md.typical, opt.Typical) && slices.EqualFunc(md.nodes, nodes, sameNode) {
+		if md.key == key && md.policy == opt.Policy && sameSlice(md.typical, opt.Typical) && slices.EqualFunc(md.nodes, nodes, sameNode) {
 			md.refs = refs
 			return md, nil
 		}
@@ -138,7 +166,7 @@ func (v *View) modelFor(nodes []allocator.Node, refs []*Node, opt Options) (*mod
 	if err != nil {
 		return nil, err
 	}
-	md := &model{nodes: nodes, refs: refs, policy: opt.Policy, typical: opt.Typical, cl: cl,
+	md := &model{key: key, nodes: nodes, refs: refs, policy: opt.Policy, typical: opt.Typical, cl: cl,
 		alloc: allocator.New(cl, pol, opt.Rand), want: make([][]bind, len(nodes)), held: make([][]bind, len(nodes))}
 	if len(v.models) == maxModels {
 		v.models = slices.Delete(v.models, 0, 1)

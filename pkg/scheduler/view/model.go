@@ -77,7 +77,9 @@ func fnvString(h uint64, s string) uint64 {
 // allocator breaks ties with opt.Rand.
 func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, pin string, excluded map[gpuRef]bool) (*model, error) {
 	m := opt.Measured.of(v)
-	var nodes []allocator.Node
+	// The node list is built in the view's scratch space: most calls find
+	// their model, and only a new model keeps a copy.
+	nodes := v.scratch[:0]
 	var refs []*Node
 	var allowed []bool
 	anyAllowed := false
@@ -87,7 +89,14 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 			continue
 		}
 		ok := !banned[n.Name] && (pin == "" || n.Name == pin) && (opt.NodeFilter == nil || opt.NodeFilter(n))
-		an := allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: make([]allocator.GPU, len(n.GPUs))}
+		var gpus []allocator.GPU
+		if k := len(nodes); k < cap(nodes) {
+			gpus = nodes[:k+1][k].GPUs
+		}
+		if cap(gpus) < len(n.GPUs) {
+			gpus = make([]allocator.GPU, len(n.GPUs))
+		}
+		an := allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: gpus[:len(n.GPUs)]}
 		usable := it == nil // a pod without devices may go to any node
 		for g := range n.GPUs {
 			gp := &n.GPUs[g]
@@ -114,6 +123,7 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	if !anyAllowed {
 		return nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
 	}
+	v.scratch = nodes
 	if it.isMIG() {
 		key = (key ^ 3) * fnvPrime
 	}
@@ -157,6 +167,11 @@ func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Op
 			md.refs = refs
 			return md, nil
 		}
+	}
+	// nodes is the view's scratch space: the model keeps its own copy.
+	nodes = slices.Clone(nodes)
+	for i := range nodes {
+		nodes[i].GPUs = slices.Clone(nodes[i].GPUs)
 	}
 	cl, err := allocator.NewCluster(nodes)
 	if err != nil {

@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity codelint clean fuzz fuzz-list sched-bench proto stream-scale fgd-table fgd-families predict-table objectives-table tidy-check
+.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity codelint clean fuzz fuzz-list sched-bench scale-bench proto stream-scale fgd-table fgd-families predict-table objectives-table tidy-check
 
 all: build
 
@@ -289,6 +289,27 @@ sched-bench: build
 	GPUD_REQUIRE_K8S=1 ./bin/schedbench.test -test.run '^TestCompare$$' -test.v -test.timeout 30m -compare \
 		-gpud $(CURDIR)/$(BIN) -data $(FGD_DATA) -pods $(SCHED_BENCH_PODS) -constrained $(SCHED_BENCH_CONSTRAINED) \
 		-logdir $(CURDIR)/.run/sched-bench -out $(CURDIR)/.run/sched-bench/table.txt $(SCHED_BENCH_ARGS)
+
+## scale-bench: issue 25's side-by-side run at a node count of its own:
+## NODES GPU nodes built from openb's node models (the same model mix, its
+## 1,213 GPU nodes repeated), PODS pods sampled from its pod list (copied past
+## its length), ResourceSlices written directly (no agents). Both schedulers
+## run in turn on one kube-apiserver and print one table: pods/s and the ratio
+## to kube-scheduler, the longest pause between binds, the time from start to
+## the first bind, feed latency p50/p99 (SCALE_BENCH_FEED pods, one at a
+## time), peak RSS, CPU-seconds per 1,000 pods, unallocated GPU % at the first
+## failure. `make scale-bench NODES=2000 PODS=4000`; logs and the table go to
+## .run/scale-bench.
+NODES ?= 1000
+PODS ?= 2000
+SCALE_BENCH_FEED ?= 200
+SCALE_BENCH_IDLE ?= 30s
+scale-bench: build
+	@mkdir -p .run/scale-bench
+	$(GO) test -c -o bin/schedbench.test ./test/schedbench
+	GPUD_REQUIRE_K8S=1 ./bin/schedbench.test -test.run '^TestCompare$$' -test.v -test.timeout 60m -compare \
+		-gpud $(CURDIR)/$(BIN) -data $(FGD_DATA) -nodes $(NODES) -pods $(PODS) -feed $(SCALE_BENCH_FEED) -idle $(SCALE_BENCH_IDLE) \
+		-logdir $(CURDIR)/.run/scale-bench -out $(CURDIR)/.run/scale-bench/table.txt $(SCALE_BENCH_ARGS)
 
 ## image: gpud's container image without a container engine (hack/image):
 ## an OCI image layout in bin/image/oci and a `docker load` tarball

@@ -20,6 +20,9 @@ type Allocator struct {
 	rank []int
 	// narrow is [Allocator.variant]'s mask buffer.
 	narrow classSet
+	// candidates, if set, are the nodes Decide may choose
+	// ([Allocator.SetCandidates]).
+	candidates []bool
 }
 
 // SetTieOrder makes ties go to the node of lowest rank[i] instead of a
@@ -55,6 +58,25 @@ func New(c *Cluster, p Policy, rng *rand.Rand) *Allocator {
 	return &Allocator{c: c, p: p, rng: rng, types: map[reqKey]int{}}
 }
 
+// SetRand makes rng break ties and drive random policies from now on, so
+// that one allocator, and the verdicts it caches per node version, can
+// serve calls that each bring their own generator.
+func (a *Allocator) SetRand(rng *rand.Rand) { a.rng = rng }
+
+// SetCandidates limits the nodes [Allocator.Decide] considers to those i
+// with candidates[i] (nil: every node), as a cluster of those nodes alone
+// would, except that the policy's workload was measured on the whole
+// cluster. Nodes left out are neither scored nor counted in a
+// [*NoFitError]; their cached verdicts stay. One allocator can so serve
+// pods whose node filters differ.
+func (a *Allocator) SetCandidates(candidates []bool) error {
+	if candidates != nil && len(candidates) != a.c.Len() {
+		return fmt.Errorf("candidates: %d for %d nodes: %w", len(candidates), a.c.Len(), ErrInvalid)
+	}
+	a.candidates = candidates
+	return nil
+}
+
 // Cluster returns the cluster the allocator places on.
 func (a *Allocator) Cluster() *Cluster { return a.c }
 
@@ -82,8 +104,11 @@ func (a *Allocator) Decide(q Request) (Decision, error) {
 	_, random := a.p.(randomPolicy)
 	best, n, pick := math.Inf(-1), 0, -1
 	clear(a.fails[:])
-	vers, memFree := a.c.versions, a.c.memFree
+	vers, memFree, cand := a.c.versions, a.c.memFree, a.candidates
 	for i := range a.c.state {
+		if cand != nil && !cand[i] {
+			continue
+		}
 		e := cachedAt(cache, i)
 		if e == nil || e.version != vers[i] {
 			// Changed since this request type last saw it, or no cache.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -48,6 +49,8 @@ var (
 	flagFeedWait    = flag.Duration("feed-timeout", 60*time.Second, "how long a fed pod may stay neither bound nor unschedulable")
 	flagLogDir      = flag.String("logdir", "", "where scheduler logs go (default: the environment's temp dir)")
 	flagOut         = flag.String("out", "", "also write the table to this file")
+	flagNodes       = flag.Int("nodes", 0, "synthetic cluster of this many GPU nodes built from -node-list's models (make scale-bench); 0 sizes the cluster from -pods and -fill")
+	flagFeed        = flag.Int("feed", 0, "pods fed one at a time after the burst (the sample's first, in trace order); 0 feeds them all")
 	flagConstrained = flag.Float64("constrained", 0, "share of the pods, in groups of 4 replicas, with required anti-affinity or a DoNotSchedule spread on hostnames")
 )
 
@@ -75,8 +78,17 @@ func TestCompare(t *testing.T) {
 	}
 	// The cluster is sized by a first draw; the pods are then drawn again
 	// (same seed) from those that fit on one of its nodes when empty.
-	nodes := PickNodes(allNodes, int(GPUDemand(Sample(allPods, *flagPods, *flagSeed))**flagFill), *flagSeed)
-	pods := Sample(Fitting(allPods, nodes), *flagPods, *flagSeed)
+	var nodes []trace.Node
+	var pods []trace.Pod
+	if *flagNodes > 0 {
+		// make scale-bench: the node count is given; the pods are drawn
+		// (with copies past the list's length) from those that fit.
+		nodes = ScaleNodes(allNodes, *flagNodes, *flagSeed)
+		pods = SampleScaled(Fitting(allPods, nodes), *flagPods, *flagSeed)
+	} else {
+		nodes = PickNodes(allNodes, int(GPUDemand(Sample(allPods, *flagPods, *flagSeed))**flagFill), *flagSeed)
+		pods = Sample(Fitting(allPods, nodes), *flagPods, *flagSeed)
+	}
 	demand := GPUDemand(pods)
 	totalGPUs := 0
 	for _, n := range nodes {
@@ -113,8 +125,8 @@ func TestCompare(t *testing.T) {
 		t.Logf("schedbench: %s: %+v", s.name, r)
 		results = append(results, r)
 	}
-	table := fmt.Sprintf("schedbench: %d pods sampled from %s (seed %d, %.0f GPUs asked), %d nodes / %d GPUs (%s), Kubernetes %s\n%s",
-		len(pods), *flagPodList, *flagSeed, demand, len(nodes), totalGPUs, *flagNodeList, k8senv.KubeVersion(), Table(results))
+	table := fmt.Sprintf("schedbench: %d pods sampled from %s (seed %d, %.0f GPUs asked), %d nodes / %d GPUs (%s), Kubernetes %s\n%s\n%s",
+		len(pods), *flagPodList, *flagSeed, demand, len(nodes), totalGPUs, *flagNodeList, k8senv.KubeVersion(), Table(results), ScaleTable(results))
 	fmt.Print(table)
 	if *flagOut != "" {
 		if err := os.WriteFile(*flagOut, []byte(table), 0o644); err != nil {
@@ -231,24 +243,39 @@ func parallel(workers, n int, fn func(i int) error) error {
 type sched struct {
 	name          string // in the table
 	schedulerName string // pods' spec.schedulerName
-	start         func() (*k8senv.Proc, error)
+	// start starts the scheduler; pid then gives its process id.
+	start func() (*k8senv.Proc, error)
+	pid   func() int
+}
+
+// pidOf is a [k8senv.ProcOptions] Setup that remembers the command, and the
+// process id it has once started.
+func pidOf() (setup func(*exec.Cmd), pid func() int) {
+	var cmd *exec.Cmd
+	return func(c *exec.Cmd) { cmd = c }, func() int {
+		if cmd == nil || cmd.Process == nil {
+			return 0
+		}
+		return cmd.Process.Pid
+	}
 }
 
 func (b *bench) scheduler(name, logDir string) (sched, bool) {
+	setup, pid := pidOf()
 	switch name {
 	case "kube-scheduler":
-		return sched{name: name, schedulerName: corev1.DefaultSchedulerName, start: func() (*k8senv.Proc, error) {
-			return b.startKubeScheduler(logDir)
+		return sched{name: name, schedulerName: corev1.DefaultSchedulerName, pid: pid, start: func() (*k8senv.Proc, error) {
+			return b.startKubeScheduler(logDir, setup)
 		}}, true
 	case "gpud":
 		if *flagGpud == "" {
 			return sched{}, false
 		}
-		return sched{name: "gpud scheduler", schedulerName: "gpud-scheduler", start: func() (*k8senv.Proc, error) {
+		return sched{name: "gpud scheduler", schedulerName: "gpud-scheduler", pid: pid, start: func() (*k8senv.Proc, error) {
 			args := []string{"scheduler", "--kubeconfig=" + b.env.Kubeconfig, "--leader-elect=false",
 				"--metrics-addr=127.0.0.1:0"}
 			args = append(args, strings.Fields(*flagGpudArgs)...)
-			return k8senv.StartProc("gpud scheduler", *flagGpud, args, filepath.Join(logDir, "gpud-scheduler.log"), k8senv.ProcOptions{Truncate: true})
+			return k8senv.StartProc("gpud scheduler", *flagGpud, args, filepath.Join(logDir, "gpud-scheduler.log"), k8senv.ProcOptions{Truncate: true, Setup: setup})
 		}}, true
 	}
 	b.t.Fatalf("unknown scheduler %q (kube-scheduler, gpud)", name)
@@ -257,7 +284,7 @@ func (b *bench) scheduler(name, logDir string) (sched, bool) {
 
 // startKubeScheduler runs kube-scheduler with its default profile and
 // plugins; only the client rate limits are set (-kube-qps, -kube-burst).
-func (b *bench) startKubeScheduler(logDir string) (*k8senv.Proc, error) {
+func (b *bench) startKubeScheduler(logDir string, setup func(*exec.Cmd)) (*k8senv.Proc, error) {
 	conf := filepath.Join(logDir, "kube-scheduler.yaml")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -283,7 +310,7 @@ leaderElection:
 		"--cert-dir=" + filepath.Join(logDir, "kube-scheduler-certs"),
 		"--feature-gates=" + strings.Join(gates, ","),
 		"--v=1",
-	}, filepath.Join(logDir, "kube-scheduler.log"), k8senv.ProcOptions{Truncate: true})
+	}, filepath.Join(logDir, "kube-scheduler.log"), k8senv.ProcOptions{Truncate: true, Setup: setup})
 }
 
 // run measures one scheduler: the burst, then the feed.
@@ -315,11 +342,17 @@ func (b *bench) run(s sched) Result {
 			r.Bound, r.FirstBind, r.LastBind = n, first.Sub(begin), last.Sub(begin)
 			times := b.tr.bindTimes(uids)
 			r.Bind90 = times[Count90(n)-1].Sub(begin)
+			r.LongestPause = LongestPause(times)
 			break
 		}
 		if n == 0 && time.Since(begin) > 3*time.Minute {
 			t.Fatalf("%s bound no pod in 3 minutes\n%s\n%s", s.name, b.env.DescribePod(namespace, ObjectName(b.pods[0])), p.Tail(40))
 		}
+	}
+	if u, err := ReadProcUsage(s.pid()); err != nil {
+		t.Errorf("%s: %v", s.name, err)
+	} else {
+		r.PeakRSSBytes, r.BurstCPU = u.PeakRSSBytes, u.CPU
 	}
 	r.UnallocatedAfterBurst, r.OverAllocated = b.unallocated()
 	t.Logf("schedbench: %s: burst: %d/%d bound, %.1f pods/s", s.name, r.Bound, r.Pods, r.PodsPerSecond())
@@ -330,7 +363,11 @@ func (b *bench) run(s sched) Result {
 	b.reset()
 	var lat []time.Duration
 	placed := 0
-	for i, tp := range b.pods {
+	feed := b.pods
+	if *flagFeed > 0 && *flagFeed < len(feed) {
+		feed = feed[:*flagFeed]
+	}
+	for i, tp := range feed {
 		start := time.Now()
 		uid := b.create(tp, s.schedulerName, b.constraints[i])
 		bound, msg := b.tr.waitDecided(t, uid, *flagFeedWait)

@@ -32,6 +32,14 @@ type Result struct {
 	OverAllocated          int // devices holding more than a whole GPU (must be 0)
 	FeedLatencyP50         time.Duration
 	FeedLatencyP99         time.Duration
+	// LongestPause is the longest time between two binds in the burst
+	// ([LongestPause]).
+	LongestPause time.Duration
+	// PeakRSSBytes and BurstCPU are the scheduler process's peak resident
+	// memory and CPU time (user and system) from its start to the burst's
+	// end.
+	PeakRSSBytes int64
+	BurstCPU     time.Duration
 }
 
 // PodsPerSecond is the burst's binding rate: pods bound after the first,

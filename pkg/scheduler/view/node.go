@@ -11,16 +11,18 @@ import (
 // without devices) does not.
 func (it *Item) isMIG() bool { return it != nil && it.Kind == MIG }
 
-// bindNodeUsed charges node i of cl with the CPU and memory used reports,
-// capped at the node's capacity (a node over-committed by pods bound
-// elsewhere has nothing left, not less than nothing).
-func bindNodeUsed(cl *allocator.Cluster, i int, n *Node, used func(*Node) (int64, int64)) {
+// nodeUsedBind appends the bind that charges cluster node i with the CPU
+// and memory used reports, capped at the node's capacity (a node
+// over-committed by pods bound elsewhere has nothing left, not less than
+// nothing; the GPU binds before it take no CPU or memory).
+func nodeUsedBind(dst []bind, i int, n *Node, used func(*Node) (int64, int64)) []bind {
 	cpu, mem := used(n)
-	cpu = min(max(cpu, 0), cl.FreeCPUMilli(i))
-	mem = min(max(mem, 0), cl.FreeMemoryMiB(i))
+	cpu = min(max(cpu, 0), n.CPUMilli)
+	mem = min(max(mem, 0), n.MemoryMiB)
 	if cpu > 0 || mem > 0 {
-		_ = cl.Bind(allocator.Decision{Node: i}, allocator.Request{CPUMilli: cpu, MemoryMiB: mem})
+		dst = append(dst, bind{allocator.Decision{Node: i}, allocator.Request{CPUMilli: cpu, MemoryMiB: mem}})
 	}
+	return dst
 }
 
 // PlaceNode chooses a node for a pod that has no gpud device left to
@@ -35,17 +37,13 @@ func (v *View) PlaceNode(req allocator.Request, opt Options) (string, error) {
 	if opt.Rand == nil {
 		opt.Rand = rand.New(rand.NewPCG(1, 2))
 	}
-	cl, refs, err := v.cluster(nil, v.usage, opt, nil, "", nil)
+	md, err := v.cluster(nil, v.usage, opt, nil, "", nil)
 	if err != nil {
 		return "", err
 	}
-	pol, err := allocator.NewPolicy(opt.Policy, cl.Workload(opt.Typical))
-	if err != nil {
-		return "", err
-	}
-	d, err := allocator.New(cl, pol, opt.Rand).Decide(req)
+	d, err := md.alloc.Decide(req)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoFit, err)
 	}
-	return refs[d.Node].Name, nil
+	return md.refs[d.Node].Name, nil
 }

@@ -154,19 +154,15 @@ func (v *View) placeShape(it *Item, u usage, j *undoLog, opt Options, banned map
 	excluded := map[gpuRef]bool{}
 	var last error
 	for range maxGPUTries {
-		cl, refs, err := v.cluster(it, u, opt, banned, pin, excluded)
+		md, err := v.cluster(it, u, opt, banned, pin, excluded)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", it.name(), err)
 		}
-		pol, err := allocator.NewPolicy(opt.Policy, cl.Workload(opt.Typical))
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", it.name(), err)
-		}
-		d, err := allocator.New(cl, pol, opt.Rand).Decide(it.Alloc)
+		d, err := md.alloc.Decide(it.Alloc)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w: %w", it.name(), ErrNoFit, err)
 		}
-		n := refs[d.Node]
+		n := md.refs[d.Node]
 		res, err := v.resolve(it, n, d, u, j, opt)
 		if err == nil {
 			return res, n.Name, nil
@@ -186,56 +182,6 @@ func (v *View) placeShape(it *Item, u usage, j *undoLog, opt Options, banned map
 
 // errGroup: no matchAttribute group on the node is large enough.
 var errGroup = errors.New("no group of devices with one value of the matchAttribute is large enough")
-
-// cluster builds the allocator's view for one item: the schedulable nodes
-// with a usable device, each GPU marked unhealthy unless the item may use
-// one of its devices, and what u takes bound.
-func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, pin string, excluded map[gpuRef]bool) (*allocator.Cluster, []*Node, error) {
-	m := opt.Measured.of(v)
-	var nodes []allocator.Node
-	var refs []*Node
-	for _, n := range v.nodes {
-		if n.Unschedulable || banned[n.Name] || (pin != "" && n.Name != pin) || (opt.NodeFilter != nil && !opt.NodeFilter(n)) {
-			continue
-		}
-		an := allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: make([]allocator.GPU, len(n.GPUs))}
-		usable := it == nil // a pod without devices may go to any node
-		for g := range n.GPUs {
-			gp := &n.GPUs[g]
-			ok := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
-			labels := v.gpuLabels(it.domain(n, gp), it.isMIG())
-			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
-				Labels: labels, Unhealthy: !ok}
-			usable = usable || ok
-		}
-		if usable {
-			nodes = append(nodes, an)
-			refs = append(refs, n)
-		}
-	}
-	if len(nodes) == 0 {
-		return nil, nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
-	}
-	cl, err := allocator.NewCluster(nodes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("allocator cluster: %w", err)
-	}
-	for i, n := range refs {
-		for g := range n.GPUs {
-			if !nodes[i].GPUs[g].Unhealthy {
-				var adj int64
-				if it != nil && it.Kind == Fraction {
-					adj = m.memAdjust(n.GPUs[g].wholeDev)
-				}
-				bindUsed(cl, i, n, g, it.isMIG(), u, adj)
-			}
-		}
-		if opt.NodeUsed != nil {
-			bindNodeUsed(cl, i, n, opt.NodeUsed)
-		}
-	}
-	return cl, refs, nil
-}
 
 // gpuUsable reports whether the item may use one of gp's devices (none
 // that m reports unhealthy).
@@ -315,13 +261,14 @@ func cutDomain(s string) (string, string, bool) {
 	return "", s, false
 }
 
-// bindUsed takes from GPU g of cluster node i what u holds on it: for a MIG
+// usedBinds appends the binds that take from GPU g of cluster node i what
+// u holds on it: for a MIG
 // item each allocated placement (the whole GPU as 7g at 0), otherwise the
 // larger of the shares' memory and cores fractions (a whole GPU for an
 // exclusive allocation or any MIG placement in use), with adj bytes added
 // to the shares' memory (measured use, see [Measured]). A bind that fails
 // means the state is already over-allocated; [Check] reports it.
-func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage, adj int64) {
+func usedBinds(dst []bind, i int, n *Node, g int, mig bool, u usage, adj int64) []bind {
 	gp := &n.GPUs[g]
 	var whole *devUse
 	if gp.wholeDev != nil {
@@ -329,17 +276,16 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage, a
 	}
 	if mig {
 		if gp.Whole != "" && whole != nil && whole.allocated() {
-			_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: 0}, allocator.Request{MIGProfile: "7g.80gb"})
-			return
+			return append(dst, bind{allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: 0}, allocator.Request{MIGProfile: "7g.80gb"}})
 		}
 		for _, d := range gp.migDevs {
 			if u.dev[d.id].allocated() {
 				if p := profileOf(d.ComputeSlices, d.Size); p >= 0 {
-					_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: d.Start}, allocator.Request{MIGProfile: allocator.MIGProfiles[p].Name})
+					dst = append(dst, bind{allocator.Decision{Node: i, GPUs: []int{g}, MIGStart: d.Start}, allocator.Request{MIGProfile: allocator.MIGProfiles[p].Name}})
 				}
 			}
 		}
-		return
+		return dst
 	}
 	milli := int64(0)
 	if u.migBusy(gp) {
@@ -356,8 +302,9 @@ func bindUsed(cl *allocator.Cluster, i int, n *Node, g int, mig bool, u usage, a
 		milli = max(milli, whole.sharedMilli(gp.wholeDev))
 	}
 	if milli > 0 {
-		_ = cl.Bind(allocator.Decision{Node: i, GPUs: []int{g}}, allocator.Request{NumGPU: 1, GPUMilli: milli})
+		dst = append(dst, bind{allocator.Decision{Node: i, GPUs: []int{g}}, allocator.Request{NumGPU: 1, GPUMilli: milli}})
 	}
+	return dst
 }
 
 // resolve turns the allocator's decision into devices on n, re-checked

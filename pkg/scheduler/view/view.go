@@ -132,6 +132,10 @@ type View struct {
 	// otherDevices: another driver publishes devices, so a claim no gpud
 	// device matches may be theirs (see [Other]).
 	otherDevices bool
+	// models are the allocator models placements share (see [model]);
+	// scratch is where [View.cluster] builds a node list.
+	models  []*model
+	scratch []allocator.Node
 }
 
 type gpuLabelKey struct {

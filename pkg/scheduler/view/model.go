@@ -1,0 +1,256 @@
+package view
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+
+	"github.com/gpud/gpud/pkg/allocator"
+)
+
+// model is an allocator model of the view that placements share: the
+// cluster built for one set of nodes (which GPUs an item may use, their
+// labels), its policy and its allocator, kept while the view lives. Each
+// placement brings the model up to date with the view's usage node by
+// node: a node whose binds changed is unbound and bound again (its version
+// bumped), the others are left alone, so the allocator's verdicts cached
+// per node version ([allocator.Allocator.Decide]) carry over from one
+// placement to the next instead of every node being scored again on a
+// cluster built afresh.
+type model struct {
+	// key hashes nodes (names, usable GPUs, grouping values) to tell
+	// models apart before comparing them.
+	key     uint64
+	nodes   []allocator.Node // what the cluster was built from
+	refs    []*Node
+	policy  string
+	typical []allocator.Request // the caller's slice (compared by identity)
+	cl      *allocator.Cluster
+	alloc   *allocator.Allocator
+	// want[i] are the binds node i was last asked to hold, in order;
+	// held[i] those of them the cluster took (a bind that fails means the
+	// state is over-allocated, and a fresh build skips it too).
+	want, held [][]bind
+}
+
+// bind is one [allocator.Cluster.Bind].
+type bind struct {
+	d allocator.Decision
+	r allocator.Request
+}
+
+func (b bind) equal(o bind) bool {
+	x, y := &b.r, &o.r
+	same := x.CPUMilli == y.CPUMilli && x.MemoryMiB == y.MemoryMiB && x.NumGPU == y.NumGPU && x.GPUMilli == y.GPUMilli &&
+		slices.Equal(x.Models, y.Models) && x.GPUMemoryMiB == y.GPUMemoryMiB && x.GPUCoresPct == y.GPUCoresPct &&
+		x.MIGProfile == y.MIGProfile && x.MinGPUMemoryMiB == y.MinGPUMemoryMiB && x.MinComputeCapability == y.MinComputeCapability
+	return same && b.d.Node == o.d.Node && b.d.MIGStart == o.d.MIGStart &&
+		b.d.MilliPerGPU == o.d.MilliPerGPU && slices.Equal(b.d.GPUs, o.d.GPUs)
+}
+
+// maxModels bounds the models a view keeps; past it the oldest goes. Items
+// of one cycle mostly share a few (whole GPUs and fractions, MIG shapes, a
+// matchAttribute); a retry that excludes GPUs makes its own.
+const maxModels = 16
+
+// FNV-1a, folded over what tells models apart.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
+}
+
+// cluster returns the allocator model for one item: the schedulable nodes
+// with a device the item may use, each GPU marked unhealthy unless the item
+// may use one of its devices, and what u takes bound. Its allocator
+// considers only the nodes the item may go to (not banned, pin if set, and
+// accepted by opt.NodeFilter): they are a mask on the model, not a model of
+// their own, so that pods whose filters differ (their CPU and memory left
+// on each node, affinity, taints) share one. refs[i] is cluster node i. The
+// allocator breaks ties with opt.Rand.
+func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, pin string, excluded map[gpuRef]bool) (*model, error) {
+	m := opt.Measured.of(v)
+	// The node list is built in the view's scratch space: most calls find
+	// their model, and only a new model keeps a copy.
+	nodes := v.scratch[:0]
+	var refs []*Node
+	var allowed []bool
+	anyAllowed := false
+	key := uint64(fnvOffset)
+	for _, n := range v.nodes {
+		if n.Unschedulable {
+			continue
+		}
+		ok := !banned[n.Name] && (pin == "" || n.Name == pin) && (opt.NodeFilter == nil || opt.NodeFilter(n))
+		var gpus []allocator.GPU
+		if k := len(nodes); k < cap(nodes) {
+			gpus = nodes[:k+1][k].GPUs
+		}
+		if cap(gpus) < len(n.GPUs) {
+			gpus = make([]allocator.GPU, len(n.GPUs))
+		}
+		an := allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: gpus[:len(n.GPUs)]}
+		usable := it == nil // a pod without devices may go to any node
+		for g := range n.GPUs {
+			gp := &n.GPUs[g]
+			use := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
+			domain := it.domain(n, gp)
+			labels := v.gpuLabels(domain, it.isMIG())
+			if use {
+				key = fnvString((key^1)*fnvPrime, domain)
+			} else {
+				key = (key ^ 2) * fnvPrime
+			}
+			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
+				Labels: labels, Unhealthy: !use}
+			usable = usable || use
+		}
+		if usable {
+			key = fnvString(key, n.Name)
+			nodes = append(nodes, an)
+			refs = append(refs, n)
+			allowed = append(allowed, ok)
+			anyAllowed = anyAllowed || ok
+		}
+	}
+	if !anyAllowed {
+		return nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
+	}
+	v.scratch = nodes
+	if it.isMIG() {
+		key = (key ^ 3) * fnvPrime
+	}
+	md, err := v.modelFor(key, nodes, refs, opt)
+	if err != nil {
+		return nil, err
+	}
+	var want []bind
+	for i, n := range refs {
+		if !allowed[i] {
+			continue // brought up to date when a placement may use it
+		}
+		want = want[:0]
+		for g := range n.GPUs {
+			if !nodes[i].GPUs[g].Unhealthy {
+				var adj int64
+				if it != nil && it.Kind == Fraction {
+					adj = m.memAdjust(n.GPUs[g].wholeDev)
+				}
+				want = usedBinds(want, i, n, g, it.isMIG(), u, adj)
+			}
+		}
+		if opt.NodeUsed != nil {
+			want = nodeUsedBind(want, i, n, opt.NodeUsed)
+		}
+		md.update(i, want)
+	}
+	md.alloc.SetRand(opt.Rand)
+	if err := md.alloc.SetCandidates(allowed); err != nil {
+		return nil, err
+	}
+	return md, nil
+}
+
+// modelFor returns the view's model built from nodes (whose hash is key)
+// with opt's policy and typical workload, building it when the view has
+// none.
+func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Options) (*model, error) {
+	for _, md := range v.models {
+		if md.key == key && md.policy == opt.Policy && sameSlice(md.typical, opt.Typical) && slices.EqualFunc(md.nodes, nodes, sameNode) {
+			md.refs = refs
+			return md, nil
+		}
+	}
+	// nodes is the view's scratch space: the model keeps its own copy.
+	nodes = slices.Clone(nodes)
+	for i := range nodes {
+		nodes[i].GPUs = slices.Clone(nodes[i].GPUs)
+	}
+	cl, err := allocator.NewCluster(nodes)
+	if err != nil {
+		return nil, fmt.Errorf("allocator cluster: %w", err)
+	}
+	pol, err := allocator.NewPolicy(opt.Policy, cl.Workload(opt.Typical))
+	if err != nil {
+		return nil, err
+	}
+	md := &model{key: key, nodes: nodes, refs: refs, policy: opt.Policy, typical: opt.Typical, cl: cl,
+		alloc: allocator.New(cl, pol, opt.Rand), want: make([][]bind, len(nodes)), held: make([][]bind, len(nodes))}
+	if len(v.models) == maxModels {
+		v.models = slices.Delete(v.models, 0, 1)
+	}
+	v.models = append(v.models, md)
+	return md, nil
+}
+
+// update makes node i hold want: when it differs from what the node was
+// last asked to hold, what it holds is unbound and want bound in order (a
+// bind that fails is skipped, as on a fresh cluster).
+func (md *model) update(i int, want []bind) {
+	if slices.EqualFunc(md.want[i], want, bind.equal) {
+		return
+	}
+	held := md.held[i]
+	for k := len(held) - 1; k >= 0; k-- {
+		// Unbind returns exactly what Bind took; it fails only on a
+		// cluster changed behind the model's back.
+		if err := md.cl.Unbind(held[k].d, held[k].r); err != nil {
+			panic(fmt.Sprintf("view: allocator model out of step: %v", err))
+		}
+	}
+	held = held[:0]
+	for _, b := range want {
+		if md.cl.Bind(b.d, b.r) == nil {
+			held = append(held, b)
+		}
+	}
+	md.held[i] = held
+	md.want[i] = cloneBinds(want)
+}
+
+func cloneBinds(bs []bind) []bind {
+	out := make([]bind, len(bs))
+	for i, b := range bs {
+		b.d.GPUs = slices.Clone(b.d.GPUs)
+		out[i] = b
+	}
+	return out
+}
+
+// sameSlice reports whether a and b are the same slice (the caller's
+// typical workload of one cycle), not merely equal.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// sameMap compares maps, the same map (the view's shared labels) first.
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() || maps.Equal(a, b)
+}
+
+// sameNode compares what [allocator.NewCluster] reads of a node. The
+// view's GPU labels are shared maps, one per grouping value and MIG mode,
+// so they compare by content cheaply.
+func sameNode(a, b allocator.Node) bool {
+	if a.Name != b.Name || a.CPUMilli != b.CPUMilli || a.MemoryMiB != b.MemoryMiB || len(a.GPUs) != len(b.GPUs) || !maps.Equal(a.Labels, b.Labels) {
+		return false
+	}
+	for g := range a.GPUs {
+		x, y := &a.GPUs[g], &b.GPUs[g]
+		if x.Model != y.Model || x.MemoryMiB != y.MemoryMiB || x.ComputeCapability != y.ComputeCapability ||
+			x.Unhealthy != y.Unhealthy || len(x.Labels) != len(y.Labels) {
+			return false
+		}
+		if !sameMap(x.Labels, y.Labels) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,194 @@
+package view
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpud/gpud/pkg/allocator"
+	"github.com/gpud/gpud/pkg/dra"
+)
+
+// mixedCluster is n nodes of dgx-h100, dgx-a100 (MIG on GPUs 0 and 1) and
+// pcie-l40s in turn.
+func mixedCluster(t testing.TB, n int) *cluster {
+	t.Helper()
+	c := &cluster{pub: map[string]dra.Published{}}
+	c.in.Classes = shippedClasses(t)
+	for i := range n {
+		name := fmt.Sprintf("node-%02d", i)
+		var st dra.NodeState
+		switch i % 3 {
+		case 0:
+			st = simState(t, "dgx-h100", name)
+		case 1:
+			st = simState(t, "dgx-a100", name, 0, 1)
+		default:
+			st = simState(t, "pcie-l40s", name)
+		}
+		pub, sl := published(t, name, st)
+		c.pub[name] = pub
+		c.in.Slices = append(c.in.Slices, sl...)
+		c.in.Nodes = append(c.in.Nodes, k8sNode(name))
+	}
+	return c
+}
+
+// TestModelMatchesFresh keeps one view (and so its allocator models)
+// across random placements, assumed allocations, releases, changing CPU
+// and memory use and node filters, and checks after every change that it
+// places exactly as a view built afresh from the same state does: the
+// models it updates node by node must hold what a new cluster would.
+func TestModelMatchesFresh(t *testing.T) {
+	base := mixedCluster(t, 9)
+	seeds := uint64(4)
+	if testing.Short() {
+		seeds = 2
+	}
+	for seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			warm := base.build(t)
+			var assumed []Allocation // in warm, in order
+			cpu, mem := map[string]int64{}, map[string]int64{}
+			used := func(n *Node) (int64, int64) { return cpu[n.Name], mem[n.Name] }
+			for step := range 80 {
+				// The state changes at random first.
+				switch rng.IntN(4) {
+				case 0:
+					if len(assumed) > 0 {
+						k := rng.IntN(len(assumed))
+						warm.Release(assumed[k].Result)
+						assumed = slices.Delete(assumed, k, k+1)
+					}
+				case 1:
+					n := warm.Nodes()[rng.IntN(len(warm.Nodes()))]
+					cpu[n.Name] = int64(rng.IntN(int(n.CPUMilli) + 1))
+					mem[n.Name] = int64(rng.IntN(int(n.MemoryMiB) + 1))
+				}
+				var filter func(*Node) bool
+				if rng.IntN(4) == 0 {
+					skip := warm.Nodes()[rng.IntN(len(warm.Nodes()))].Name
+					filter = func(n *Node) bool { return n.Name != skip }
+				}
+				cl := randomClaim(rng, step)
+				optFor := func(v *View) Options {
+					ids := 0
+					return Options{Rand: rand.New(rand.NewPCG(uint64(step), 3)), NodeUsed: used, NodeFilter: filter,
+						NewShareID: func() types.UID { ids++; return types.UID(fmt.Sprint("share-", ids)) }}
+				}
+				fresh := base.build(t)
+				for _, a := range assumed {
+					if err := fresh.Assume(a); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, errw := place(t, warm, optFor(warm), cl)
+				want, errf := place(t, fresh, optFor(fresh), cl)
+				if g, w := describe(got, errw), describe(want, errf); g != w {
+					t.Fatalf("step %d: kept view placed\n%s\na fresh one\n%s", step, g, w)
+				}
+				if errw != nil && !errors.Is(errw, ErrNoFit) {
+					t.Fatalf("step %d: %v", step, errw)
+				}
+				if node := warm.Nodes()[rng.IntN(len(warm.Nodes()))]; rng.IntN(3) == 0 {
+					// A CPU-only pod too.
+					req := allocator.Request{CPUMilli: int64(rng.IntN(int(node.CPUMilli))), MemoryMiB: int64(rng.IntN(64 << 10))}
+					nw, ew := warm.PlaceNode(req, optFor(warm))
+					nf, ef := fresh.PlaceNode(req, optFor(fresh))
+					if fmt.Sprint(nw, ew) != fmt.Sprint(nf, ef) {
+						t.Fatalf("step %d: PlaceNode %+v: kept view %s %v, fresh %s %v", step, req, nw, ew, nf, ef)
+					}
+				}
+				if errw == nil && rng.IntN(3) > 0 {
+					if err := warm.Assume(got...); err != nil {
+						t.Fatal(err)
+					}
+					assumed = append(assumed, got...)
+				}
+			}
+			if len(warm.models) == 0 || len(warm.models) > maxModels {
+				t.Fatalf("kept view holds %d models, want 1 to %d", len(warm.models), maxModels)
+			}
+		})
+	}
+}
+
+// describe prints allocations (node and device results) or the error.
+func describe(allocs []Allocation, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var s string
+	for _, a := range allocs {
+		s += fmt.Sprintf("%s on %s:", a.Claim.Name, a.Node)
+		for _, r := range a.Result.Devices.Results {
+			s += fmt.Sprintf(" %s/%s", r.Pool, r.Device)
+			if r.ShareID != nil {
+				s += "#" + string(*r.ShareID)
+			}
+			if r.ConsumedCapacity != nil {
+				s += fmt.Sprint(r.ConsumedCapacity)
+			}
+		}
+		s += "\n"
+	}
+	return s
+}
+
+// TestModelKeptAcrossPlacements checks that placements of one kind share
+// one model whose cluster is updated, not rebuilt, and that only the node
+// that changed is re-bound (its version bumped): the allocator's verdict
+// cache then serves the other nodes.
+func TestModelKeptAcrossPlacements(t *testing.T) {
+	v := mixedCluster(t, 6).build(t)
+	var first *allocator.Cluster
+	for i := range 5 {
+		allocs, err := place(t, v, Options{}, claim(fmt.Sprint("f", i), fraction("gpu", "10Gi", "")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Assume(allocs...); err != nil {
+			t.Fatal(err)
+		}
+		if len(v.models) != 1 {
+			t.Fatalf("placement %d: %d models, want 1", i, len(v.models))
+		}
+		if first == nil {
+			first = v.models[0].cl
+		} else if v.models[0].cl != first {
+			t.Fatalf("placement %d: the model's cluster was rebuilt", i)
+		}
+	}
+	md := v.models[0]
+	before := slices.Clone(md.want)
+	allocs, err := place(t, v, Options{}, claim("last", fraction("gpu", "10Gi", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Assume(allocs...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := place(t, v, Options{}, claim("probe", fraction("gpu", "10Gi", ""))); err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for i := range md.want {
+		if !slices.EqualFunc(before[i], md.want[i], bind.equal) {
+			changed++
+			if md.refs[i].Name != allocs[0].Node {
+				t.Errorf("node %s re-bound, but only %s changed", md.refs[i].Name, allocs[0].Node)
+			}
+		}
+	}
+	if changed != 1 {
+		t.Fatalf("%d nodes re-bound after one placement, want 1", changed)
+	}
+}
+
+var _ = resourceapi.DeviceRequest{}

@@ -20,7 +20,10 @@ dir="$root/$kube_version"
 if [ -x "$root/kube-apiserver" ] && [ -x "$root/kube-scheduler" ]; then
 	dir="$root"
 fi
-if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kube-scheduler" ]; then
+# A cached build needs its version stamp (hack/kube-bins.sh: <bin>.stamped);
+# binaries put straight under <root> are taken as they are.
+if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kube-scheduler" ] &&
+	{ [ "$dir" = "$root" ] || { [ -e "$dir/kube-apiserver.stamped" ] && [ -e "$dir/kube-scheduler.stamped" ]; }; }; then
 	echo "$dir"
 	exit 0
 fi

@@ -30,11 +30,20 @@ node_dir="${GPUD_NODE_BINS:-${XDG_CACHE_HOME:-$HOME/.cache}/gpud/node-bins}/$kub
 CGO_CFLAGS="${CGO_CFLAGS:-$(sed -n 's/^export CGO_CFLAGS ?= //p' Makefile)}"
 export CGO_CFLAGS
 
+# The binaries report kube_version (GET /version, the Node's kubelet
+# version), as released ones do: clients that parse the server's version
+# (Kueue's manager, kubectl's skew warning) refuse go build's default
+# "v0.0.0-master+$Format:%H$". A binary built before the stamp (no
+# <binary>.stamped beside it) is rebuilt; the packages come from the
+# build cache, so that is a link.
+minor=${kube_version#v1.}; minor=${minor%%.*}
+ldflags="-X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+
 pkgs=() dests=()
 for pair in "kube-apiserver $k8s_dir" "kube-scheduler $k8s_dir" \
 	"kubelet $node_dir" "kube-controller-manager $node_dir"; do
 	b=${pair%% *} d=${pair#* }
-	[ -x "$d/$b" ] && continue
+	[ -x "$d/$b" ] && [ -e "$d/$b.stamped" ] && continue
 	pkgs+=("k8s.io/kubernetes/cmd/$b") dests+=("$d")
 done
 [ ${#pkgs[@]} -eq 0 ] && exit 0
@@ -48,10 +57,11 @@ cp go.sum "$work/go.sum"
 # so no version moves.
 go get -modfile="$work/go.mod" "${pkgs[@]/%/@$kube_version}" >&2
 mkdir -p "$work/out"
-go build -modfile="$work/go.mod" -o "$work/out/" "${pkgs[@]}" >&2
+go build -modfile="$work/go.mod" -ldflags "$ldflags" -o "$work/out/" "${pkgs[@]}" >&2
 for i in "${!pkgs[@]}"; do
 	b=${pkgs[$i]##*/}
 	mkdir -p "${dests[$i]}"
 	mv "$work/out/$b" "${dests[$i]}/$b.tmp"
 	mv "${dests[$i]}/$b.tmp" "${dests[$i]}/$b"
+	echo "$kube_version" > "${dests[$i]}/$b.stamped"
 done

@@ -52,7 +52,8 @@ build_containerd() {
 }
 
 build_kube() {
-	all_there "$kube_dir" kubelet kube-controller-manager && return 0
+	all_there "$kube_dir" kubelet kube-controller-manager && [ -e "$kube_dir/kubelet.stamped" ] &&
+		[ -e "$kube_dir/kube-controller-manager.stamped" ] && return 0
 	# One `go build` for whichever of the four Kubernetes binaries are
 	# missing (kube-apiserver and kube-scheduler too: the real node needs
 	# them, and building them together shares the work).

@@ -104,8 +104,8 @@ func TestKueueAdmitsGpudPlaces(t *testing.T) {
 	// the manager itself.
 	webhookAddr := k8senv.FreeAddr(t)
 	installKueueCRDs(t, env, dyn, filepath.Join(kueueDir, "crds"), webhookAddr)
-	kueueWebhookSecret(t, env)
-	kueue := startKueue(t, env, filepath.Join(kueueDir, "kueue-manager"), webhookAddr)
+	certs := kueueWebhookSecret(t, env)
+	kueue := startKueue(t, env, filepath.Join(kueueDir, "kueue-manager"), webhookAddr, certs)
 
 	// gpud: DeviceClasses, one simulated DGX H100 publishing 8 GPUs,
 	// the scheduler with its shipped RBAC.
@@ -307,8 +307,9 @@ func installKueueCRDs(t *testing.T, env *k8senv.Env, dyn dynamic.Interface, dir,
 // a CA and a certificate valid for both the Service name Kueue checks
 // (kueue-webhook-service.kueue-system.svc) and 127.0.0.1, where the API
 // server reaches the webhook server here. Kueue finds them valid and keeps
-// them.
-func kueueWebhookSecret(t *testing.T, env *k8senv.Env) {
+// them. It returns the Secret's data (what the kubelet would mount in
+// Kueue's pod).
+func kueueWebhookSecret(t *testing.T, env *k8senv.Env) map[string][]byte {
 	t.Helper()
 	caKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -349,19 +350,27 @@ func kueueWebhookSecret(t *testing.T, env *k8senv.Env) {
 	if _, err := env.Client.CoreV1().Secrets("kueue-system").Create(t.Context(), secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return secret.Data
 }
 
 // startKueue runs Kueue's manager with the admin kubeconfig: no leader
 // election, the webhook server on webhookAddr, health on a free port, no
 // metrics server and no visibility API server (neither is used here),
-// integrations batch/job and pod, and DRA accounting of gpud's whole GPUs.
-// It waits for /readyz.
-func startKueue(t *testing.T, env *k8senv.Env, bin, webhookAddr string) *k8senv.Proc {
+// integrations batch/job and pod, and DRA accounting of gpud's whole GPUs;
+// certs (the webhook Secret's data) are written where a real install
+// mounts the Secret (Kueue's certificate manager waits for them there). It
+// waits for /readyz.
+func startKueue(t *testing.T, env *k8senv.Env, bin, webhookAddr string, certs map[string][]byte) *k8senv.Proc {
 	t.Helper()
 	dir := filepath.Join(env.Dir, "kueue")
 	certDir := filepath.Join(dir, "certs")
 	if err := os.MkdirAll(certDir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	for name, data := range certs {
+		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	host, port, _ := net.SplitHostPort(webhookAddr)
 	health := k8senv.FreeAddr(t)
@@ -560,15 +569,17 @@ func checkGangBinds(t *testing.T, sched *schedProc, key string, pods []string) {
 }
 
 // createGatedKueuePod creates a pod as Kueue's pod webhook leaves it: the
-// queue-name and managed labels and the kueue.x-k8s.io/admission
-// scheduling gate, with one GPU from the claim template.
+// queue-name and managed labels, Kueue's finalizer and the
+// kueue.x-k8s.io/admission scheduling gate, with one GPU from the claim
+// template.
 func createGatedKueuePod(t *testing.T, env *k8senv.Env, name string) string {
 	t.Helper()
 	_, job := kueueJobManifest(t)
 	spec := job.Spec.Template.Spec.DeepCopy()
 	spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/admission"}}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml",
-		Labels: map[string]string{"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/managed": "true"}}, Spec: *spec}
+		Labels:     map[string]string{"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/managed": "true"},
+		Finalizers: []string{"kueue.x-k8s.io/managed"}}, Spec: *spec}
 	if _, err := env.Client.CoreV1().Pods("ml").Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package queues
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -194,6 +193,11 @@ func chainError(name string, all map[string]jobs.Queue, refused map[string]error
 	return nil
 }
 
+// reason is a refusal's message without the ErrInvalid prefix.
+func reason(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+}
+
 func sortedNames[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -236,7 +240,7 @@ func (s *Set) QueueOf(pod *corev1.Pod, nsLabel string) (string, error) {
 			return refuse("namespace %s is bound to queue %s; the pod's label %s=%s names another queue (remove the label, or ask an admin to bind the namespace to %s)",
 				ns, q, plan.QueueLabel, label, label)
 		case err != nil && !s.defined[q]:
-			return refuse("namespace %s is bound to queue %s, which is refused: %v", ns, q, errors.Unwrap(err))
+			return refuse("namespace %s is bound to queue %s, which is refused: %s", ns, q, reason(err))
 		case !s.defined[q]:
 			return refuse("namespace %s is bound to queue %s, which is not defined", ns, q)
 		case s.parents[q]:

@@ -119,7 +119,7 @@ func DesiredStatus(q *Queue, set *Set, usage jobs.Resources, pending int64, now 
 		st.Conditions = append(st.Conditions, c)
 	}
 	if err := set.Refused[q.Name]; err != nil {
-		msg := strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+		msg := reason(err)
 		set1(metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonInvalid, Message: truncate(msg)})
 		meta.RemoveStatusCondition(&st.Conditions, ConditionOverGuarantee)
 		return st

@@ -381,7 +381,9 @@ func TestHelmChart(t *testing.T) {
 				"DeviceClass/gpu.gpud.io", "DeviceClass/mig.gpud.io",
 				"ServiceAccount/gpud-scheduler", "ClusterRole/gpud-scheduler", "ClusterRoleBinding/gpud-scheduler",
 				"Role/gpud-scheduler-leader-election", "RoleBinding/gpud-scheduler-leader-election", "ConfigMap/gpud-scheduler-queues",
-				"Deployment/gpud-scheduler", "Service/gpud-scheduler-metrics", "ServiceMonitor/gpud-scheduler"},
+				"Deployment/gpud-scheduler", "Service/gpud-scheduler-metrics", "ServiceMonitor/gpud-scheduler",
+				"ValidatingAdmissionPolicy/gpud-queue-namespace-label", "ValidatingAdmissionPolicyBinding/gpud-queue-namespace-label",
+				"ClusterRole/gpud-queue-admin", "ClusterRole/gpud-queue-reader", "ClusterRoleBinding/gpud-queue-reader"},
 			check: func(t *testing.T, objs map[string]runtime.Object) {
 				d := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment)
 				c := d.Spec.Template.Spec.Containers[0]

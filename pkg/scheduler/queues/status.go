@@ -72,13 +72,15 @@ func (s *Source) flush(ctx context.Context, usage map[string]jobs.Resources, pen
 }
 
 func (s *Source) patchStatus(ctx context.Context, name string, st Status) error {
-	body, err := json.Marshal(map[string]any{"status": st})
+	// A JSON patch that replaces the whole status: a merge patch would
+	// leave fields that went to zero (omitted) at their old values.
+	body, err := json.Marshal([]map[string]any{{"op": "add", "path": "/status", "value": st}})
 	if err != nil {
 		return fmt.Errorf("queues: status of %s: %w", name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := s.cfg.Dynamic.Resource(GVR).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := s.cfg.Dynamic.Resource(GVR).Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("queues: status of %s: %w", name, err)
 	}
 	return nil

@@ -381,7 +381,9 @@ func TestHelmChart(t *testing.T) {
 				"DeviceClass/gpu.gpud.io", "DeviceClass/mig.gpud.io",
 				"ServiceAccount/gpud-scheduler", "ClusterRole/gpud-scheduler", "ClusterRoleBinding/gpud-scheduler",
 				"Role/gpud-scheduler-leader-election", "RoleBinding/gpud-scheduler-leader-election", "ConfigMap/gpud-scheduler-queues",
-				"Deployment/gpud-scheduler", "Service/gpud-scheduler-metrics", "ServiceMonitor/gpud-scheduler"},
+				"Deployment/gpud-scheduler", "Service/gpud-scheduler-metrics", "ServiceMonitor/gpud-scheduler",
+				"ValidatingAdmissionPolicy/gpud-queue-namespace-label", "ValidatingAdmissionPolicyBinding/gpud-queue-namespace-label",
+				"ClusterRole/gpud-queue-admin", "ClusterRole/gpud-queue-reader", "ClusterRoleBinding/gpud-queue-reader"},
 			check: func(t *testing.T, objs map[string]runtime.Object) {
 				d := objs["Deployment/gpud-scheduler"].(*appsv1.Deployment)
 				c := d.Spec.Template.Spec.Containers[0]
@@ -855,13 +857,25 @@ func TestHelmChartSchedulerMatchesManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crd, err := os.ReadFile("../deploy/scheduler/podgroup-crd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	crds := ch.CRDObjects()
-	if len(crds) != 1 || !bytes.Equal(crds[0].File.Data, crd) {
-		t.Errorf("the chart's crds/ (%d files) is not deploy/scheduler/podgroup-crd.yaml", len(crds))
+	if len(crds) != 2 {
+		t.Errorf("the chart's crds/ has %d files, want podgroup-crd.yaml and queue-crd.yaml", len(crds))
+	}
+	for _, c := range crds {
+		crd, err := os.ReadFile("../deploy/scheduler/" + filepath.Base(c.Filename))
+		if err != nil || !bytes.Equal(c.File.Data, crd) {
+			t.Errorf("the chart's %s is not deploy/scheduler/%s (%v)", c.Filename, filepath.Base(c.Filename), err)
+		}
+	}
+	for _, key := range []string{"ClusterRole/gpud-queue-admin", "ClusterRole/gpud-queue-reader"} {
+		g, ok := objs[key].(*rbacv1.ClusterRole)
+		if !ok || !reflect.DeepEqual(g.Rules, helmManifest(t, "../deploy/scheduler/queue-admission.yaml", key).(*rbacv1.ClusterRole).Rules) {
+			t.Errorf("the chart's %s differs from deploy/scheduler/queue-admission.yaml's", key)
+		}
+	}
+	if vap, ok := objs["ValidatingAdmissionPolicy/gpud-queue-namespace-label"].(*admissionv1.ValidatingAdmissionPolicy); !ok ||
+		!reflect.DeepEqual(vap.Spec, helmManifest(t, "../deploy/scheduler/queue-admission.yaml", "ValidatingAdmissionPolicy/gpud-queue-namespace-label").(*admissionv1.ValidatingAdmissionPolicy).Spec) {
+		t.Error("the chart's ValidatingAdmissionPolicy gpud-queue-namespace-label differs from deploy/scheduler/queue-admission.yaml's")
 	}
 	var schema struct {
 		Properties struct {

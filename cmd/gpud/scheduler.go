@@ -35,6 +35,7 @@ import (
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/agwatch"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/pgwatch"
+	schedqueues "github.com/gpud/gpud/pkg/scheduler/queues"
 )
 
 const schedulerUsage = `usage: gpud scheduler [flags]
@@ -263,6 +264,24 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		cfg.GroupsSynced = func() bool { return groups.Synced() && workloads.Synced() }
 		autoGangs = workloads.Served()
 	}
+	// Queue objects (deploy/scheduler/queue-crd.yaml), when served: the
+	// live queue tree over --queues, namespace bindings, their status.
+	var queueObjs *schedqueues.Source
+	if ok, err := schedqueues.Installed(client.Discovery()); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	} else if ok {
+		dyn, err := dynamic.NewForConfig(informerCfg)
+		if err != nil {
+			return fmt.Errorf("scheduler: dynamic client for Queues: %w", err)
+		}
+		if queueObjs, err = schedqueues.NewSource(schedqueues.Config{Dynamic: dyn, Client: informerClient, File: queues, FileReservations: res,
+			Log: log.With("component", "queues")}); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		cfg.QueueSet, cfg.QueueStatus = queueObjs.Set, queueObjs.Observe
+		synced := cfg.GroupsSynced
+		cfg.GroupsSynced = func() bool { return synced() && queueObjs.Synced() }
+	}
 	if o.leaderElect {
 		host, err := os.Hostname()
 		if err != nil {
@@ -277,6 +296,9 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	s, err := scheduler.New(cfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
+	}
+	if queueObjs != nil {
+		queueObjs.OnChange(s.Wake)
 	}
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
@@ -293,13 +315,16 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs(),
-		"auto_gangs", autoGangs)
+		"auto_gangs", autoGangs, "queue_objects", queueObjs != nil)
 	tasks := []taskgroup.Task{
 		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), "--metrics-addr", log) }},
 		{Run: groups.Run},
 	}
 	if workloads != nil {
 		tasks = append(tasks, taskgroup.Task{Run: workloads.Run})
+	}
+	if queueObjs != nil {
+		tasks = append(tasks, taskgroup.Task{Run: queueObjs.Run})
 	}
 	if tel != nil {
 		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs, s) }})

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/goccy/go-yaml"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/gpud/gpud/pkg/jobsim"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/agwatch"
+	"github.com/gpud/gpud/pkg/scheduler/queues"
 )
 
 // decodeSched decodes the documents of a file strictly: PodGroups into
@@ -97,6 +99,8 @@ func TestSchedulerRBAC(t *testing.T) {
 		"resource.k8s.io/resourceclaims/status": {"update"}, "resource.k8s.io/resourceclaims/binding": {"update"},
 		"policy/poddisruptionbudgets":   read,
 		"scheduling.x-k8s.io/podgroups": read, "scheduling.k8s.io/podgroups": read,
+		// Queue objects (queue-crd.yaml, pkg/scheduler/queues): read live, the leader writes their status.
+		"scheduling.gpud.io/queues": read, "scheduling.gpud.io/queues/status": {"patch"},
 		"events.k8s.io/events": {"create", "patch"},
 		// The telemetry stream's node identity: the agents' tokens.
 		"authentication.k8s.io/tokenreviews": {"create"},
@@ -197,7 +201,7 @@ func TestSchedulerKustomization(t *testing.T) {
 	if err := yaml.UnmarshalWithOptions(data, &k, yaml.Strict()); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"rbac.yaml", "deployment.yaml", "podgroup-crd.yaml"} {
+	for _, want := range []string{"rbac.yaml", "deployment.yaml", "podgroup-crd.yaml", "queue-crd.yaml", "queue-admission.yaml"} {
 		if !slices.Contains(k.Resources, want) {
 			t.Errorf("kustomization lacks %s", want)
 		}
@@ -267,5 +271,70 @@ func TestSchedulerExamples(t *testing.T) {
 	qs, _, err := jobsim.ReadQueueFile("examples/queues.yaml")
 	if err != nil || len(qs) < 2 {
 		t.Errorf("examples/queues.yaml: %d queues, %v", len(qs), err)
+	}
+}
+
+// The Queue CRD names what pkg/scheduler/queues reads (group, version,
+// plural, cluster scope, the status subresource), and queue-admission.yaml
+// guards the namespace label with the verb bind, which only the admin
+// role grants.
+func TestQueueManifests(t *testing.T) {
+	data, err := os.ReadFile("queue-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := bytes.Split(data, []byte("\n---\n"))
+	js, err := yaml.YAMLToJSON(docs[len(docs)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields pkg/scheduler/queues relies on (the API server checks the
+	// whole CRD in test/queues_test.go).
+	var crd struct {
+		Kind     string
+		Metadata struct{ Name string }
+		Spec     struct {
+			Group string
+			Scope string
+			Names struct{ Kind, Plural string }
+			// Versions' subresources.status is {} when served.
+			Versions []struct {
+				Name         string
+				Subresources struct {
+					Status *struct{} `json:"status"`
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(js, &crd); err != nil {
+		t.Fatal(err)
+	}
+	if crd.Kind != "CustomResourceDefinition" || crd.Metadata.Name != queues.Resource+"."+queues.GroupVersion.Group ||
+		crd.Spec.Group != queues.GroupVersion.Group || crd.Spec.Names.Plural != queues.Resource || crd.Spec.Names.Kind != queues.Kind ||
+		crd.Spec.Scope != "Cluster" || len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != queues.GroupVersion.Version ||
+		crd.Spec.Versions[0].Subresources.Status == nil {
+		t.Errorf("the Queue CRD %+v does not serve what pkg/scheduler/queues reads", crd)
+	}
+	adm := decodeSched(t, "queue-admission.yaml")
+	vap, ok := adm["ValidatingAdmissionPolicy/gpud-queue-namespace-label"].(*admissionv1.ValidatingAdmissionPolicy)
+	if !ok || adm["ValidatingAdmissionPolicyBinding/gpud-queue-namespace-label"] == nil {
+		t.Fatal("no ValidatingAdmissionPolicy and binding gpud-queue-namespace-label")
+	}
+	if len(vap.Spec.Validations) != 1 || !strings.Contains(vap.Spec.Validations[0].Expression, "check('bind')") ||
+		!strings.Contains(vap.Spec.Variables[0].Expression, queues.NamespaceLabel) {
+		t.Errorf("the policy does not ask for bind on the queue of label %s: %+v", queues.NamespaceLabel, vap.Spec)
+	}
+	for name, wantBind := range map[string]bool{"gpud-queue-admin": true, "gpud-queue-reader": false} {
+		role, ok := adm["ClusterRole/"+name].(*rbacv1.ClusterRole)
+		if !ok {
+			t.Fatalf("no ClusterRole %s", name)
+		}
+		bind := false
+		for _, r := range role.Rules {
+			bind = bind || slices.Contains(r.Verbs, "bind")
+		}
+		if bind != wantBind {
+			t.Errorf("ClusterRole %s grants bind: %v, want %v", name, bind, wantBind)
+		}
 	}
 }

@@ -58,6 +58,17 @@ type Config struct {
 	// Queues and Reservations are the queue tree (--queues), passed as is.
 	Queues       []jobs.Queue
 	Reservations []jobs.Reservation
+	// QueueSet, if set, is called once per cycle for that cycle's queue
+	// tree and reservations (instead of Queues and Reservations) and each
+	// pod's queue: its leaf queue ("" for none), or why it may not use
+	// the queue it names or its namespace is bound to (the pod then waits
+	// with that reason, code CodeQueueRefused). Nil: a pod's queue is its
+	// label plan.QueueLabel. pkg/scheduler/queues serves it from Queue
+	// objects.
+	QueueSet func() ([]jobs.Queue, []jobs.Reservation, func(*corev1.Pod) (string, error))
+	// QueueStatus, if set, hears after each decision (the leader's) what
+	// each queue holds (plan.QueueUsage) and how many pods wait in each.
+	QueueStatus func(usage map[string]jobs.Resources, pending map[string]int)
 	// Decider turns snapshots into plans; required.
 	Decider plan.Decider
 	// Groups, if set, returns the PodGroups by "namespace/name" (a copy

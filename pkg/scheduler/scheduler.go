@@ -615,7 +615,7 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	var p plan.Plan
 	// With queues the decider also runs without pending pods, so that
 	// the queues' usage stays current.
-	if len(sn.Pending) > 0 || len(s.cfg.Queues) > 0 {
+	if len(sn.Pending) > 0 || len(sn.Queues) > 0 {
 		p, err = s.decide(sn.Snapshot)
 		if err != nil {
 			s.log.Error("decider failed: no decision this cycle", "pending", len(sn.Pending), "err", err)
@@ -625,6 +625,7 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	s.execute(ctx, sn, p)
 	s.queueOutcome(p, now, rc)
 	s.m.setQueueUsage(p.QueueUsage)
+	s.reportQueues(sn, p)
 	boundByUID := make(map[types.UID]*corev1.Pod, len(sn.Bound)+len(p.Binds))
 	for _, b := range sn.Bound {
 		boundByUID[b.Pod.UID] = b.Pod

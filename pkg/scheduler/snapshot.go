@@ -67,6 +67,8 @@ type snapshotter struct {
 	classes extres.Resolver
 	// autoGroups is Config.AutoGroups.
 	autoGroups func() func(*corev1.Pod) (string, *plan.Group)
+	// queueSet is Config.QueueSet.
+	queueSet func() ([]jobs.Queue, []jobs.Reservation, func(*corev1.Pod) (string, error))
 }
 
 // snapshot is one cycle's snapshot plus what the runtime needs besides.
@@ -100,7 +102,7 @@ type snapshot struct {
 
 func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
 	return &snapshotter{schedulerName: cfg.SchedulerName, policy: cfg.Policy, maxPending: cfg.MaxPending,
-		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), autoGroups: cfg.AutoGroups,
+		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), autoGroups: cfg.AutoGroups, queueSet: cfg.QueueSet,
 		cel: cel.NewCache(256, cel.Features{EnableConsumableCapacity: true})}
 }
 
@@ -113,8 +115,9 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,
 		CEL: s.cel, Matches: s.matches})
 	devs := anydevice.New(anydevice.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes})
+	queues, reservations, queueOf := s.cycleQueues()
 	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Devices: devs, Groups: in.groups, PDBs: in.pdbs,
-		Queues: s.queues, Reservations: s.reservations, Policy: s.policy}, skips: skips, claims: in.claims,
+		Queues: queues, Reservations: reservations, Policy: s.policy}, skips: skips, claims: in.claims,
 		unbound: map[types.UID]bool{}}
 	nodeByName := make(map[string]*corev1.Node, len(in.nodes))
 	for _, n := range in.nodes {
@@ -152,6 +155,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			}
 			b := newPod(pod, compact(claims))
 			b.PluginDevices = extres.PluginDevices(pod, s.classes, nodeByName[node])
+			_ = setQueue(b, queueOf) // refused: charged as unqueued
 			out.Bound = append(out.Bound, group.add(b))
 			continue
 		}
@@ -168,6 +172,10 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 		p := group.add(newPod(pod, claims))
 		if s.backoff != nil {
 			p.Retry = s.backoff.tried(pod.UID)
+		}
+		if err := setQueue(p, queueOf); err != nil {
+			out.missing = append(out.missing, plan.Pending{Pod: p, Code: CodeQueueRefused, Message: err.Error()})
+			continue
 		}
 		if why != "" {
 			if at := pod.CreationTimestamp.Add(claimGrace); now.Before(at) {

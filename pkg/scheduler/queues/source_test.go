@@ -1,0 +1,107 @@
+package queues
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/allocator/jobs"
+)
+
+func unstructuredQueue(t *testing.T, q *Queue) *unstructured.Unstructured {
+	t.Helper()
+	q.APIVersion, q.Kind = GroupVersion.String(), Kind
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// A Source follows Queue and Namespace changes live and, once it hears
+// from the leader's decisions, writes each Queue's status.
+func TestSource(t *testing.T) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}
+	client := fake.NewClientset(ns)
+	a := queue("team-a", "", func(s *Spec) { s.Limit.GPUMilli = 1000; s.Namespaces = []string{"team-a"} })
+	bad := queue("bad", "nowhere")
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{GVR: "QueueList"},
+		unstructuredQueue(t, a), unstructuredQueue(t, bad))
+	src, err := NewSource(Config{Dynamic: dyn, Client: client, StatusInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes atomic.Int32
+	src.OnChange(func() { changes.Add(1) })
+	testwait.Run(t, "source", src.Run)
+	testwait.For(t, 30*time.Second, "informers synced", src.Synced)
+
+	qs, _, of := src.Set()
+	if len(qs) != 1 || qs[0].Quota.Limit.GPUMilli != 1000 {
+		t.Fatalf("queues %+v, want team-a with its limit", qs)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team-a", Labels: map[string]string{"gpud.io/queue": "other"}}}
+	if _, err := of(pod); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a team-a pod naming another queue: %v, want ErrRefused", err)
+	}
+
+	// No status before the leader decides; then usage, pending and conditions.
+	if got := getQueue(t, dyn, "team-a"); len(got.Status.Conditions) != 0 {
+		t.Fatalf("status written before any decision: %+v", got.Status)
+	}
+	src.Observe(map[string]jobs.Resources{"team-a": {GPUMilli: 500}}, map[string]int{"team-a": 2})
+	testwait.ForErr(t, 30*time.Second, "team-a's status", func() error {
+		st := getQueue(t, dyn, "team-a").Status
+		if st.Usage.GPUMilli != 500 || st.PendingPods != 2 || !meta.IsStatusConditionTrue(st.Conditions, ConditionAccepted) {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	testwait.ForErr(t, 30*time.Second, "bad's Accepted=False", func() error {
+		c := meta.FindStatusCondition(getQueue(t, dyn, "bad").Status.Conditions, ConditionAccepted)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Message != `spec.parent: queue "nowhere" is not defined (no Queue object or --queues entry of that name)` {
+			return fmt.Errorf("Accepted %+v", c)
+		}
+		return nil
+	})
+
+	// A limit changed on the API is in the next Set.
+	before := changes.Load()
+	cur := getQueue(t, dyn, "team-a")
+	cur.Spec.Limit.GPUMilli = 3000
+	if _, err := dyn.Resource(GVR).Update(t.Context(), unstructuredQueue(t, cur), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "the new limit in Set", func() bool {
+		qs, _, _ := src.Set()
+		return len(qs) == 1 && qs[0].Quota.Limit.GPUMilli == 3000
+	})
+	if changes.Load() == before {
+		t.Fatal("OnChange not called on a Queue update")
+	}
+}
+
+func getQueue(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) *Queue {
+	t.Helper()
+	u, err := dyn.Resource(GVR).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -45,5 +46,30 @@ func TestRunSyncsAll(t *testing.T) {
 	}
 	if !Synced() {
 		t.Fatal("an empty set is synced")
+	}
+}
+
+// TestServed: a resource the server lists in its group version is served;
+// another resource of that group version, or a group version the server
+// does not serve at all, is not, and neither is an error.
+func TestServed(t *testing.T) {
+	client := fake.NewClientset()
+	disco := client.Discovery().(*fakediscovery.FakeDiscovery)
+	disco.Resources = []*metav1.APIResourceList{{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{{Name: "widgets"}}}}
+	for _, c := range []struct {
+		gv, resource string
+		want         bool
+	}{
+		{"example.com/v1", "widgets", true},
+		{"example.com/v1", "gadgets", false},
+		{"example.com/v2", "widgets", false},
+	} {
+		got, err := Served(disco, c.gv, c.resource)
+		if err != nil || got != c.want {
+			t.Errorf("Served(%s, %s) = %v, %v; want %v, nil", c.gv, c.resource, got, err, c.want)
+		}
+	}
+	if _, err := Served(nil, "example.com/v1", "widgets"); err == nil {
+		t.Error("Served with no discovery client: no error")
 	}
 }

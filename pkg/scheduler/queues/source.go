@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
@@ -53,22 +52,11 @@ type Config struct {
 // (scheduling.gpud.io/v1alpha1 queues); false with a nil error: the CRD is
 // not installed, and the scheduler runs on the --queues file alone.
 func Installed(disco discovery.DiscoveryInterface) (bool, error) {
-	if disco == nil {
-		return false, errors.New("queues: nil discovery client")
-	}
-	list, err := disco.ServerResourcesForGroupVersion(GroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
+	ok, err := informers.Served(disco, GroupVersion.String(), Resource)
 	if err != nil {
-		return false, fmt.Errorf("queues: discover %s: %w", GroupVersion, err)
+		return false, fmt.Errorf("queues: %w", err)
 	}
-	for _, r := range list.APIResources {
-		if r.Name == Resource {
-			return true, nil
-		}
-	}
-	return false, nil
+	return ok, nil
 }
 
 // Source watches Queue objects and Namespaces and serves the scheduler

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -74,18 +73,11 @@ func NewSource(disco discovery.DiscoveryInterface, dyn func() (dynamic.Interface
 		for _, v := range k.Versions {
 			gv := schema.GroupVersion{Group: k.Group, Version: v}.String()
 			if _, done := resources[gv]; !done {
-				list, err := disco.ServerResourcesForGroupVersion(gv)
-				switch {
-				case apierrors.IsNotFound(err):
-					resources[gv] = nil
-				case err != nil:
-					return nil, fmt.Errorf("agwatch: discover %s: %w", gv, err)
-				default:
-					resources[gv] = map[string]bool{}
-					for _, r := range list.APIResources {
-						resources[gv][r.Name] = true
-					}
+				rs, err := informers.ServedResources(disco, gv)
+				if err != nil {
+					return nil, fmt.Errorf("agwatch: %w", err)
 				}
+				resources[gv] = rs
 			}
 			if resources[gv][k.Resource] {
 				gvrs = append(gvrs, schema.GroupVersionResource{Group: k.Group, Version: v, Resource: k.Resource})

@@ -6,13 +6,11 @@ package pgwatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
@@ -79,22 +77,11 @@ func InTreeInstalled(disco discovery.DiscoveryInterface) (bool, error) {
 }
 
 func served(disco discovery.DiscoveryInterface, gv, resource string) (bool, error) {
-	if disco == nil {
-		return false, errors.New("pgwatch: nil discovery client")
-	}
-	list, err := disco.ServerResourcesForGroupVersion(gv)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
+	ok, err := informers.Served(disco, gv, resource)
 	if err != nil {
-		return false, fmt.Errorf("pgwatch: discover %s: %w", gv, err)
+		return false, fmt.Errorf("pgwatch: %w", err)
 	}
-	for _, r := range list.APIResources {
-		if r.Name == resource {
-			return true, nil
-		}
-	}
-	return false, nil
+	return ok, nil
 }
 
 // Groups converts what the informers hold into the plan's groups by

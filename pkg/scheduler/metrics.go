@@ -51,7 +51,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 		cycle: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpud_scheduler_cycle_duration_seconds",
-			Help:    "Duration of one decision cycle: snapshot, decision and writes.",
+			Help:    "Duration of one decision cycle: snapshot, decision, evictions and pending-status writes (binds run apart, gpud_scheduler_binds_in_flight).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 		podLatency: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -62,12 +62,12 @@ var (
 // Two Indexed Jobs of 2 pods × 1 GPU (testdata/kueue-job.yaml): the first
 // is admitted and gpud binds its pods as one gang; the second does not fit
 // the quota (the node has 8 GPUs: only Kueue holds it), stays suspended
-// with no pod, and its Workload says why. Then a plain pod Kueue manages
-// (its pod integration: the kueue.x-k8s.io/admission scheduling gate)
-// waits gated: gpud must not bind it. The test, acting as the kubelet,
-// finishes the first Job's pods: Kueue frees the quota, admits the second
-// Job, gpud binds its gang; the second finishes, Kueue lifts the gate, gpud
-// binds the pod.
+// with no pod, and its Workload says why. The test, acting as the
+// kubelet, finishes the first Job's pods: Kueue frees the quota, admits
+// the second Job, gpud binds its gang. Then a plain pod Kueue manages (its
+// pod integration: the kueue.x-k8s.io/admission scheduling gate) waits
+// gated while the second Job holds the quota: gpud must not bind it; the
+// second finishes, Kueue lifts the gate, gpud binds the pod.
 //
 // What a real install has that this test does not: Kueue's mutating and
 // validating webhooks are not registered with the API server (the Job is
@@ -183,10 +183,8 @@ func TestKueueAdmitsGpudPlaces(t *testing.T) {
 		return nil
 	})
 
-	// A plain pod Kueue manages waits behind its scheduling gate.
-	gated := createGatedKueuePod(t, env, "solo")
 	time.Sleep(3 * time.Second) // gpud's cycles run every 2 s (--resync-period) and on every change
-	checkHeld(t, env, "train-b", gated)
+	checkHeld(t, env, "train-b", "")
 
 	// The first job finishes: the second is admitted and bound as one gang.
 	freed := time.Now()
@@ -196,7 +194,12 @@ func TestKueueAdmitsGpudPlaces(t *testing.T) {
 	t.Logf("train-b: admitted and bound %s after train-a's pods finished (loaded machine)", time.Since(freed).Round(time.Millisecond))
 	checkGangBinds(t, sched, "ml/job:train-b", podsB)
 	checkKueueUsage(t, dyn, "train-b", "2")
-	// The gated pod still does not fit beside train-b.
+
+	// A plain pod Kueue manages, over the quota train-b holds, waits
+	// behind its scheduling gate. (It is created only now: made while
+	// train-b waited, Kueue could admit it into quota train-a's pods
+	// free one by one, ahead of train-b, and the test's order would race.)
+	gated := createGatedKueuePod(t, env, "solo")
 	time.Sleep(3 * time.Second)
 	checkHeld(t, env, "", gated)
 
@@ -587,7 +590,7 @@ func createGatedKueuePod(t *testing.T, env *k8senv.Env, name string) string {
 }
 
 // checkHeld asserts what Kueue holds stays held: job (if set) suspended
-// with no pod, and the gated pod unbound with its gate.
+// with no pod, and the gated pod (if set) unbound with its gate.
 func checkHeld(t *testing.T, env *k8senv.Env, job, gated string) {
 	t.Helper()
 	if job != "" {
@@ -601,6 +604,9 @@ func checkHeld(t *testing.T, env *k8senv.Env, job, gated string) {
 		if pods := jobPods(t, env, job); len(pods) > 0 {
 			t.Fatalf("%s: %d pods of a Job Kueue holds", job, len(pods))
 		}
+	}
+	if gated == "" {
+		return
 	}
 	p, err := env.Client.CoreV1().Pods("ml").Get(t.Context(), gated, metav1.GetOptions{})
 	if err != nil {

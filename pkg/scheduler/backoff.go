@@ -65,20 +65,24 @@ func (b *backoff) failedBy(uid types.UID, now time.Time, pod *corev1.Pod, reject
 	b.m[uid] = e
 }
 
-// wake ends the wait of every pod that an event may help: pods that
-// failed for reasons besides the rules' plugins always, the others when
-// mayHelp says so for their object and plugins (kube-scheduler's
-// queueing hints).
-func (b *backoff) wake(mayHelp func(pod *corev1.Pod, rejectedBy []string) bool) {
+// wake ends the wait of the backed-off pods an event may help and
+// returns how many: those that only kube-scheduler's plugins refused when
+// mayHelp says so for their object and plugins (kube-scheduler's queueing
+// hints), and, with others, every pod that failed for other reasons too
+// (devices, queues, CPU: an event that may free room).
+func (b *backoff) wake(mayHelp func(pod *corev1.Pod, rejectedBy []string) bool, others bool) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	n := 0
 	for uid, e := range b.m {
-		if e.until.IsZero() || (e.rejectedBy != nil && !mayHelp(e.pod, e.rejectedBy)) {
+		if e.until.IsZero() || (e.rejectedBy == nil && !others) || (e.rejectedBy != nil && !mayHelp(e.pod, e.rejectedBy)) {
 			continue
 		}
 		e.until = time.Time{}
 		b.m[uid] = e
+		n++
 	}
+	return n
 }
 
 // tried reports whether a cycle has left the pod pending before.
@@ -145,7 +149,7 @@ func (b *backoff) next(now time.Time) (time.Time, bool) {
 // new the object before and after (nil where there is none).
 func (s *Scheduler) wake(events []fwk.ClusterEvent, old, new any) {
 	if len(events) > 0 {
-		s.backoff.wake(func(pod *corev1.Pod, by []string) bool { return s.rules.MayHelp(pod, by, events, old, new) })
+		s.backoff.wake(func(pod *corev1.Pod, by []string) bool { return s.rules.MayHelp(pod, by, events, old, new) }, true)
 	}
 	s.poke()
 }

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -51,7 +50,7 @@ func (s *Scheduler) storageHandler(res fwk.EventResource) cache.ResourceEventHan
 			old = t.Obj
 		}
 		ev := []fwk.ClusterEvent{{Resource: res, ActionType: at}}
-		if s.backoff.wakeRejected(func(pod *corev1.Pod, by []string) bool { return s.rules.MayHelp(pod, by, ev, old, new) }) > 0 {
+		if s.backoff.wake(func(pod *corev1.Pod, by []string) bool { return s.rules.MayHelp(pod, by, ev, old, new) }, false) > 0 {
 			s.poke()
 		}
 	}
@@ -60,22 +59,4 @@ func (s *Scheduler) storageHandler(res fwk.EventResource) cache.ResourceEventHan
 		UpdateFunc: func(old, obj any) { on(fwk.Update, old, obj) },
 		DeleteFunc: func(obj any) { on(fwk.Delete, obj, nil) },
 	}
-}
-
-// wakeRejected ends the wait of the backed-off pods that only
-// kube-scheduler's plugins refused and that mayHelp says an event may
-// help; it returns how many it woke.
-func (b *backoff) wakeRejected(mayHelp func(pod *corev1.Pod, rejectedBy []string) bool) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for uid, e := range b.m {
-		if e.until.IsZero() || e.rejectedBy == nil || !mayHelp(e.pod, e.rejectedBy) {
-			continue
-		}
-		e.until = time.Time{}
-		b.m[uid] = e
-		n++
-	}
-	return n
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -62,6 +63,36 @@ func startNodeAgent(t *testing.T, n *nodeenv.Node, args ...string) *nodeAgent {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return &nodeAgent{Proc: p, HTTP: addr}
+}
+
+// logEnforcementOnFailure logs, when t fails, the agent's lines about
+// device filters and the runtime's NRI hooks: what a failed isolation
+// check needs to say why (the agent's log is gone with the test's dir).
+func (a *nodeAgent) logEnforcementOnFailure(t *testing.T, n *nodeenv.Node) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var keep []string
+		for _, l := range strings.Split(a.Tail(2000), "\n") {
+			if strings.Contains(l, "filter") || strings.Contains(l, "NRI") || strings.Contains(l, "nri") || strings.Contains(l, "pod resources") {
+				keep = append(keep, l)
+			}
+		}
+		if len(keep) > 60 {
+			keep = keep[len(keep)-60:]
+		}
+		t.Logf("gpud agent's enforcement log (last %d lines):\n%s", len(keep), strings.Join(keep, "\n"))
+		if b, err := os.ReadFile(filepath.Join(n.Dir, "containerd.log")); err == nil {
+			keep = keep[:0]
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "plugin") && strings.Contains(l, "gpud") {
+					keep = append(keep, l)
+				}
+			}
+			t.Logf("containerd's lines about gpud's NRI plugin:\n%s", strings.Join(keep, "\n"))
+		}
+	})
 }
 
 // waitAllocatable waits until the Node's allocatable counts of the given

@@ -216,6 +216,7 @@ func runDRAKinds(t *testing.T, k *k8senv.Env, n *nodeenv.Node, a *nodeAgent, sch
 			}
 		}
 		t.Run(name, func(t *testing.T) {
+			a.logEnforcementOnFailure(t, n)
 			r := startDRAPod(t, n, "mig-1g10gb", name, 0, schedule(edit))
 			dev := claimDevices(t, k, name)
 			if len(dev) != 1 {

@@ -183,6 +183,14 @@ type tracked struct {
 	limitsKey    string
 	limitsFailed bool
 	owner        limitsOwner // whose limits were set (for their metric)
+	// hookAt is when the runtime's start hook read the kubelet for this
+	// container; a poll pass that read before then leaves it alone.
+	hookAt time.Time
+	// closed: the start hook could not learn the container's devices in
+	// time and, the container being able to reach every device node
+	// (privileged), attached a filter that allows no GPU; the next pass
+	// opens it to the container's devices.
+	closed bool
 }
 
 // Enforcer applies [Config] to every container. Create one with [New];
@@ -195,9 +203,11 @@ type Enforcer struct {
 
 	status string // fixed at New
 
-	mu      sync.Mutex // held by Reconcile
+	mu      sync.Mutex // held by Reconcile while it applies, and by the hooks
 	tracked map[string]*tracked
-	warned  map[string]bool // warnings already logged, by kind
+
+	warnMu sync.Mutex
+	warned map[string]bool // warnings already logged, by kind
 
 	draMu sync.Mutex // guards dra; taken after mu, never before
 	dra   draState
@@ -296,37 +306,29 @@ func (e *Enforcer) closeAll() {
 // Reconcile does one pass: find containers, attach, update or release
 // filters and cpusets. Run calls it every interval; tests call it
 // directly.
+//
+// The pass reads the cgroup trees, the kubelet and the names before it
+// takes the lock the runtime's start hook needs: the hook has the
+// runtime's deadline (NRI: 2s) and must not wait out a slow kubelet call
+// of the poll. A container the hook handled after these reads began keeps
+// what the hook did: the pass's view of it is older.
 func (e *Enforcer) Reconcile(ctx context.Context) {
+	readAt := time.Now()
+	found, complete := e.scanAll()
+	var in passInputs
+	ok := false
+	if len(found) > 0 {
+		in, ok = e.readInputs(ctx)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	found := map[string]container{}
-	roots := []string{e.cfg.Unified, e.cfg.V1Devices}
-	if e.cfg.CPUs != nil {
-		roots = append(roots, e.cfg.CPUs.Hierarchy())
-	}
-	complete := true // every tree was read: what is missing is gone
-	for _, root := range roots {
-		if root == "" {
-			continue
-		}
-		cs, err := scan(root)
-		if err != nil {
-			e.warnOnce("scan", "pod cgroup tree read failed", "root", root, "err", err)
-			complete = false
-			continue
-		}
-		for rel, c := range cs {
-			found[rel] = c
-		}
-	}
 	if complete {
-		e.warned["scan"] = false
 		e.watchEvictions()
 	}
 	// Containers whose cgroup is gone: release. A tree that could not be
 	// read releases nothing.
 	for rel, t := range e.tracked {
-		if _, ok := found[rel]; ok || !complete {
+		if _, ok := found[rel]; ok || !complete || t.hookAt.After(readAt) {
 			continue
 		}
 		if t.filter != nil {
@@ -338,30 +340,10 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		e.clearLimits(rel, t)
 		delete(e.tracked, rel)
 	}
-	if len(found) == 0 {
+	if !ok {
 		return
 	}
-	allocCtx, cancel := context.WithTimeout(ctx, e.interval)
-	snap, err := e.allocations(allocCtx)
-	cancel()
-	if err != nil {
-		e.warnOnce("allocations", "pod resources unavailable, enforcement paused", "err", err)
-		return
-	}
-	e.warned["allocations"] = false
-	pods, err := e.cfg.Pods.Pods()
-	if err != nil {
-		e.warnOnce("pods", "pod names unavailable, enforcement paused", "err", err)
-		return
-	}
-	e.warned["pods"] = false
-	names, err := e.cfg.Containers.Containers()
-	if err != nil {
-		e.warnOnce("containers", "container names unavailable, falling back to pod-level devices", "err", err)
-		names = nil
-	} else {
-		e.warned["containers"] = false
-	}
+	snap, pods, names := in.snap, in.pods, in.names
 	inv := e.cfg.Inventory()
 	rels := make([]string, 0, len(found))
 	for rel := range found {
@@ -379,6 +361,9 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 			t = &tracked{}
 			e.tracked[rel] = t
 		}
+		if t.hookAt.After(readAt) {
+			continue // the start hook read the kubelet after this pass did
+		}
 		ref, named := names[c.containerID]
 		if t.ref != nil {
 			ref, named = *t.ref, true
@@ -389,13 +374,25 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		}
 		allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, pod.Namespace, pod.Name, ctr))
 		if e.cfg.Isolate {
-			if t.filter == nil && snap.standDown[pod.Namespace] && len(uuids) == 0 {
+			if (t.filter == nil || t.closed) && snap.standDown[pod.Namespace] && len(uuids) == 0 {
+				if t.closed {
+					// Closed only for want of an answer; the kubelet's silence
+					// about DRA devices is the stand-down policy's case.
+					if err := t.filter.Close(); err != nil {
+						e.log.Debug("device filter release failed", "cgroup", rel, "err", err)
+					}
+					t.filter, t.allowed, t.closed = nil, devcgroup.Allowed{}, false
+				}
 				if !t.stoodDown {
 					e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", "cgroup", rel, "namespace", pod.Namespace, "pod", pod.Name)
 				}
 				t.stoodDown = true
 			} else {
 				t.stoodDown = false
+				if t.closed {
+					e.log.Info("device filter opened to the container's devices", "cgroup", rel, "allowed", allowed.String())
+					t.closed = false
+				}
 				e.applyFilter(rel, t, allowed, inv)
 			}
 		}
@@ -407,6 +404,69 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 			e.applyLimits(rel, limitsOwner{pod.Namespace, pod.Name, c.podUID, ctr}, t, fs, err)
 		}
 	}
+}
+
+// scanAll reads every cgroup tree the enforcer watches; complete is false
+// when one could not be read (then nothing is released).
+func (e *Enforcer) scanAll() (found map[string]container, complete bool) {
+	found = map[string]container{}
+	roots := []string{e.cfg.Unified, e.cfg.V1Devices}
+	if e.cfg.CPUs != nil {
+		roots = append(roots, e.cfg.CPUs.Hierarchy())
+	}
+	complete = true
+	for _, root := range roots {
+		if root == "" {
+			continue
+		}
+		cs, err := scan(root)
+		if err != nil {
+			e.warnOnce("scan", "pod cgroup tree read failed", "root", root, "err", err)
+			complete = false
+			continue
+		}
+		for rel, c := range cs {
+			found[rel] = c
+		}
+	}
+	if complete {
+		e.cleared("scan")
+	}
+	return found, complete
+}
+
+// passInputs is what one pass reads besides the cgroup trees.
+type passInputs struct {
+	snap  snapshot
+	pods  map[string]usage.PodRef
+	names map[string]ContainerRef // nil: names unavailable
+}
+
+// readInputs asks the kubelet for its allocations and reads the pods' and
+// containers' names; ok is false when enforcement must pause this pass.
+func (e *Enforcer) readInputs(ctx context.Context) (in passInputs, ok bool) {
+	allocCtx, cancel := context.WithTimeout(ctx, e.interval)
+	snap, err := e.allocations(allocCtx)
+	cancel()
+	if err != nil {
+		e.warnOnce("allocations", "pod resources unavailable, enforcement paused", "err", err)
+		return in, false
+	}
+	e.cleared("allocations")
+	pods, err := e.cfg.Pods.Pods()
+	if err != nil {
+		e.warnOnce("pods", "pod names unavailable, enforcement paused", "err", err)
+		return in, false
+	}
+	e.cleared("pods")
+	names, err := e.cfg.Containers.Containers()
+	if err != nil {
+		e.warnOnce("containers", "container names unavailable, falling back to pod-level devices", "err", err)
+		names = nil
+	} else {
+		e.cleared("containers")
+	}
+	return passInputs{snap: snap, pods: pods, names: names}, true
 }
 
 func (e *Enforcer) applyFilter(rel string, t *tracked, a devcgroup.Allowed, inv gpu.Inventory) {
@@ -499,12 +559,21 @@ func (e *Enforcer) applyCPUs(rel string, c container, t *tracked, inv gpu.Invent
 	t.cpus = want
 }
 
-// warnOnce logs a warning once per outage: the caller clears
-// e.warned[kind] when the source answers again.
+// warnOnce logs a warning once per outage: the caller calls cleared
+// when the source answers again.
 func (e *Enforcer) warnOnce(kind, msg string, args ...any) {
+	e.warnMu.Lock()
+	defer e.warnMu.Unlock()
 	if e.warned[kind] {
 		return
 	}
 	e.warned[kind] = true
 	e.log.Warn(msg, args...)
+}
+
+// cleared ends an outage warnOnce logged: the next failure warns again.
+func (e *Enforcer) cleared(kind string) {
+	e.warnMu.Lock()
+	defer e.warnMu.Unlock()
+	e.warned[kind] = false
 }

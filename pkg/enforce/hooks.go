@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 )
@@ -25,6 +26,10 @@ type ContainerInfo struct {
 	// CPUPeriod its limit (0: none).
 	CPURequestMilli     int64
 	CPUQuota, CPUPeriod int64
+	// AllDevices: the container's device cgroup allows every device (a
+	// privileged container), so only gpud's filter keeps it off the GPUs
+	// it was not given.
+	AllDevices bool
 }
 
 // Rel is the container's cgroup path inside a hierarchy, "/..."; the
@@ -104,12 +109,19 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 	if !e.cfg.Isolate && e.cfg.MemoryLimits == nil {
 		return
 	}
-	// Ask the kubelet before taking the lock a poll pass may hold: the
-	// runtime waits for this hook only so long (NRI: 2s) before it starts
-	// the container anyway.
-	snap, err := e.allocations(ctx)
+	began := time.Now()
+	kctx, cancel := hookContext(ctx)
+	defer cancel()
+	// Ask the kubelet before taking the lock; a poll pass holds it only
+	// while it applies (see Reconcile).
+	snap, err := e.allocations(kctx)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer func() {
+		if d := time.Since(began); d > slowHook {
+			e.log.Warn("container start hook slow", "container", c.String(), "took", d.Round(time.Millisecond), "deadline_left", deadlineLeft(ctx))
+		}
+	}()
 	rel := c.Rel()
 	ref := ContainerRef{Namespace: c.Namespace, Pod: c.Pod, Container: c.Container}
 	t := e.tracked[rel]
@@ -118,17 +130,29 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 		e.tracked[rel] = t
 	}
 	t.ref = &ref
+	inv := e.cfg.Inventory()
 	if err != nil {
-		e.log.Warn("device filter and memory limits at start skipped, pod resources unavailable", "cgroup", rel, "err", err)
+		if e.cfg.Isolate && c.AllDevices && t.filter == nil {
+			// Fail closed: this container can reach every device node, and
+			// which GPUs are its own is unknown until the kubelet answers.
+			t.closed = true
+			none, _ := allowedFor(inv, e.cfg.Majors, nil)
+			e.applyFilter(rel, t, none, inv)
+			e.log.Warn("device filter attached closed: pod resources not read in time for a container that reaches every device, the next poll opens it to its GPUs",
+				"cgroup", rel, "container", c.String(), "err", err)
+			return
+		}
+		e.log.Warn("device filter and memory limits at start skipped, pod resources unavailable", "cgroup", rel, "container", c.String(), "err", err)
 		return
 	}
-	inv := e.cfg.Inventory()
+	t.hookAt = began
 	if e.cfg.Isolate {
 		allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, c.Namespace, c.Pod, c.Container))
 		if t.filter == nil && snap.standDown[c.Namespace] && len(uuids) == 0 {
 			e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", "cgroup", rel, "container", c.String())
 			t.stoodDown = true
 		} else {
+			t.closed = false
 			e.applyFilter(rel, t, allowed, inv)
 		}
 	}
@@ -136,6 +160,37 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 		fs, err := e.fractions(inv, snap, c.Namespace, c.Pod, c.Container)
 		e.applyLimits(rel, limitsOwner{c.Namespace, c.Pod, c.PodUID, c.Container}, t, fs, err)
 	}
+}
+
+// The start hook's time: containerd gives an NRI plugin 2s per request
+// (plugin_request_timeout) and closes a plugin that misses it, so every
+// later container starts without the hook until the plugin reconnects.
+// The hook stops waiting on the kubelet hookMargin before the runtime's
+// deadline, or after hookBudget when the runtime set none.
+const (
+	hookMargin = 400 * time.Millisecond
+	hookBudget = 1500 * time.Millisecond
+	minBudget  = 100 * time.Millisecond
+	// slowHook: a hook that takes longer is logged with what was left.
+	slowHook = time.Second
+)
+
+// hookContext bounds the hook's kubelet call by the runtime's deadline.
+func hookContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	budget := hookBudget
+	if d, ok := ctx.Deadline(); ok {
+		budget = max(time.Until(d)-hookMargin, minBudget)
+	}
+	return context.WithTimeout(ctx, budget)
+}
+
+// deadlineLeft is the time left before ctx's deadline, for logs.
+func deadlineLeft(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return time.Until(d).Round(time.Millisecond)
 }
 
 // ContainerRemoved releases what the enforcer holds for a container: its

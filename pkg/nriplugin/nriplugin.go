@@ -168,7 +168,25 @@ func Info(pod *api.PodSandbox, ctr *api.Container) enforce.ContainerInfo {
 		info.CPUQuota = cpu.GetQuota().GetValue()
 		info.CPUPeriod = int64(cpu.GetPeriod().GetValue())
 	}
+	info.AllDevices = allowsEveryCharDevice(ctr.GetLinux().GetResources().GetDevices())
 	return info
+}
+
+// allowsEveryCharDevice reports whether device cgroup rules, applied in
+// order as runc applies them, end with every character device allowed:
+// what a privileged container's spec says ("a *:* rwm").
+func allowsEveryCharDevice(rules []*api.LinuxDeviceCgroup) bool {
+	open := false
+	for _, r := range rules {
+		if r.GetMajor() != nil || r.GetMinor() != nil {
+			continue
+		}
+		switch r.GetType() {
+		case "", "a", "c":
+			open = r.GetAllow()
+		}
+	}
+	return open
 }
 
 // nriLog routes the NRI stub's printf logging into slog: detail at Debug,

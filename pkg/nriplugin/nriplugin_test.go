@@ -173,6 +173,39 @@ func TestInfo(t *testing.T) {
 	if !strings.HasSuffix(info.Rel(), "/x") {
 		t.Errorf("Rel = %q", info.Rel())
 	}
+	if info.AllDevices {
+		t.Errorf("Info.AllDevices for a container without device rules")
+	}
+}
+
+// TestInfoAllDevices: a privileged container's spec allows every device
+// ("a *:* rwm", as containerd writes it); an ordinary one denies all and
+// allows its own; a later wildcard deny closes an earlier allow.
+func TestInfoAllDevices(t *testing.T) {
+	allow := func(typ string) *api.LinuxDeviceCgroup {
+		return &api.LinuxDeviceCgroup{Allow: true, Type: typ, Access: "rwm"}
+	}
+	deny := &api.LinuxDeviceCgroup{Allow: false, Access: "rwm"}
+	gpu := &api.LinuxDeviceCgroup{Allow: true, Type: "c", Major: api.Int64(195), Minor: api.Int64(0), Access: "rw"}
+	tests := []struct {
+		name  string
+		rules []*api.LinuxDeviceCgroup
+		want  bool
+	}{
+		{"privileged (containerd)", []*api.LinuxDeviceCgroup{allow("")}, true},
+		{"privileged (type a)", []*api.LinuxDeviceCgroup{allow("a")}, true},
+		{"every char device", []*api.LinuxDeviceCgroup{deny, allow("c")}, true},
+		{"ordinary: deny all, allow one GPU", []*api.LinuxDeviceCgroup{deny, gpu}, false},
+		{"allow then deny", []*api.LinuxDeviceCgroup{allow(""), deny}, false},
+		{"block devices only", []*api.LinuxDeviceCgroup{deny, allow("b")}, false},
+		{"no rules", nil, false},
+	}
+	for _, tc := range tests {
+		ctr := &api.Container{Name: "c", Linux: &api.LinuxContainer{Resources: &api.LinuxResources{Devices: tc.rules}}}
+		if got := Info(&api.PodSandbox{}, ctr).AllDevices; got != tc.want {
+			t.Errorf("%s: AllDevices = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
 
 // TestRunWithoutSocket: a node without NRI is not an error.

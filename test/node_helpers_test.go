@@ -65,12 +65,13 @@ func startNodeAgent(t *testing.T, n *nodeenv.Node, args ...string) *nodeAgent {
 	return &nodeAgent{Proc: p, HTTP: addr}
 }
 
-// logEnforcementOnFailure logs, when t fails, the agent's lines about
-// device filters and the runtime's NRI hooks: what a failed isolation
-// check needs to say why (the agent's log is gone with the test's dir).
+// logEnforcementOnFailure logs, when t fails (or always, with
+// GPUD_TEST_ENFORCE_LOG=1), the agent's lines about device filters and
+// the runtime's NRI hooks: what a failed isolation check needs to say why
+// (the agent's log is gone with the test's dir).
 func (a *nodeAgent) logEnforcementOnFailure(t *testing.T, n *nodeenv.Node) {
 	t.Cleanup(func() {
-		if !t.Failed() {
+		if !t.Failed() && os.Getenv("GPUD_TEST_ENFORCE_LOG") != "1" {
 			return
 		}
 		var keep []string

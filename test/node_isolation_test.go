@@ -50,6 +50,7 @@ func TestNodeDeviceIsolation(t *testing.T) {
 			t.Logf("pod two: container probe GPU %v, probe2 GPU %v", m1, m2)
 		})
 		t.Run("privileged", func(t *testing.T) {
+			a.logEnforcementOnFailure(t, n)
 			r := startPod(t, n, privileged(withNodeDevices(n.ProbePod("default", "priv", gpus(1)), time.Second)))
 			m := devicePluginMinors(t, inv, r)
 			checkIsolation(t, "privileged pod priv (nvidia.com/gpu: 1)", r, m)
@@ -59,6 +60,7 @@ func TestNodeDeviceIsolation(t *testing.T) {
 			t.Logf("privileged pod priv: GPU %v", m)
 		})
 		t.Run("privileged without GPUs", func(t *testing.T) {
+			a.logEnforcementOnFailure(t, n)
 			r := startPod(t, n, privileged(withNodeDevices(n.ProbePod("default", "priv-none", nil), time.Second)))
 			checkIsolation(t, "privileged pod priv-none (no GPU)", r, nil)
 			checkIsolation(t, "privileged pod priv-none (no GPU), a report later", reportAfter(t, n, "priv-none", r), nil)
@@ -84,6 +86,7 @@ func TestNodeDeviceIsolation(t *testing.T) {
 			t.Logf("privileged pod priv: GPU %v", m)
 		})
 		t.Run("privileged without GPUs", func(t *testing.T) {
+			a.logEnforcementOnFailure(t, n)
 			r := startPod(t, n, privileged(withNodeDevices(n.ProbePod("default", "priv-none", nil), time.Second)))
 			checkIsolation(t, "privileged pod priv-none (no GPU, DRA node)", r, nil)
 			checkIsolation(t, "privileged pod priv-none (no GPU, DRA node), a report later", reportAfter(t, n, "priv-none", r), nil)

@@ -435,6 +435,9 @@ func (e *Enforcer) scanAll() (found map[string]container, complete bool) {
 	return found, complete
 }
 
+// pollKubeletTimeout bounds a pass's kubelet call.
+const pollKubeletTimeout = 5 * time.Second
+
 // passInputs is what one pass reads besides the cgroup trees.
 type passInputs struct {
 	snap  snapshot
@@ -445,7 +448,10 @@ type passInputs struct {
 // readInputs asks the kubelet for its allocations and reads the pods' and
 // containers' names; ok is false when enforcement must pause this pass.
 func (e *Enforcer) readInputs(ctx context.Context) (in passInputs, ok bool) {
-	allocCtx, cancel := context.WithTimeout(ctx, e.interval)
+	// Not bounded by the interval: a kubelet slow under load (seconds on a
+	// busy node) would pause enforcement pass after pass; the read holds no
+	// lock, and the ticker drops the passes it delays.
+	allocCtx, cancel := context.WithTimeout(ctx, max(e.interval, pollKubeletTimeout))
 	snap, err := e.allocations(allocCtx)
 	cancel()
 	if err != nil {

@@ -119,7 +119,7 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 	defer e.mu.Unlock()
 	defer func() {
 		if d := time.Since(began); d > slowHook {
-			e.log.Warn("container start hook slow", "container", c.String(), "took", d.Round(time.Millisecond), "deadline_left", deadlineLeft(ctx))
+			e.log.Warn("container start hook slow", "container", c.String(), "all_devices", c.AllDevices, "took", d.Round(time.Millisecond), "deadline_left", deadlineLeft(ctx))
 		}
 	}()
 	rel := c.Rel()
@@ -142,7 +142,7 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 				"cgroup", rel, "container", c.String(), "err", err)
 			return
 		}
-		e.log.Warn("device filter and memory limits at start skipped, pod resources unavailable", "cgroup", rel, "container", c.String(), "err", err)
+		e.log.Warn("device filter and memory limits at start skipped, pod resources unavailable", "cgroup", rel, "container", c.String(), "all_devices", c.AllDevices, "err", err)
 		return
 	}
 	t.hookAt = began

@@ -63,9 +63,20 @@ func BenchmarkSnapshot(b *testing.B) {
 // listing is left out; the snapshot, the placement rules over every node
 // and bound pod, and gpud's decision for one pending pod, on nodes×4 L40S
 // GPUs with nodes×2 bound pods holding a GPU each.
+//
+// pools=off is the same cycle parsing every pool afresh (no
+// view.PoolCache), the baseline of the pool cache.
 func BenchmarkCycle(b *testing.B) {
 	for _, nodes := range []int{64, 167} {
-		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+		for _, pools := range []bool{true, false} {
+			b.Run(fmt.Sprintf("nodes=%d/pools=%s", nodes, map[bool]string{true: "on", false: "off"}[pools]), func(b *testing.B) { benchCycle(b, nodes, pools) })
+		}
+	}
+}
+
+func benchCycle(b *testing.B, nodes int, pools bool) {
+	{
+		{
 			in := inputs{classes: []*resourceapi.DeviceClass{gpuClass()}}
 			for i := range nodes {
 				name := fmt.Sprintf("n%d", i)
@@ -91,6 +102,9 @@ func BenchmarkCycle(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			if !pools {
+				s.snap.pools = nil
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				sn := s.snap.build(in, t0)
@@ -107,6 +121,6 @@ func BenchmarkCycle(b *testing.B) {
 					b.Fatalf("binds %d, pending %+v", len(p.Binds), p.Pending)
 				}
 			}
-		})
+		}
 	}
 }

@@ -46,7 +46,9 @@ func nodeSlices(t testing.TB, profile, name string) []*resourceapi.ResourceSlice
 	var out []*resourceapi.ResourceSlice
 	for i, s := range pool.Slices {
 		out = append(out, &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i)},
+			// A UID and resourceVersion, as the informer's objects have
+			// (the view's pool cache keys on them).
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), UID: types.UID(fmt.Sprintf("slice-%s-%d", name, i)), ResourceVersion: "1"},
 			Spec: resourceapi.ResourceSliceSpec{Driver: dra.DriverName, NodeName: ptr.To(name), Devices: s.Devices, SharedCounters: s.SharedCounters,
 				Pool: resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))}},
 		})

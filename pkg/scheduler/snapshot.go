@@ -58,6 +58,7 @@ type snapshotter struct {
 	reservations  []jobs.Reservation
 	assumed       *assumeCache
 	matches       *view.MatchCache
+	pools         *view.PoolCache
 	cel           *cel.Cache
 	// backoff, if set, keeps pods that earlier cycles left pending out
 	// while they back off, and marks the ones tried before (plan.Pod.Retry).
@@ -102,7 +103,7 @@ type snapshot struct {
 
 func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
 	return &snapshotter{schedulerName: cfg.SchedulerName, policy: cfg.Policy, maxPending: cfg.MaxPending,
-		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), autoGroups: cfg.AutoGroups, queueSet: cfg.QueueSet,
+		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), pools: view.NewPoolCache(), autoGroups: cfg.AutoGroups, queueSet: cfg.QueueSet,
 		cel: cel.NewCache(256, cel.Features{EnableConsumableCapacity: true})}
 }
 
@@ -113,7 +114,7 @@ var _ plan.Devices = (*anydevice.State)(nil)
 // build makes the snapshot of one cycle at now.
 func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,
-		CEL: s.cel, Matches: s.matches})
+		CEL: s.cel, Matches: s.matches, Pools: s.pools})
 	devs := anydevice.New(anydevice.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes})
 	queues, reservations, queueOf := s.cycleQueues()
 	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Devices: devs, Groups: in.groups, PDBs: in.pdbs,

@@ -205,6 +205,8 @@ type Inputs struct {
 	CEL *cel.Cache
 	// Matches caches selector results across views; nil is none.
 	Matches *MatchCache
+	// Pools caches parsed pools across views; nil is none.
+	Pools *PoolCache
 }
 
 // Nodes returns the view's nodes, sorted by name.
@@ -254,7 +256,7 @@ func Build(in Inputs) (*View, []Skip) {
 		}
 		n := newNode(kn)
 		n.Generation = group[0].Spec.Pool.Generation
-		addPool(n, group, &skips)
+		in.Pools.fill(n, group, &skips)
 		if len(n.GPUs) > allocator.MaxGPUsPerNode {
 			skips = append(skips, Skip{Kind: "ResourceSlice", Name: group[0].Name,
 				Reason: fmt.Sprintf("pool %q has %d GPUs, more than %d", pool, len(n.GPUs), allocator.MaxGPUsPerNode)})

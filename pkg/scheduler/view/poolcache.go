@@ -1,0 +1,105 @@
+package view
+
+import (
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// PoolCache keeps parsed pools across views: a pool's devices, GPUs and
+// counter sets hold while its slices do (the same objects at the same
+// resourceVersions). Parsing every device of every node for every new
+// view is a fifth of a one-pod cycle otherwise. Each view gets its own
+// copies of the devices, so views never share mutable state. It is not
+// safe for concurrent use.
+type PoolCache struct {
+	m map[string]*parsedPool // by pool name
+}
+
+// parsedPool is one pool as addPool left it, before a view numbered its
+// devices.
+type parsedPool struct {
+	key      string
+	devs     []Device // in the node's device order
+	gpus     []GPU
+	counters map[string]map[string]resource.Quantity
+	skips    []Skip
+}
+
+// maxPoolCache bounds a PoolCache in pools; it is emptied when full.
+const maxPoolCache = 1 << 16
+
+// NewPoolCache returns an empty cache for [Inputs.Pools].
+func NewPoolCache() *PoolCache { return &PoolCache{m: map[string]*parsedPool{}} }
+
+// poolKey names a pool's slices at their versions (group is sorted by
+// name). Objects without a resourceVersion (built by hand, never from an
+// informer) are not cached.
+func poolKey(group []*resourceapi.ResourceSlice) (string, bool) {
+	var b strings.Builder
+	for _, s := range group {
+		if s.ResourceVersion == "" {
+			return "", false
+		}
+		b.WriteString(s.Name)
+		b.WriteByte('/')
+		b.WriteString(string(s.UID))
+		b.WriteByte('@')
+		b.WriteString(s.ResourceVersion)
+		b.WriteByte('#')
+		b.WriteString(strconv.FormatInt(s.Spec.Pool.Generation, 10))
+		b.WriteByte(';')
+	}
+	return b.String(), true
+}
+
+// fill adds group's devices, GPUs and counter sets to n (fresh from
+// newNode), from the cache when the slices are unchanged, else by
+// parsing them (and remembering the parse).
+func (c *PoolCache) fill(n *Node, group []*resourceapi.ResourceSlice, skips *[]Skip) {
+	key, cacheable := "", false
+	if c != nil {
+		key, cacheable = poolKey(group)
+	}
+	if cacheable {
+		if p := c.m[n.Name]; p != nil && p.key == key {
+			p.instantiate(n)
+			*skips = append(*skips, p.skips...)
+			return
+		}
+	}
+	var own []Skip
+	addPool(n, group, &own)
+	*skips = append(*skips, own...)
+	if !cacheable {
+		return
+	}
+	p := &parsedPool{key: key, gpus: n.GPUs, counters: n.Counters, skips: own, devs: make([]Device, len(n.devs))}
+	for i, d := range n.devs {
+		p.devs[i] = *d
+	}
+	if len(c.m) >= maxPoolCache {
+		clear(c.m)
+	}
+	c.m[n.Name] = p
+	// n keeps its own GPUs: the view fills their device pointers.
+	n.GPUs = append([]GPU(nil), n.GPUs...)
+}
+
+// instantiate gives n copies of the pool's devices and GPUs; counter sets
+// are only read, so they are shared.
+func (p *parsedPool) instantiate(n *Node) {
+	n.Counters = p.counters
+	n.GPUs = append([]GPU(nil), p.gpus...)
+	n.devs = make([]*Device, len(p.devs))
+	n.Devices = make(map[string]*Device, len(p.devs))
+	copies := make([]Device, len(p.devs))
+	copy(copies, p.devs)
+	for i := range copies {
+		d := &copies[i]
+		n.devs[i] = d
+		n.Devices[d.Name] = d
+	}
+}

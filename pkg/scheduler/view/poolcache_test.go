@@ -1,0 +1,136 @@
+package view
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"regexp"
+	"slices"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// shareID is a fraction's share ID in describe's output (random per
+// placement).
+var shareID = regexp.MustCompile(`#[0-9a-f-]{36}`)
+
+// versioned gives every slice a UID and resourceVersion, as the informer's
+// objects have.
+func versioned(c *cluster) {
+	for i, s := range c.in.Slices {
+		s = s.DeepCopy()
+		s.UID = types.UID(fmt.Sprint("uid-", s.Name))
+		s.ResourceVersion = "1"
+		c.in.Slices[i] = s
+	}
+}
+
+// nodeFacts is what a node holds that a cached parse must reproduce.
+func nodeFacts(n *Node) string {
+	gpus := make([]GPU, len(n.GPUs))
+	for i, g := range n.GPUs {
+		g.wholeDev, g.migDevs = nil, nil
+		gpus[i] = g
+	}
+	devs := make([]Device, len(n.devs))
+	for i, d := range n.devs {
+		devs[i] = *d
+		devs[i].node = nil
+	}
+	return fmt.Sprintf("%s gen %d gpus %+v devs %+v counters %v", n.Name, n.Generation, gpus, devs, n.Counters)
+}
+
+// TestPoolCacheMatchesFresh: views built through a PoolCache hold the same
+// nodes as views parsed afresh and place random claims exactly alike;
+// two cached views share no device; a slice changed at a new
+// resourceVersion is parsed again.
+func TestPoolCacheMatchesFresh(t *testing.T) {
+	c := mixedCluster(t, 6)
+	versioned(c)
+	fresh, skips := Build(c.in)
+	if len(skips) > 0 {
+		t.Fatalf("skips: %v", skips)
+	}
+	cached := c.in
+	cached.Pools = NewPoolCache()
+	first, _ := Build(cached)  // parses, fills the cache
+	second, _ := Build(cached) // from the cache
+	for _, v := range []*View{first, second} {
+		if len(v.nodes) != len(fresh.nodes) || len(v.devs) != len(fresh.devs) {
+			t.Fatalf("cached view: %d nodes %d devices, fresh %d %d", len(v.nodes), len(v.devs), len(fresh.nodes), len(fresh.devs))
+		}
+		for i, n := range v.nodes {
+			if got, want := nodeFacts(n), nodeFacts(fresh.nodes[i]); got != want {
+				t.Fatalf("cached node:\n%s\nfresh:\n%s", got, want)
+			}
+			for g := range n.GPUs {
+				gp := &n.GPUs[g]
+				if gp.Whole != "" && gp.wholeDev != n.Devices[gp.Whole] {
+					t.Fatalf("node %s GPU %d: whole device not the view's own", n.Name, g)
+				}
+			}
+		}
+	}
+	for i, d := range first.devs {
+		if d == second.devs[i] || d.node == second.devs[i].node {
+			t.Fatalf("device %s shared between two cached views", d.Name)
+		}
+		if d.id != int32(i) || second.devs[i].id != int32(i) {
+			t.Fatalf("device %s: ids %d and %d, want %d", d.Name, d.id, second.devs[i].id, i)
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := range 40 {
+		cl := randomClaim(rng, i)
+		want := shareID.ReplaceAllString(describe(place(t, fresh, Options{}, cl)), "#share")
+		if got := shareID.ReplaceAllString(describe(place(t, second, Options{}, cl)), "#share"); got != want {
+			t.Fatalf("claim %d: cached view places %s, fresh %s", i, got, want)
+		}
+	}
+
+	// A changed slice at a new resourceVersion is parsed again.
+	var changed *resourceapi.ResourceSlice
+	for i, s := range cached.Slices {
+		if s.Spec.NodeName != nil && *s.Spec.NodeName == "node-02" && len(s.Spec.Devices) > 0 {
+			s = s.DeepCopy()
+			s.ResourceVersion = "2"
+			model := "NVIDIA Test GPU"
+			a := s.Spec.Devices[0].Attributes["productName"]
+			a.StringValue = &model
+			s.Spec.Devices[0].Attributes["productName"] = a
+			cached.Slices[i], changed = s, s
+			break
+		}
+	}
+	if changed == nil {
+		t.Fatal("no slice of node-02")
+	}
+	third, _ := Build(cached)
+	n := third.Node("node-02")
+	dev := n.Devices[changed.Spec.Devices[0].Name]
+	if got := n.GPUs[dev.GPU].Model; got != "NVIDIA Test GPU" {
+		t.Errorf("node-02 after its slice changed: model %q, want the new one", got)
+	}
+	if got := second.Node("node-02").GPUs[0].Model; got == "NVIDIA Test GPU" {
+		t.Errorf("an earlier view changed with the cache")
+	}
+}
+
+// TestPoolCacheKeepsSkips: a pool with a device the view refuses is
+// reported on every view, cached or not.
+func TestPoolCacheKeepsSkips(t *testing.T) {
+	c := mixedCluster(t, 1)
+	versioned(c)
+	i := slices.IndexFunc(c.in.Slices, func(s *resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) > 0 })
+	bad := c.in.Slices[i].DeepCopy()
+	bad.Spec.Devices[0].Name = "Not_A_Label"
+	c.in.Slices[i] = bad
+	c.in.Pools = NewPoolCache()
+	_, first := Build(c.in)
+	_, second := Build(c.in)
+	if len(first) == 0 || !reflect.DeepEqual(first, second) {
+		t.Errorf("skips: first view %v, cached view %v; want the same, non-empty", first, second)
+	}
+}

@@ -43,7 +43,9 @@ func TestGolden(t *testing.T) {
 		{"why-namespace-user", Options{Command: "why", Args: []string{"big-0"}, Namespace: "team-a"}, true},
 	}
 	t.Run("queue-objects", func(t *testing.T) { goldenQueues(t, "queue-objects", Options{Command: "queues"}) })
-	t.Run("queue-objects-json", func(t *testing.T) { goldenQueues(t, "queue-objects-json", Options{Command: "queues", Output: OutputJSON}) })
+	t.Run("queue-objects-json", func(t *testing.T) {
+		goldenQueues(t, "queue-objects-json", Options{Command: "queues", Output: OutputJSON})
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer

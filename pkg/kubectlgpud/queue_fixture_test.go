@@ -37,7 +37,7 @@ func testQueues(t testing.TB) []*queues.Queue {
 		q("org", 1, queues.Spec{Guaranteed: queues.Resources{GPUMilli: 8000}, Limit: queues.Resources{GPUMilli: 16000, CPUMilli: 256000}},
 			queues.Status{ObservedGeneration: 1, Usage: queues.Resources{GPUMilli: 5000, MIGSlices: 2}, PendingPods: 4,
 				Conditions: []metav1.Condition{accepted, within}}),
-		q("research", 3, queues.Spec{Parent: "org", Weight: 2, Namespaces: []string{"team-a"},
+		q("research", 3, queues.Spec{Parent: "org", Weight: queues.DecimalWeight("2.5"), Namespaces: []string{"team-a"},
 			Guaranteed: queues.Resources{GPUMilli: 2000}, Limit: queues.Resources{GPUMilli: 8000},
 			ModelLimit: map[string]int64{"NVIDIA H100 80GB HBM3": 8000}},
 			queues.Status{ObservedGeneration: 3, Usage: queues.Resources{GPUMilli: 4000, MIGSlices: 1}, PendingPods: 3,
@@ -50,7 +50,7 @@ func testQueues(t testing.TB) []*queues.Queue {
 		q("orphan", 1, queues.Spec{Parent: "nope", Limit: queues.Resources{GPUMilli: 1000}},
 			queues.Status{ObservedGeneration: 1, Conditions: []metav1.Condition{cond(queues.ConditionAccepted, metav1.ConditionFalse, queues.ReasonInvalid,
 				`spec.parent: queue "nope" is not defined (no Queue object or --queues entry of that name)`)}}),
-		q("fresh", 1, queues.Spec{Weight: 1}, queues.Status{}),
+		q("fresh", 1, queues.Spec{Weight: queues.IntWeight(1)}, queues.Status{}),
 	}
 }
 

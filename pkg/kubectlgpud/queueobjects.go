@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,7 +66,7 @@ type QueueObject struct {
 	// Depth is the queue's depth in the tree of Queue objects (0: a root,
 	// or a queue whose parent is not a Queue object).
 	Depth int `json:"depth"`
-	// Weight is spec.weight as written ("" is 1).
+	// Weight is spec.weight as written ("1" for the default).
 	Weight     string   `json:"weight,omitempty"`
 	Namespaces []string `json:"namespaces,omitempty"`
 
@@ -142,7 +141,7 @@ func QueueObjects(s *Snapshot) []QueueObject {
 }
 
 func queueObject(q *queues.Queue, depth int) QueueObject {
-	o := QueueObject{Name: q.Name, Parent: q.Spec.Parent, Depth: depth, Weight: weightString(q.Spec),
+	o := QueueObject{Name: q.Name, Parent: q.Spec.Parent, Depth: depth, Weight: queues.WeightString(q.Spec.Weight),
 		Namespaces: slices.Clone(q.Spec.Namespaces), Guaranteed: q.Spec.Guaranteed, Limit: q.Spec.Limit,
 		ModelGuaranteed: q.Spec.ModelGuaranteed, ModelLimit: q.Spec.ModelLimit,
 		Usage: q.Status.Usage, PendingPods: q.Status.PendingPods,
@@ -207,12 +206,4 @@ func queueState(q QueueObject) string {
 		s += ", status of an older spec"
 	}
 	return s
-}
-
-// weightString is spec.weight as the table shows it (0 is 1).
-func weightString(s queues.Spec) string {
-	if s.Weight == 0 {
-		return "1"
-	}
-	return strconv.FormatInt(s.Weight, 10)
 }

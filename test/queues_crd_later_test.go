@@ -1,7 +1,9 @@
 package test
 
 import (
+	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/kubectlgpud"
 	"github.com/gpud/gpud/pkg/scheduler"
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/scheduler/queues"
@@ -24,7 +27,8 @@ import (
 // with a queues.Source that asks discovery again (as cmd/gpud wires it);
 // a pod runs with no queue, then the CRD and a Queue binding its
 // namespace with a CPU limit are applied, the Queue's status counts the
-// running pod, and the namespace's next pod waits on the queue's limit.
+// running pod, and the namespace's next pod waits on the queue's limit;
+// kubectl gpud queues then shows the Queue with that status.
 func TestQueueCRDInstalledAfterStart(t *testing.T) {
 	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
@@ -103,4 +107,15 @@ spec:
 		}
 		return nil
 	})
+
+	// kubectl gpud queues reads the Queue and its status from the API
+	// server: its limit, bound namespace, usage and pending pod.
+	var out bytes.Buffer
+	if err := kubectlgpud.RunClients(ctx, kubectlgpud.Clients{Kube: env.Client, Dynamic: dyn}, kubectlgpud.Options{Command: "queues"}, &out); err != nil {
+		t.Fatalf("kubectl gpud queues: %v", err)
+	}
+	row := regexp.MustCompile(`(?m)^team-a +1 +team-a +- +cpuMilli=1000 +cpuMilli=600 +1 +accepted, borrowing *$`)
+	if !row.MatchString(out.String()) {
+		t.Fatalf("kubectl gpud queues printed\n%s\nwant a row for Queue team-a: weight 1, namespace team-a, limit cpuMilli=1000, used cpuMilli=600, 1 pending, accepted and borrowing (no guarantee)", out.String())
+	}
 }

@@ -42,7 +42,7 @@ const queueManifest = `
 apiVersion: scheduling.gpud.io/v1alpha1
 kind: Queue
 metadata: {name: org}
-spec: {}
+spec: {weight: 2}
 ---
 apiVersion: scheduling.gpud.io/v1alpha1
 kind: Queue
@@ -57,6 +57,7 @@ kind: Queue
 metadata: {name: team-b}
 spec:
   parent: org
+  weight: "1.5"
   guaranteed: {cpuMilli: 500}
   limit: {cpuMilli: 4000}
   namespaces: [team-b]
@@ -90,6 +91,10 @@ func TestQueuesEndToEnd(t *testing.T) {
 		{"apiVersion: scheduling.gpud.io/v1alpha1\nkind: Queue\nmetadata: {name: self}\nspec: {parent: self}\n", "spec.parent"},
 		{"apiVersion: scheduling.gpud.io/v1alpha1\nkind: Queue\nmetadata: {name: over}\nspec: {guaranteed: {cpuMilli: 2}, limit: {cpuMilli: 1}}\n", "spec.guaranteed"},
 		{"apiVersion: scheduling.gpud.io/v1alpha1\nkind: Queue\nmetadata: {name: typo}\nspec: {limits: {cpuMilli: 1}}\n", "limits"},
+		{"apiVersion: scheduling.gpud.io/v1alpha1\nkind: Queue\nmetadata: {name: w1}\nspec: {weight: 2.5}\n", "spec.weight"},
+		{"apiVersion: scheduling.gpud.io/v1alpha1\nkind: Queue\nmetadata: {name: w2}\nspec: {weight: \"2.5x\"}\n", "spec.weight"},
+		{"apiVersion: scheduling.gpud.io/v1alpha1\nkind: Queue\nmetadata: {name: w3}\nspec: {weight: \"1000000.5\"}\n", "spec.weight"},
+		{"apiVersion: scheduling.gpud.io/v1alpha1\nkind: Queue\nmetadata: {name: w4}\nspec: {weight: -1}\n", "spec.weight"},
 	} {
 		if _, err := dyn.Resource(queues.GVR).Create(ctx, yamlDocs(t, bad.doc)[0], strict); err == nil || !strings.Contains(err.Error(), bad.field) {
 			t.Errorf("creating %q: %v, want an error naming %s", bad.doc, err, bad.field)
@@ -149,6 +154,15 @@ func TestQueuesEndToEnd(t *testing.T) {
 	// team-b's pod runs in team-b (its namespace's queue).
 	createQueuePod(t, env, "team-b", "b-1", "700m", "")
 	env.WaitForPodBound(t, "team-b", "b-1", queueTimeout)
+	// Weights as written: org's integer and team-b's decimal string.
+	weights := map[string]float64{}
+	qs, _, _ := src.Set()
+	for _, q := range qs {
+		weights[q.Name] = q.Weight
+	}
+	if weights["org"] != 2 || weights["team-b"] != 1.5 {
+		t.Fatalf("weights %v, want org 2 and team-b 1.5", weights)
+	}
 
 	// The status the leader writes: usage against guarantee and limit,
 	// pending pods, conditions.

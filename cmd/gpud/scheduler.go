@@ -264,24 +264,22 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		cfg.GroupsSynced = func() bool { return groups.Synced() && workloads.Synced() }
 		autoGangs = workloads.Served()
 	}
-	// Queue objects (deploy/scheduler/queue-crd.yaml), when served: the
-	// live queue tree over --queues, namespace bindings, their status.
-	var queueObjs *schedqueues.Source
-	if ok, err := schedqueues.Installed(client.Discovery()); err != nil {
-		return fmt.Errorf("scheduler: %w", err)
-	} else if ok {
-		dyn, err := dynamic.NewForConfig(informerCfg)
-		if err != nil {
-			return fmt.Errorf("scheduler: dynamic client for Queues: %w", err)
-		}
-		if queueObjs, err = schedqueues.NewSource(schedqueues.Config{Dynamic: dyn, Client: informerClient, File: queues, FileReservations: res,
-			Log: log.With("component", "queues")}); err != nil {
-			return fmt.Errorf("scheduler: %w", err)
-		}
-		cfg.QueueSet, cfg.QueueStatus = queueObjs.Set, queueObjs.Observe
-		synced := cfg.GroupsSynced
-		cfg.GroupsSynced = func() bool { return synced() && queueObjs.Synced() }
+	// Queue objects (deploy/scheduler/queue-crd.yaml): the live queue
+	// tree over --queues, namespace bindings, their status; the --queues
+	// file alone until the CRD is served (discovery asked again until it
+	// is).
+	dyn, err := dynamic.NewForConfig(informerCfg)
+	if err != nil {
+		return fmt.Errorf("scheduler: dynamic client for Queues: %w", err)
 	}
+	queueObjs, err := schedqueues.NewSource(schedqueues.Config{Dynamic: dyn, Client: informerClient, File: queues, FileReservations: res,
+		Discovery: client.Discovery(), Log: log.With("component", "queues")})
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	cfg.QueueSet, cfg.QueueStatus = queueObjs.Set, queueObjs.Observe
+	synced := cfg.GroupsSynced
+	cfg.GroupsSynced = func() bool { return synced() && queueObjs.Synced() }
 	if o.leaderElect {
 		host, err := os.Hostname()
 		if err != nil {
@@ -297,9 +295,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	if queueObjs != nil {
-		queueObjs.OnChange(s.Wake)
-	}
+	queueObjs.OnChange(s.Wake)
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return fmt.Errorf("scheduler: listen on --metrics-addr %s: %w", o.metricsAddr, err)
@@ -315,7 +311,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs(),
-		"auto_gangs", autoGangs, "queue_objects", queueObjs != nil)
+		"auto_gangs", autoGangs, "queue_objects", queueObjs.Served())
 	tasks := []taskgroup.Task{
 		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), "--metrics-addr", log) }},
 		{Run: groups.Run},
@@ -323,9 +319,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if workloads != nil {
 		tasks = append(tasks, taskgroup.Task{Run: workloads.Run})
 	}
-	if queueObjs != nil {
-		tasks = append(tasks, taskgroup.Task{Run: queueObjs.Run})
-	}
+	tasks = append(tasks, taskgroup.Task{Run: queueObjs.Run})
 	if tel != nil {
 		tasks = append(tasks, taskgroup.Task{Run: func(ctx context.Context) error { return tel.Serve(ctx, telLn, certs, s) }})
 		if certs != nil {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -29,7 +30,8 @@ Usage:
   kubectl gpud nodes  [flags]            per node: GPUs, model, free, MIG layout, fractions, health
   kubectl gpud pods   [-n NS | -A]       per pod: node, GPUs, MIG slices or fractions, queue, group
   kubectl gpud why    POD [-n NS]        the scheduler's reason, the pod's group and queue, what is free
-  kubectl gpud queues [flags]            pods and devices held per queue (label gpud.io/queue)
+  kubectl gpud queues [flags]            Queue objects (tree, weight, namespaces, guarantees, limits, usage,
+                                         pending) and the pods and devices held per queue
   kubectl gpud version                   print the version
 
 Flags:
@@ -121,7 +123,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	return kubectlgpud.Run(ctx, cs, opt, stdout)
+	return kubectlgpud.RunClients(ctx, kubectlgpud.Clients{Kube: cs, Dynamic: dyn}, opt, stdout)
 }

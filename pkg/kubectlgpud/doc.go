@@ -6,7 +6,9 @@
 //   - [Load] lists what a command needs (Nodes, Pods, ResourceSlices,
 //     ResourceClaims, DeviceClasses, Events) into a [Snapshot], in pages,
 //     bounded by [MaxObjects] per kind.
-//   - [Nodes], [Pods], [Why] and [Queues] turn a snapshot into plain
+//   - [LoadQueues] lists the Queue objects (scheduling.gpud.io) with the
+//     dynamic client, noting a missing CRD or RBAC instead of failing.
+//   - [Nodes], [Pods], [Why], [Queues] and [QueueObjects] turn a snapshot into plain
 //     results (pure: no API calls, no clock); the DRA side reuses
 //     pkg/scheduler/view, the model gpud's scheduler decides with, so the
 //     plugin and the scheduler read ResourceSlices and claims alike.
@@ -18,6 +20,8 @@
 // GPU Feature Discovery's labels; DRA nodes from the gpu.gpud.io driver's
 // ResourceSlices and the claims allocated from them.
 //
-// The package imports client-go and pkg/scheduler/view; it must not import
+// The package imports client-go, pkg/scheduler/view and
+// pkg/scheduler/queues (the Queue type and the scheduler's pod-to-queue
+// rule, Set.QueueOf); it must not import
 // the agent's packages (NVML, the DRA driver) or the scheduler's loop.
 package kubectlgpud

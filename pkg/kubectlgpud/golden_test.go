@@ -42,6 +42,10 @@ func TestGolden(t *testing.T) {
 		{"pods-namespace-user", Options{Command: "pods", Namespace: "team-a"}, true},
 		{"why-namespace-user", Options{Command: "why", Args: []string{"big-0"}, Namespace: "team-a"}, true},
 	}
+	t.Run("queue-objects", func(t *testing.T) { goldenQueues(t, "queue-objects", Options{Command: "queues"}) })
+	t.Run("queue-objects-json", func(t *testing.T) {
+		goldenQueues(t, "queue-objects-json", Options{Command: "queues", Output: OutputJSON})
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -55,6 +59,16 @@ func TestGolden(t *testing.T) {
 			golden(t, tc.name, out.Bytes())
 		})
 	}
+}
+
+// goldenQueues runs opt on the fixture cluster with its Queue objects
+// (fakeQueueClients) and compares the output with testdata/<name>.golden.
+func goldenQueues(t *testing.T, name string, opt Options) {
+	var out bytes.Buffer
+	if err := RunClients(t.Context(), fakeQueueClients(t), opt, &out); err != nil {
+		t.Fatalf("RunClients(%+v): %v", opt, err)
+	}
+	golden(t, name, out.Bytes())
 }
 
 // forbidOutside makes the fake API server refuse, as RBAC would, every

@@ -158,19 +158,45 @@ func printPods(w io.Writer, output string, pods []PodInfo, notes []string) error
 	return nil
 }
 
-func printQueues(w io.Writer, output string, queues []QueueUse, notes []string) error {
+func printQueues(w io.Writer, output string, s *Snapshot, objs []QueueObject, use []QueueUse) error {
 	if output == OutputJSON {
 		return writeJSON(w, struct {
-			Queues []QueueUse `json:"queues"`
-			Notes  []string   `json:"notes,omitempty"`
-		}{queues, notes})
+			QueueObjects []QueueObject `json:"queueObjects"`
+			Queues       []QueueUse    `json:"queues"`
+			Notes        []string      `json:"notes,omitempty"`
+		}{objs, use, s.Notes})
+	}
+	if s.QueuesRead {
+		t := newTable(w)
+		fmt.Fprintln(t, "QUEUE\tWEIGHT\tNAMESPACES\tGUARANTEED\tLIMIT\tUSED\tPENDING\tSTATUS")
+		for _, q := range objs {
+			fmt.Fprintf(t, "%s%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", strings.Repeat("  ", q.Depth), cell(q.Name), cell(q.Weight),
+				cell(dash(strings.Join(q.Namespaces, ","))), cell(resourceCells(q.Guaranteed, q.ModelGuaranteed)),
+				cell(resourceCells(q.Limit, q.ModelLimit)), resourceCells(q.Usage, nil), q.PendingPods, queueState(q))
+		}
+		if err := t.Flush(); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+		if len(objs) == 0 {
+			fmt.Fprintln(w, "No Queue objects.")
+		}
+		for _, q := range objs {
+			if q.Message != "" {
+				fmt.Fprintf(w, "%s: %s\n", cell(q.Name), cell(q.Message))
+			}
+		}
+		fmt.Fprintln(w, "Queue objects: spec and the status gpud scheduler writes (usage includes the children's; pending pods the leaves').")
+		fmt.Fprintln(w)
 	}
 	t := newTable(w)
 	fmt.Fprintln(t, "QUEUE\tRUNNING\tPENDING\tGPUS\tMIG\tFRACTIONS")
-	for _, q := range queues {
+	for _, q := range use {
 		name := q.Name
 		if name == "" {
 			name = "(no queue label)"
+			if s.QueuesRead {
+				name = "(no queue)"
+			}
 		}
 		frac := "-"
 		if q.FractionBytes > 0 {
@@ -181,8 +207,12 @@ func printQueues(w io.Writer, output string, queues []QueueUse, notes []string) 
 	if err := t.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
-	fmt.Fprintln(w, "Queues by the pods' gpud.io/queue label; guarantees and limits are in gpud scheduler's --queues file.")
-	printNotes(w, notes)
+	if s.QueuesRead {
+		fmt.Fprintln(w, "Pods by queue: their namespace's Queue (spec.namespaces) or their gpud.io/queue label; namespaces bound by their label count by the pods' label.")
+	} else {
+		fmt.Fprintln(w, "Pods by their gpud.io/queue label; guarantees and limits are in the Queue objects or gpud scheduler's --queues file.")
+	}
+	printNotes(w, s.Notes)
 	return nil
 }
 

@@ -3,11 +3,18 @@ package kubectlgpud
 import (
 	"cmp"
 	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/queues"
 )
 
-// QueueUse is what the pods of one queue (label gpud.io/queue) hold and
-// wait for. Guarantees and limits are not on the API yet: they live in
-// the scheduler's --queues file.
+// QueueUse is what the pods of one queue hold and wait for. A pod's queue
+// is its label gpud.io/queue or, when Queue objects were read, the queue
+// its namespace is bound to by a Queue's spec.namespaces (as the
+// scheduler places it: [queues.Set.QueueOf]).
 type QueueUse struct {
 	Name    string `json:"name"`
 	Running int    `json:"running"`
@@ -21,13 +28,30 @@ type QueueUse struct {
 	FractionBytes int64 `json:"fractionBytes"`
 }
 
-// Queues adds up [Pods] by queue label; pods without one are under "".
-// Sorted by name.
+// RefusedQueue is the queue name [Queues] gives the pods the scheduler
+// refuses to place (a label naming a queue their namespace is not bound
+// to, a namespace bound to a refused queue).
+const RefusedQueue = "(refused)"
+
+// Queues adds up [Pods] by queue; unqueued pods are under "". Sorted by
+// name.
 func Queues(s *Snapshot, prefix string) []QueueUse {
 	by := map[string]*QueueUse{}
+	var set *queues.Set
+	if s.QueuesRead {
+		set = queues.Resolve(s.Queues, nil, nil)
+	}
 	for _, p := range Pods(s, prefix) {
 		if p.Phase == "Succeeded" || p.Phase == "Failed" {
 			continue
+		}
+		if set != nil {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Labels: map[string]string{plan.QueueLabel: p.Queue}}}
+			q, err := set.QueueOf(pod, "")
+			if err != nil {
+				q = RefusedQueue
+			}
+			p.Queue = q
 		}
 		q := by[p.Queue]
 		if q == nil {

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -83,9 +84,23 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Clients are the API clients of a command: Kube for every command,
+// Dynamic for the Queue objects (queues; nil: not read, noted).
+type Clients struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+}
+
 // Run runs one command against the API server cs and prints its result
-// to w.
+// to w; the queues command does not read Queue objects ([RunClients]
+// does).
 func Run(ctx context.Context, cs kubernetes.Interface, o Options, w io.Writer) error {
+	return RunClients(ctx, Clients{Kube: cs}, o, w)
+}
+
+// RunClients runs one command with c and prints its result to w.
+func RunClients(ctx context.Context, c Clients, o Options, w io.Writer) error {
+	cs := c.Kube
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -116,7 +131,10 @@ func Run(ctx context.Context, cs kubernetes.Interface, o Options, w io.Writer) e
 		if err != nil {
 			return fmt.Errorf("queues: %w", err)
 		}
-		return printQueues(w, o.Output, Queues(s, prefix), s.Notes)
+		if err := LoadQueues(ctx, c.Dynamic, s); err != nil {
+			return fmt.Errorf("queues: %w", err)
+		}
+		return printQueues(w, o.Output, s, QueueObjects(s), Queues(s, prefix))
 	}
 	// why
 	name := o.Args[0]

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpud/gpud/pkg/scheduler/queues"
 )
 
 // MaxObjects bounds every list [Load] makes, per kind: a cluster with more
@@ -29,6 +31,11 @@ type Snapshot struct {
 	Classes []*resourceapi.DeviceClass
 	// Events are the events about one pod ([Why]); empty otherwise.
 	Events []*corev1.Event
+	// Queues are the Queue objects ([LoadQueues]); QueuesRead says they
+	// were listed (false: not asked for, the CRD is not installed, or
+	// RBAC forbids it).
+	Queues     []*queues.Queue
+	QueuesRead bool
 	// Notes says what could not be read (RBAC) and what that leaves out.
 	Notes []string
 }

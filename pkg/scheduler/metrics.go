@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +40,9 @@ type metrics struct {
 	queueUsed  *prometheus.GaugeVec
 	queueGuar  *prometheus.GaugeVec
 	queueLimit *prometheus.GaugeVec
+	// quotaMu guards quotas, the queues setQuotas last exported.
+	quotaMu sync.Mutex
+	quotas  []jobs.Queue
 	// telemetryNodes are the nodes whose stream fed the last cycle.
 	telemetryNodes prometheus.Gauge
 }
@@ -101,15 +106,15 @@ func newMetrics() *metrics {
 		}),
 		queueUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpud_scheduler_queue_used",
-			Help: "What a queue (--queues) holds after the last decision, per resource (cpu_milli, memory_mib, gpu_milli, gpu_memory_mib, mig_slices).",
+			Help: "What a queue (--queues or a Queue object) holds after the last decision, per resource (cpu_milli, memory_mib, gpu_milli, gpu_memory_mib, mig_slices).",
 		}, []string{"queue", "resource"}),
 		queueGuar: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpud_scheduler_queue_guaranteed",
-			Help: "A queue's guarantee (--queues), per resource; absent when zero.",
+			Help: "A queue's guarantee (--queues or a Queue object, updated when it changes), per resource; absent when zero.",
 		}, []string{"queue", "resource"}),
 		queueLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpud_scheduler_queue_limit",
-			Help: "A queue's limit (--queues), per resource; absent when unlimited.",
+			Help: "A queue's limit (--queues or a Queue object, updated when it changes), per resource; absent when unlimited.",
 		}, []string{"queue", "resource"}),
 		telemetryNodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpud_scheduler_telemetry_nodes",
@@ -160,8 +165,23 @@ func resourceValues(r jobs.Resources) [5]struct {
 }
 
 // setQuotas exports the queues' guarantees and limits (zero fields left
-// out).
+// out). Called with each cycle's tree (the --queues file's, or the Queue
+// objects' over it), it rewrites the series only when a queue, a
+// guarantee or a limit changed: a removed queue's series go.
 func (m *metrics) setQuotas(queues []jobs.Queue) {
+	m.quotaMu.Lock()
+	defer m.quotaMu.Unlock()
+	if m.quotas != nil && slices.EqualFunc(m.quotas, queues, func(a, b jobs.Queue) bool {
+		return a.Name == b.Name && a.Quota.Guaranteed == b.Quota.Guaranteed && a.Quota.Limit == b.Quota.Limit
+	}) {
+		return
+	}
+	m.quotas = slices.Clone(queues)
+	if m.quotas == nil {
+		m.quotas = []jobs.Queue{}
+	}
+	m.queueGuar.Reset()
+	m.queueLimit.Reset()
 	for _, q := range queues {
 		for _, r := range resourceValues(q.Quota.Guaranteed) {
 			if r.value > 0 {

@@ -32,9 +32,12 @@ func setQueue(p *plan.Pod, of func(*corev1.Pod) (string, error)) error {
 	return err
 }
 
-// reportQueues passes Config.QueueStatus the plan's queue usage and the
-// pods waiting per queue: left pending by the plan, or backing off.
+// reportQueues exports the cycle's guarantees and limits (they change
+// with the Queue objects) and passes Config.QueueStatus the plan's queue
+// usage and the pods waiting per queue: left pending by the plan, or
+// backing off.
 func (s *Scheduler) reportQueues(sn *snapshot, p plan.Plan) {
+	s.m.setQuotas(sn.Queues)
 	if s.cfg.QueueStatus == nil {
 		return
 	}

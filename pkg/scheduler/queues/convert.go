@@ -34,7 +34,8 @@ func Convert(q *Queue) (jobs.Queue, []jobs.Reservation, error) {
 		return jobs.Queue{}, nil, fmt.Errorf("%w: %w", ErrInvalid, errs.ToAggregate())
 	}
 	s := q.Spec
-	out := jobs.Queue{Name: q.Name, Parent: s.Parent, Weight: float64(s.Weight), Quota: jobs.Quota{
+	w, _ := weightValue(s.Weight) // validate checked it
+	out := jobs.Queue{Name: q.Name, Parent: s.Parent, Weight: w, Quota: jobs.Quota{
 		Guaranteed: s.Guaranteed.resources(), Limit: s.Limit.resources(),
 		ModelGuaranteed: cloneMap(s.ModelGuaranteed), ModelLimit: cloneMap(s.ModelLimit),
 	}}
@@ -89,8 +90,8 @@ func validate(q *Queue) field.ErrorList {
 	if s.Parent != "" && s.Parent == q.Name {
 		errs = append(errs, field.Invalid(spec.Child("parent"), s.Parent, "a queue cannot be its own parent"))
 	}
-	if s.Weight < 0 || s.Weight > MaxWeight {
-		errs = append(errs, field.Invalid(spec.Child("weight"), s.Weight, fmt.Sprintf("want 0 to %d (0 is 1)", MaxWeight)))
+	if _, err := weightValue(s.Weight); err != nil {
+		errs = append(errs, field.Invalid(spec.Child("weight"), s.Weight.String(), weightHelp))
 	}
 	for _, set := range []struct {
 		path string

@@ -25,7 +25,7 @@ func queue(name, parent string, mutate ...func(*Spec)) *Queue {
 
 func TestConvert(t *testing.T) {
 	q := queue("team-a", "org", func(s *Spec) {
-		s.Weight = 3
+		s.Weight = IntWeight(3)
 		s.Guaranteed = Resources{GPUMilli: 2000, CPUMilli: 4000}
 		s.Limit = Resources{GPUMilli: 4000}
 		s.ModelLimit = map[string]int64{"NVIDIA H100 80GB HBM3": 8000}
@@ -58,7 +58,7 @@ func TestConvertRefusesNamingTheField(t *testing.T) {
 		{"limit too large", func(s *Spec) { s.Limit.CPUMilli = MaxResource + 1 }, "spec.limit.cpuMilli"},
 		{"negative guarantee", func(s *Spec) { s.Guaranteed.MemoryMiB = -5 }, "spec.guaranteed.memoryMiB"},
 		{"guarantee over limit", func(s *Spec) { s.Guaranteed.GPUMilli, s.Limit.GPUMilli = 3000, 2000 }, "spec.guaranteed.gpuMilli"},
-		{"weight", func(s *Spec) { s.Weight = -1 }, "spec.weight"},
+		{"weight", func(s *Spec) { s.Weight = IntWeight(-1) }, "spec.weight"},
 		{"own parent", func(s *Spec) { s.Parent = "q" }, "spec.parent"},
 		{"negative model limit", func(s *Spec) { s.ModelLimit = map[string]int64{"A100": -1} }, "spec.modelLimit[A100]"},
 		{"model guarantee over limit", func(s *Spec) {

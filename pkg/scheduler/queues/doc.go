@@ -3,8 +3,9 @@
 // deploy/scheduler/queue-crd.yaml): it converts and validates them
 // (Convert, Resolve), binds namespaces to queues (a Queue's
 // spec.namespaces, or the namespace label gpud.io/queue that only admins
-// may set), watches them live (Source) and writes each Queue's status
-// (usage, pending pods, the Accepted condition) from the leader.
+// may set), watches them live (Source; a CRD installed after the start is
+// found by asking discovery again) and writes each Queue's status (usage,
+// pending pods, the Accepted condition) from the leader.
 //
 // The conversion and resolution are pure; Source and its status writer
 // own the informers and the API writes. It imports no other scheduler

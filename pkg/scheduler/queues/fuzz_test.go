@@ -17,6 +17,8 @@ import (
 func FuzzConvert(f *testing.F) {
 	f.Add(`{"metadata":{"name":"a"},"spec":{"limit":{"gpuMilli":8000},"guaranteed":{"gpuMilli":1000},"weight":2}}`)
 	f.Add(`{"metadata":{"name":"a"},"spec":{"parent":"a"}}`)
+	f.Add(`{"metadata":{"name":"a"},"spec":{"weight":"2.5"}}`)
+	f.Add(`{"metadata":{"name":"a"},"spec":{"weight":"1000000.999"}}`)
 	f.Add(`{"metadata":{"name":"a"},"spec":{"modelLimit":{"A100":-1},"namespaces":["x","x"]}}`)
 	f.Add(`{"metadata":{"name":"a"},"spec":{"reservations":[{"name":"r","nodes":["n"],"start":"2026-01-01T00:00:00Z","end":"2025-01-01T00:00:00Z"}]}}`)
 	f.Fuzz(func(t *testing.T, data string) {
@@ -43,6 +45,9 @@ func FuzzConvert(f *testing.F) {
 						t.Fatalf("accepted resource %d outside 0..%d", v, MaxResource)
 					}
 				}
+			}
+			if !(jq.Weight >= 0 && jq.Weight <= MaxWeight) {
+				t.Fatalf("accepted weight %v outside 0..%d", jq.Weight, MaxWeight)
 			}
 			for _, r := range rs {
 				if r.End <= r.Start || len(r.Nodes) == 0 {

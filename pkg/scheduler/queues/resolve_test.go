@@ -86,7 +86,7 @@ func TestQueueOf(t *testing.T) {
 		queue("org", "", func(s *Spec) { s.Namespaces = []string{"org-ns"} }),
 		queue("a", "org", func(s *Spec) { s.Namespaces = []string{"ns-a", "shared"} }),
 		queue("b", "org", func(s *Spec) { s.Namespaces = []string{"ns-b", "shared"} }),
-		queue("broken", "", func(s *Spec) { s.Namespaces = []string{"ns-broken"}; s.Weight = -1 }),
+		queue("broken", "", func(s *Spec) { s.Namespaces = []string{"ns-broken"}; s.Weight = IntWeight(-1) }),
 		queue("labelled", "org"),
 	}, []jobs.Queue{{Name: "file-q"}}, nil)
 	tests := []struct {

@@ -27,6 +27,10 @@ import (
 // writes.
 const DefaultStatusInterval = 2 * time.Second
 
+// DefaultRecheckInterval is how often a [Source] whose Queue CRD is not
+// installed asks discovery again.
+const DefaultRecheckInterval = 10 * time.Second
+
 // maxStatusWrites bounds the status writes of one round; the rest follow
 // in the next rounds.
 const maxStatusWrites = 200
@@ -44,6 +48,15 @@ type Config struct {
 	// StatusInterval is the least time between two rounds of status
 	// writes; default [DefaultStatusInterval].
 	StatusInterval time.Duration
+	// Discovery, if set, tells whether the API server serves Queue
+	// objects: until it does, the Source serves the --queues file alone
+	// (each pod's queue its label, as without a Source) and asks again
+	// every RecheckInterval, starting its informers once the CRD is
+	// installed, without a restart. Nil: the CRD is taken as installed.
+	Discovery discovery.DiscoveryInterface
+	// RecheckInterval is how often to ask Discovery while the CRD is
+	// missing; default [DefaultRecheckInterval], at most 1h.
+	RecheckInterval time.Duration
 	// Log hears of refused queues and failed status writes; nil discards.
 	Log *slog.Logger
 }
@@ -67,6 +80,9 @@ type Source struct {
 	cfg    Config
 	queues cache.SharedIndexInformer
 	nsInf  cache.SharedIndexInformer
+	// served: the API server serves Queue objects (the informers run
+	// once it does).
+	served atomic.Bool
 
 	gen      atomic.Uint64 // bumped by every Queue event
 	mu       sync.Mutex
@@ -93,10 +109,23 @@ func NewSource(cfg Config) (*Source, error) {
 	if cfg.StatusInterval < 0 || cfg.StatusInterval > time.Hour {
 		return nil, fmt.Errorf("queues: status interval %s: want 0 to 1h", cfg.StatusInterval)
 	}
+	if cfg.RecheckInterval == 0 {
+		cfg.RecheckInterval = DefaultRecheckInterval
+	}
+	if cfg.RecheckInterval < 0 || cfg.RecheckInterval > time.Hour {
+		return nil, fmt.Errorf("queues: discovery recheck interval %s: want 0 to 1h", cfg.RecheckInterval)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Source{cfg: cfg, poke: make(chan struct{}, 1)}
+	if cfg.Discovery == nil {
+		s.served.Store(true)
+	} else if ok, err := Installed(cfg.Discovery); err != nil {
+		return nil, err
+	} else {
+		s.served.Store(ok)
+	}
 	s.queues = dynamicinformer.NewFilteredDynamicInformer(cfg.Dynamic, GVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
 	// SetTransform fails only on a started informer; this one is new.
 	_ = s.queues.SetTransform(transform)
@@ -153,14 +182,55 @@ func transform(obj any) (any, error) {
 // cycle starts at once).
 func (s *Source) OnChange(f func()) { s.onChange.Store(&f) }
 
-// Run runs the informers and the status writer until ctx ends.
+// Run runs the informers and the status writer until ctx ends. While the
+// Queue CRD is not served it asks discovery every RecheckInterval and
+// starts the informers once it is (an error of discovery is logged and
+// asked again).
 func (s *Source) Run(ctx context.Context) error {
+	if !s.served.Load() {
+		t := time.NewTicker(s.cfg.RecheckInterval)
+		defer t.Stop()
+		for !s.served.Load() {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			ok, err := Installed(s.cfg.Discovery)
+			if err != nil {
+				s.cfg.Log.Warn("queue CRD not checked", "err", err)
+				continue
+			}
+			if ok {
+				s.cfg.Log.Info("queue CRD installed: watching Queue objects", "crd", Resource+"."+GroupVersion.Group)
+				s.served.Store(true)
+			}
+		}
+		t.Stop()
+	}
 	go s.writeStatus(ctx)
+	go func() {
+		// The tree changes when the informers have synced (Set serves the
+		// file's until then): the next cycle should not wait for a resync.
+		if cache.WaitForCacheSync(ctx.Done(), s.queues.HasSynced, s.nsInf.HasSynced) {
+			if f := s.onChange.Load(); f != nil {
+				(*f)()
+			}
+		}
+	}()
 	return informers.Run(ctx, s.queues, s.nsInf)
 }
 
-// Synced reports whether both informers have synced.
-func (s *Source) Synced() bool { return informers.Synced(s.queues, s.nsInf) }
+// Served reports whether the API server serves Queue objects (as
+// Discovery last said; true without Discovery).
+func (s *Source) Served() bool { return s.served.Load() }
+
+// Synced reports whether both informers have synced; true while the
+// Queue CRD is not served (there is nothing to wait for).
+func (s *Source) Synced() bool { return !s.served.Load() || informers.Synced(s.queues, s.nsInf) }
+
+// live: the Queue objects are served and their informers synced.
+func (s *Source) live() bool { return s.served.Load() && informers.Synced(s.queues, s.nsInf) }
 
 // Current is the queue tree now, rebuilt only when a Queue changed.
 func (s *Source) Current() *Set {
@@ -199,7 +269,13 @@ func (s *Source) objects() ([]*Queue, map[string]error) {
 // Set is the scheduler's Config.QueueSet: this cycle's queues,
 // reservations and each pod's queue (Set.QueueOf with its namespace's
 // label).
+//
+// Until the Queue objects are served and read, it is the --queues file's
+// tree, and each pod's queue its label.
 func (s *Source) Set() ([]jobs.Queue, []jobs.Reservation, func(*corev1.Pod) (string, error)) {
+	if !s.live() {
+		return s.cfg.File, s.cfg.FileReservations, nil
+	}
 	set := s.Current()
 	store := s.nsInf.GetStore()
 	return set.Queues, set.Reservations, func(pod *corev1.Pod) (string, error) {

@@ -8,13 +8,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	discoveryfake "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
@@ -104,4 +107,58 @@ func getQueue(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) *Qu
 		t.Fatal(err)
 	}
 	return q
+}
+
+// toggledDiscovery serves the Queue CRD once served is set.
+type toggledDiscovery struct {
+	*discoveryfake.FakeDiscovery
+	served atomic.Bool
+}
+
+func (d *toggledDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	if gv != GroupVersion.String() || !d.served.Load() {
+		return nil, apierrors.NewNotFound(schema.GroupResource{}, gv)
+	}
+	return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{{Name: Resource, Kind: Kind}}}, nil
+}
+
+// A Source made before the Queue CRD is installed serves the --queues
+// file (each pod's queue its label) and, once discovery serves the CRD,
+// the Queue objects, without a restart.
+func TestSourceCRDInstalledLater(t *testing.T) {
+	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	a := queue("team-a", "", func(s *Spec) { s.Limit.GPUMilli = 1000; s.Namespaces = []string{"team-a"} })
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{GVR: "QueueList"},
+		unstructuredQueue(t, a))
+	disco := &toggledDiscovery{FakeDiscovery: &discoveryfake.FakeDiscovery{Fake: &k8stesting.Fake{}}}
+	file := []jobs.Queue{{Name: "batch"}}
+	src, err := NewSource(Config{Dynamic: dyn, Client: client, File: file, Discovery: disco, RecheckInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes atomic.Int32
+	src.OnChange(func() { changes.Add(1) })
+	testwait.Run(t, "source", src.Run)
+	if src.Served() || !src.Synced() {
+		t.Fatalf("served %v synced %v before the CRD: want false, true (nothing to wait for)", src.Served(), src.Synced())
+	}
+	qs, _, of := src.Set()
+	if len(qs) != 1 || qs[0].Name != "batch" || of != nil {
+		t.Fatalf("before the CRD: queues %+v, queueOf set %v; want the file's and the pods' labels", qs, of != nil)
+	}
+
+	disco.served.Store(true)
+	testwait.ForErr(t, 30*time.Second, "the Queue objects' tree", func() error {
+		qs, _, of := src.Set()
+		if len(qs) != 2 || of == nil {
+			return fmt.Errorf("queues %+v", qs)
+		}
+		return nil
+	})
+	_, _, of = src.Set()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team-a"}}
+	if q, err := of(pod); err != nil || q != "team-a" {
+		t.Fatalf("a team-a pod: queue %q, %v; want team-a (its namespace's Queue)", q, err)
+	}
+	testwait.For(t, 30*time.Second, "a change reported", func() bool { return changes.Load() > 0 })
 }

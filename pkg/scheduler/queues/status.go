@@ -29,7 +29,7 @@ func (s *Source) writeStatus(ctx context.Context) {
 		s.obsMu.Lock()
 		leading, usage, pending := s.leading, s.usage, s.pending
 		s.obsMu.Unlock()
-		if leading && s.Synced() {
+		if leading && s.live() {
 			if left := s.flush(ctx, usage, pending); left {
 				s.wake()
 			}

@@ -3,6 +3,7 @@ package queues
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // GroupVersion and GVR of the Queue CRD (deploy/scheduler/queue-crd.yaml).
@@ -57,7 +58,9 @@ type Spec struct {
 	// top-level queue. Limits bind every ancestor.
 	Parent string `json:"parent,omitempty"`
 	// Weight scales the queue's fair share against its siblings; 0 is 1.
-	Weight int64 `json:"weight,omitempty"`
+	// An integer (2) or a decimal string ("2.5", at most 3 decimals), 0
+	// to MaxWeight, as the --queues file's weight.
+	Weight intstr.IntOrString `json:"weight,omitempty"`
 	// Guaranteed is what the queue may reclaim from others; Limit caps
 	// what it holds, borrowing included (a zero field: no limit).
 	Guaranteed Resources `json:"guaranteed,omitempty"`

@@ -29,9 +29,11 @@ import (
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/jobsim"
+	"github.com/gpud/gpud/pkg/predict"
 	"github.com/gpud/gpud/pkg/scheduler"
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/scheduler/heal"
+	"github.com/gpud/gpud/pkg/scheduler/learn"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/agwatch"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/pgwatch"
@@ -75,6 +77,45 @@ type schedulerOptions struct {
 	healAction     string
 	healBackoff    time.Duration
 	healBackoffMax time.Duration
+	learn          schedulerLearnOptions
+}
+
+// schedulerLearnOptions are the --learn-runtimes* flags.
+type schedulerLearnOptions struct {
+	on              bool
+	configMap       string
+	namespace       string
+	persistInterval time.Duration
+	quantile        float64
+	minSamples      float64
+	maxKeys         int
+}
+
+func (o *schedulerLearnOptions) register(fs *flag.FlagSet, namespace string) {
+	fs.BoolVar(&o.on, "learn-runtimes", true, "learn the runtimes of this scheduler's succeeded pods (per namespace, queue, owner and request) and give pods without "+plan.RuntimeEstimateAnnotation+" a learned estimate for backfill and reservations; the annotation wins")
+	fs.StringVar(&o.configMap, "learn-runtimes-configmap", learn.DefaultConfigMap, "ConfigMap the leader keeps the learned runtimes in (a new leader starts from it)")
+	fs.StringVar(&o.namespace, "learn-runtimes-namespace", namespace, "namespace of --learn-runtimes-configmap; default: the pod's namespace (POD_NAMESPACE), else "+defaultLeaseNamespace)
+	fs.DurationVar(&o.persistInterval, "learn-runtimes-persist-interval", learn.DefaultPersistInterval, "least time between two writes of the learned runtimes (also written when the leader stops); 1s to 1h")
+	fs.Float64Var(&o.quantile, "learn-runtimes-quantile", learn.DefaultQuantile, "quantile of a workload's learned runtimes used as its estimate, in (0, 1): high, since backfill trusts a pod to end by it")
+	fs.Float64Var(&o.minSamples, "learn-runtimes-min-samples", learn.DefaultMinSamples, "recent succeeded pods a workload key needs before it gives estimates (coarser keys, down to the namespace and queue, answer until then)")
+	fs.IntVar(&o.maxKeys, "learn-runtimes-max-keys", predict.DefaultMaxKeys, "workload keys kept (the least recently used dropped); the ConfigMap must stay under 1 MiB")
+}
+
+// config is the learner's config (Client and Log set by the caller).
+func (o *schedulerLearnOptions) config(schedulerName string) learn.Config {
+	return learn.Config{Namespace: o.namespace, Name: o.configMap, SchedulerName: schedulerName, PersistInterval: o.persistInterval,
+		Quantile: o.quantile, MinSamples: o.minSamples, MaxKeys: o.maxKeys}
+}
+
+// validate checks the flags when learning is on.
+func (o *schedulerLearnOptions) validate(schedulerName string) []error {
+	if !o.on {
+		return nil
+	}
+	if err := o.config(schedulerName).Validate(); err != nil {
+		return []error{flagErr("learn-runtimes", "%w", err)}
+	}
+	return nil
 }
 
 func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
@@ -104,6 +145,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.DurationVar(&o.healBackoff, "heal-backoff", heal.DefaultBackoffBase, "least time between two healings of one workload (gang, controller or pod), doubled for each further healing, so that a workload failing on every GPU is not evicted in a loop")
 	fs.DurationVar(&o.healBackoffMax, "heal-backoff-max", heal.DefaultBackoffMax, "most time --heal-backoff doubles to (at most 24h); a workload quiet for twice this starts over")
 	o.telemetry.register(fs)
+	o.learn.register(fs, ns)
 }
 
 // healConfig is the healer's config from the flags.
@@ -177,6 +219,7 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 		}
 	}
 	errs = append(errs, o.telemetry.validate()...)
+	errs = append(errs, o.learn.validate(o.schedulerName)...)
 	return queues, res, errs
 }
 
@@ -293,6 +336,15 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if tel != nil {
 		cfg.Telemetry = tel
 	}
+	var learner *learn.Learner
+	if o.learn.on {
+		lc := o.learn.config(o.schedulerName)
+		lc.Client, lc.Log = client, log
+		if learner, err = learn.New(lc); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		cfg.Runtimes = learner
+	}
 	s, err := scheduler.New(cfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -303,6 +355,9 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return fmt.Errorf("scheduler: listen on --metrics-addr %s: %w", o.metricsAddr, err)
+	}
+	if learner != nil {
+		s.Registry().MustRegister(learner.Collectors()...)
 	}
 	var telLn net.Listener
 	if tel != nil {
@@ -315,7 +370,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs(),
-		"auto_gangs", autoGangs, "queue_objects", queueObjs != nil)
+		"auto_gangs", autoGangs, "queue_objects", queueObjs != nil, "learn_runtimes", o.learn.on)
 	tasks := []taskgroup.Task{
 		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), "--metrics-addr", log) }},
 		{Run: groups.Run},

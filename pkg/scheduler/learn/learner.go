@@ -83,16 +83,13 @@ func (c Config) predictOptions() predict.Options {
 	return predict.Options{MaxKeys: c.MaxKeys, HalfLife: c.HalfLife, MinWeight: c.MinSamples}
 }
 
-// Validate checks the config after defaults; every problem is reported,
-// each matching [ErrConfig].
+// Validate checks the config after defaults (all but Client, which New
+// checks); every problem is reported, each matching [ErrConfig].
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrConfig))
-	}
-	if c.Client == nil {
-		bad("Client is required")
 	}
 	if c.SchedulerName == "" {
 		bad("scheduler name is required")
@@ -145,6 +142,9 @@ type Learner struct {
 func New(cfg Config) (*Learner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("client is required: %w", ErrConfig)
 	}
 	cfg = cfg.withDefaults()
 	p, err := predict.New(cfg.predictOptions())

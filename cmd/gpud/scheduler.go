@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -78,6 +79,17 @@ type schedulerOptions struct {
 	healBackoff    time.Duration
 	healBackoffMax time.Duration
 	learn          schedulerLearnOptions
+	// podNamespace is POD_NAMESPACE, else defaultLeaseNamespace.
+	podNamespace string
+}
+
+// learnNamespace is the default of --learn-runtimes-namespace: the
+// Lease's with leader election, else the pod's.
+func (o *schedulerOptions) learnNamespace() string {
+	if o.leaderElect {
+		return o.leaseNamespace
+	}
+	return o.podNamespace
 }
 
 // schedulerLearnOptions are the --learn-runtimes* flags.
@@ -91,28 +103,29 @@ type schedulerLearnOptions struct {
 	maxKeys         int
 }
 
-func (o *schedulerLearnOptions) register(fs *flag.FlagSet, namespace string) {
+func (o *schedulerLearnOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.on, "learn-runtimes", true, "learn the runtimes of this scheduler's succeeded pods (per namespace, queue, owner and request) and give pods without "+plan.RuntimeEstimateAnnotation+" a learned estimate for backfill and reservations; the annotation wins")
 	fs.StringVar(&o.configMap, "learn-runtimes-configmap", learn.DefaultConfigMap, "ConfigMap the leader keeps the learned runtimes in (a new leader starts from it)")
-	fs.StringVar(&o.namespace, "learn-runtimes-namespace", namespace, "namespace of --learn-runtimes-configmap; default: the pod's namespace (POD_NAMESPACE), else "+defaultLeaseNamespace)
+	fs.StringVar(&o.namespace, "learn-runtimes-namespace", "", "namespace of --learn-runtimes-configmap; empty: the Lease's (--leader-elect-namespace), else the pod's namespace (POD_NAMESPACE), else "+defaultLeaseNamespace)
 	fs.DurationVar(&o.persistInterval, "learn-runtimes-persist-interval", learn.DefaultPersistInterval, "least time between two writes of the learned runtimes (also written when the leader stops); 1s to 1h")
 	fs.Float64Var(&o.quantile, "learn-runtimes-quantile", learn.DefaultQuantile, "quantile of a workload's learned runtimes used as its estimate, in (0, 1): high, since backfill trusts a pod to end by it")
 	fs.Float64Var(&o.minSamples, "learn-runtimes-min-samples", learn.DefaultMinSamples, "recent succeeded pods a workload key needs before it gives estimates (coarser keys, down to the namespace and queue, answer until then)")
 	fs.IntVar(&o.maxKeys, "learn-runtimes-max-keys", predict.DefaultMaxKeys, "workload keys kept (the least recently used dropped); the ConfigMap must stay under 1 MiB")
 }
 
-// config is the learner's config (Client and Log set by the caller).
-func (o *schedulerLearnOptions) config(schedulerName string) learn.Config {
-	return learn.Config{Namespace: o.namespace, Name: o.configMap, SchedulerName: schedulerName, PersistInterval: o.persistInterval,
+// config is the learner's config (Client and Log set by the caller);
+// namespace is the default of --learn-runtimes-namespace.
+func (o *schedulerLearnOptions) config(schedulerName, namespace string) learn.Config {
+	return learn.Config{Namespace: cmp.Or(o.namespace, namespace), Name: o.configMap, SchedulerName: schedulerName, PersistInterval: o.persistInterval,
 		Quantile: o.quantile, MinSamples: o.minSamples, MaxKeys: o.maxKeys}
 }
 
 // validate checks the flags when learning is on.
-func (o *schedulerLearnOptions) validate(schedulerName string) []error {
+func (o *schedulerLearnOptions) validate(schedulerName, namespace string) []error {
 	if !o.on {
 		return nil
 	}
-	if err := o.config(schedulerName).Validate(); err != nil {
+	if err := o.config(schedulerName, namespace).Validate(); err != nil {
 		return []error{flagErr("learn-runtimes", "%w", err)}
 	}
 	return nil
@@ -145,7 +158,8 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.DurationVar(&o.healBackoff, "heal-backoff", heal.DefaultBackoffBase, "least time between two healings of one workload (gang, controller or pod), doubled for each further healing, so that a workload failing on every GPU is not evicted in a loop")
 	fs.DurationVar(&o.healBackoffMax, "heal-backoff-max", heal.DefaultBackoffMax, "most time --heal-backoff doubles to (at most 24h); a workload quiet for twice this starts over")
 	o.telemetry.register(fs)
-	o.learn.register(fs, ns)
+	o.learn.register(fs)
+	o.podNamespace = ns
 }
 
 // healConfig is the healer's config from the flags.
@@ -219,7 +233,7 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 		}
 	}
 	errs = append(errs, o.telemetry.validate()...)
-	errs = append(errs, o.learn.validate(o.schedulerName)...)
+	errs = append(errs, o.learn.validate(o.schedulerName, o.learnNamespace())...)
 	return queues, res, errs
 }
 
@@ -338,7 +352,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	var learner *learn.Learner
 	if o.learn.on {
-		lc := o.learn.config(o.schedulerName)
+		lc := o.learn.config(o.schedulerName, o.learnNamespace())
 		lc.Client, lc.Log = client, log
 		if learner, err = learn.New(lc); err != nil {
 			return fmt.Errorf("scheduler: %w", err)

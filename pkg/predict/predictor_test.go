@@ -312,3 +312,32 @@ func TestWithOptions(t *testing.T) {
 		t.Fatal("bad options accepted")
 	}
 }
+
+// TestWithOptionsShorterHalfLife: weights learned under a long half-life
+// are scaled to a shorter one's limit, so that the copy encodes to data
+// Unmarshal accepts, with the same quantiles.
+func TestWithOptionsShorterHalfLife(t *testing.T) {
+	p := mustNew(t, Options{HalfLife: 1000})
+	for i := range 500 {
+		if err := p.Observe([]string{"k"}, int64(100+i%2*900)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _, _ := p.Predict([]string{"k"}, 0.5)
+	q, err := p.WithOptions(Options{HalfLife: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := q.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Unmarshal(data)
+	if err != nil {
+		t.Fatalf("the copy under a shorter half-life does not read back: %v", err)
+	}
+	after, _, _ := r.Predict([]string{"k"}, 0.5)
+	if after.Seconds != before.Seconds || after.Weight > 16 {
+		t.Fatalf("median %d s weight %v after, %d s weight %v before", after.Seconds, after.Weight, before.Seconds, before.Weight)
+	}
+}

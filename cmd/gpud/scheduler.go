@@ -83,15 +83,6 @@ type schedulerOptions struct {
 	podNamespace string
 }
 
-// learnNamespace is the default of --learn-runtimes-namespace: the
-// Lease's with leader election, else the pod's.
-func (o *schedulerOptions) learnNamespace() string {
-	if o.leaderElect {
-		return o.leaseNamespace
-	}
-	return o.podNamespace
-}
-
 // schedulerLearnOptions are the --learn-runtimes* flags.
 type schedulerLearnOptions struct {
 	on              bool
@@ -113,22 +104,17 @@ func (o *schedulerLearnOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxKeys, "learn-runtimes-max-keys", predict.DefaultMaxKeys, "workload keys kept (the least recently used dropped); the ConfigMap must stay under 1 MiB")
 }
 
-// config is the learner's config (Client and Log set by the caller);
-// namespace is the default of --learn-runtimes-namespace.
-func (o *schedulerLearnOptions) config(schedulerName, namespace string) learn.Config {
-	return learn.Config{Namespace: cmp.Or(o.namespace, namespace), Name: o.configMap, SchedulerName: schedulerName, PersistInterval: o.persistInterval,
-		Quantile: o.quantile, MinSamples: o.minSamples, MaxKeys: o.maxKeys}
-}
-
-// validate checks the flags when learning is on.
-func (o *schedulerLearnOptions) validate(schedulerName, namespace string) []error {
-	if !o.on {
-		return nil
+// learnConfig is the learner's config from the flags (Client and Log set
+// by the caller). --learn-runtimes-namespace defaults to the Lease's
+// namespace with leader election, else the pod's.
+func learnConfig(o *schedulerOptions) learn.Config {
+	ns := o.podNamespace
+	if o.leaderElect {
+		ns = o.leaseNamespace
 	}
-	if err := o.config(schedulerName, namespace).Validate(); err != nil {
-		return []error{flagErr("learn-runtimes", "%w", err)}
-	}
-	return nil
+	l := o.learn
+	return learn.Config{Namespace: cmp.Or(l.namespace, ns), Name: l.configMap, SchedulerName: o.schedulerName, PersistInterval: l.persistInterval,
+		Quantile: l.quantile, MinSamples: l.minSamples, MaxKeys: l.maxKeys}
 }
 
 func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
@@ -233,7 +219,11 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 		}
 	}
 	errs = append(errs, o.telemetry.validate()...)
-	errs = append(errs, o.learn.validate(o.schedulerName, o.learnNamespace())...)
+	if o.learn.on {
+		if err := learnConfig(o).Validate(); err != nil {
+			errs = append(errs, flagErr("learn-runtimes", "%w", err))
+		}
+	}
 	return queues, res, errs
 }
 
@@ -352,7 +342,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	var learner *learn.Learner
 	if o.learn.on {
-		lc := o.learn.config(o.schedulerName, o.learnNamespace())
+		lc := learnConfig(o)
 		lc.Client, lc.Log = client, log
 		if learner, err = learn.New(lc); err != nil {
 			return fmt.Errorf("scheduler: %w", err)

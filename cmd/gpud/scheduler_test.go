@@ -81,7 +81,7 @@ func TestSchedulerFlags(t *testing.T) {
 	}
 	o, qs, _, err := parseSchedulerFlags([]string{"--queues", queues}, "gpud", io.Discard)
 	if err != nil || len(qs) != 2 || o.leaseNamespace != "gpud" || o.schedulerName != "gpud-scheduler" || o.policy != "gpud" || !o.leaderElect ||
-		!o.learn.on || o.learn.config(o.schedulerName, o.learnNamespace()).Namespace != "gpud" || o.learn.configMap != "gpud-scheduler-runtimes" || o.learn.quantile != 0.9 || o.learn.minSamples != 5 {
+		!o.learn.on || learnConfig(o).Namespace != "gpud" || o.learn.configMap != "gpud-scheduler-runtimes" || o.learn.quantile != 0.9 || o.learn.minSamples != 5 {
 		t.Errorf("defaults: %+v, %d queues, %v", o, len(qs), err)
 	}
 	if _, _, _, err := parseSchedulerFlags([]string{"-h"}, "", io.Discard); !errors.Is(err, flag.ErrHelp) {

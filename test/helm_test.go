@@ -381,6 +381,7 @@ func TestHelmChart(t *testing.T) {
 				"DeviceClass/gpu.gpud.io", "DeviceClass/mig.gpud.io",
 				"ServiceAccount/gpud-scheduler", "ClusterRole/gpud-scheduler", "ClusterRoleBinding/gpud-scheduler",
 				"Role/gpud-scheduler-leader-election", "RoleBinding/gpud-scheduler-leader-election", "ConfigMap/gpud-scheduler-queues",
+				"Role/gpud-scheduler-runtimes", "RoleBinding/gpud-scheduler-runtimes",
 				"Deployment/gpud-scheduler", "Service/gpud-scheduler-metrics", "ServiceMonitor/gpud-scheduler",
 				"ValidatingAdmissionPolicy/gpud-queue-namespace-label", "ValidatingAdmissionPolicyBinding/gpud-queue-namespace-label",
 				"ClusterRole/gpud-queue-admin", "ClusterRole/gpud-queue-reader", "ClusterRoleBinding/gpud-queue-reader"},
@@ -839,7 +840,7 @@ func TestHelmChartSchedulerMatchesManifests(t *testing.T) {
 			t.Errorf("scheduler %s differs from deploy/scheduler/deployment.yaml:\nchart: %s\nfile:  %s", f.name, gj, wj)
 		}
 	}
-	for _, key := range []string{"ClusterRole/gpud-scheduler", "Role/gpud-scheduler-leader-election"} {
+	for _, key := range []string{"ClusterRole/gpud-scheduler", "Role/gpud-scheduler-leader-election", "Role/gpud-scheduler-runtimes"} {
 		var g, w []rbacv1.PolicyRule
 		switch o := objs[key].(type) {
 		case *rbacv1.ClusterRole:

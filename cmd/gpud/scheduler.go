@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -29,9 +30,11 @@ import (
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/jobsim"
+	"github.com/gpud/gpud/pkg/predict"
 	"github.com/gpud/gpud/pkg/scheduler"
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/scheduler/heal"
+	"github.com/gpud/gpud/pkg/scheduler/learn"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/agwatch"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/pgwatch"
@@ -75,6 +78,43 @@ type schedulerOptions struct {
 	healAction     string
 	healBackoff    time.Duration
 	healBackoffMax time.Duration
+	learn          schedulerLearnOptions
+	// podNamespace is POD_NAMESPACE, else defaultLeaseNamespace.
+	podNamespace string
+}
+
+// schedulerLearnOptions are the --learn-runtimes* flags.
+type schedulerLearnOptions struct {
+	on              bool
+	configMap       string
+	namespace       string
+	persistInterval time.Duration
+	quantile        float64
+	minSamples      float64
+	maxKeys         int
+}
+
+func (o *schedulerLearnOptions) register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.on, "learn-runtimes", true, "learn the runtimes of this scheduler's succeeded pods (per namespace, queue, owner and request) and give pods without "+plan.RuntimeEstimateAnnotation+" a learned estimate for backfill and reservations; the annotation wins")
+	fs.StringVar(&o.configMap, "learn-runtimes-configmap", learn.DefaultConfigMap, "ConfigMap the leader keeps the learned runtimes in (a new leader starts from it)")
+	fs.StringVar(&o.namespace, "learn-runtimes-namespace", "", "namespace of --learn-runtimes-configmap; empty: the Lease's (--leader-elect-namespace), else the pod's namespace (POD_NAMESPACE), else "+defaultLeaseNamespace)
+	fs.DurationVar(&o.persistInterval, "learn-runtimes-persist-interval", learn.DefaultPersistInterval, "least time between two writes of the learned runtimes (also written when the leader stops); 1s to 1h")
+	fs.Float64Var(&o.quantile, "learn-runtimes-quantile", learn.DefaultQuantile, "quantile of a workload's learned runtimes used as its estimate, in (0, 1): high, since backfill trusts a pod to end by it")
+	fs.Float64Var(&o.minSamples, "learn-runtimes-min-samples", learn.DefaultMinSamples, "recent succeeded pods a workload key needs before it gives estimates (coarser keys, down to the namespace and queue, answer until then)")
+	fs.IntVar(&o.maxKeys, "learn-runtimes-max-keys", predict.DefaultMaxKeys, "workload keys kept (the least recently used dropped); the ConfigMap must stay under 1 MiB")
+}
+
+// learnConfig is the learner's config from the flags (Client and Log set
+// by the caller). --learn-runtimes-namespace defaults to the Lease's
+// namespace with leader election, else the pod's.
+func learnConfig(o *schedulerOptions) learn.Config {
+	ns := o.podNamespace
+	if o.leaderElect {
+		ns = o.leaseNamespace
+	}
+	l := o.learn
+	return learn.Config{Namespace: cmp.Or(l.namespace, ns), Name: l.configMap, SchedulerName: o.schedulerName, PersistInterval: l.persistInterval,
+		Quantile: l.quantile, MinSamples: l.minSamples, MaxKeys: l.maxKeys}
 }
 
 func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
@@ -104,6 +144,8 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.DurationVar(&o.healBackoff, "heal-backoff", heal.DefaultBackoffBase, "least time between two healings of one workload (gang, controller or pod), doubled for each further healing, so that a workload failing on every GPU is not evicted in a loop")
 	fs.DurationVar(&o.healBackoffMax, "heal-backoff-max", heal.DefaultBackoffMax, "most time --heal-backoff doubles to (at most 24h); a workload quiet for twice this starts over")
 	o.telemetry.register(fs)
+	o.learn.register(fs)
+	o.podNamespace = ns
 }
 
 // healConfig is the healer's config from the flags.
@@ -177,6 +219,11 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 		}
 	}
 	errs = append(errs, o.telemetry.validate()...)
+	if o.learn.on {
+		if err := learnConfig(o).Validate(); err != nil {
+			errs = append(errs, flagErr("learn-runtimes", "%w", err))
+		}
+	}
 	return queues, res, errs
 }
 
@@ -291,6 +338,15 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if tel != nil {
 		cfg.Telemetry = tel
 	}
+	var learner *learn.Learner
+	if o.learn.on {
+		lc := learnConfig(o)
+		lc.Client, lc.Log = client, log
+		if learner, err = learn.New(lc); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		cfg.Runtimes = learner
+	}
 	s, err := scheduler.New(cfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -299,6 +355,9 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return fmt.Errorf("scheduler: listen on --metrics-addr %s: %w", o.metricsAddr, err)
+	}
+	if learner != nil {
+		s.Registry().MustRegister(learner.Collectors()...)
 	}
 	var telLn net.Listener
 	if tel != nil {
@@ -311,7 +370,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs(),
-		"auto_gangs", autoGangs, "queue_objects", queueObjs.Served())
+		"auto_gangs", autoGangs, "queue_objects", queueObjs.Served(), "learn_runtimes", o.learn.on)
 	tasks := []taskgroup.Task{
 		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), "--metrics-addr", log) }},
 		{Run: groups.Run},

@@ -58,6 +58,11 @@ func TestSchedulerFlags(t *testing.T) {
 		{name: "TLS without an address", args: []string{"--tls-ca", "ca.crt"}, want: "--telemetry-addr: empty"},
 		{name: "bad telemetry addr", args: []string{"--telemetry-addr", "9403", "--telemetry-insecure"}, want: "--telemetry-addr"},
 		{name: "bad overcommit margin", args: []string{"--overcommit-margin-percent", "95"}, want: "--overcommit-margin-percent"},
+		{name: "learning off ignores its flags", args: []string{"--learn-runtimes=false", "--learn-runtimes-quantile", "2"}},
+		{name: "bad learned quantile", args: []string{"--learn-runtimes-quantile", "1"}, want: "--learn-runtimes: quantile 1"},
+		{name: "bad persist interval", args: []string{"--learn-runtimes-persist-interval", "500ms"}, want: "persist interval 500ms"},
+		{name: "bad runtimes namespace from the lease's", args: []string{"--leader-elect-namespace", "Bad_NS"}, want: `runtimes ConfigMap namespace "Bad_NS"`},
+		{name: "bad runtimes namespace", args: []string{"--learn-runtimes-namespace", "Bad_NS"}, want: `runtimes ConfigMap namespace "Bad_NS"`},
 		{name: "two errors at once", args: []string{"--policy", "x", "--resync-period", "1ms"}, want: "--resync-period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,7 +80,8 @@ func TestSchedulerFlags(t *testing.T) {
 		})
 	}
 	o, qs, _, err := parseSchedulerFlags([]string{"--queues", queues}, "gpud", io.Discard)
-	if err != nil || len(qs) != 2 || o.leaseNamespace != "gpud" || o.schedulerName != "gpud-scheduler" || o.policy != "gpud" || !o.leaderElect {
+	if err != nil || len(qs) != 2 || o.leaseNamespace != "gpud" || o.schedulerName != "gpud-scheduler" || o.policy != "gpud" || !o.leaderElect ||
+		!o.learn.on || learnConfig(o).Namespace != "gpud" || o.learn.configMap != "gpud-scheduler-runtimes" || o.learn.quantile != 0.9 || o.learn.minSamples != 5 {
 		t.Errorf("defaults: %+v, %d queues, %v", o, len(qs), err)
 	}
 	if _, _, _, err := parseSchedulerFlags([]string{"-h"}, "", io.Discard); !errors.Is(err, flag.ErrHelp) {

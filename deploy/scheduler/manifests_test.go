@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpud/gpud/internal/manifest"
 	"github.com/gpud/gpud/pkg/jobsim"
+	"github.com/gpud/gpud/pkg/scheduler/learn"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/agwatch"
 	"github.com/gpud/gpud/pkg/scheduler/queues"
@@ -133,7 +134,19 @@ func TestSchedulerRBAC(t *testing.T) {
 			t.Errorf("lease Role rule %+v grants more than leases", r)
 		}
 	}
-	for _, b := range []string{"ClusterRoleBinding/gpud-scheduler", "RoleBinding/gpud-scheduler-leader-election"} {
+	// Learned runtimes: the ConfigMap --learn-runtimes-configmap names by
+	// default, nothing else.
+	rt, ok := objs["Role/gpud-scheduler-runtimes"].(*rbacv1.Role)
+	if !ok || rt.Namespace != "gpud" {
+		t.Fatalf("no Role for the learned runtimes' ConfigMap in namespace gpud")
+	}
+	for _, r := range rt.Rules {
+		if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"configmaps"}) ||
+			(!slices.Equal(r.Verbs, []string{"create"}) && !slices.Equal(r.ResourceNames, []string{learn.DefaultConfigMap})) {
+			t.Errorf("runtimes Role rule %+v grants more than the ConfigMap %s", r, learn.DefaultConfigMap)
+		}
+	}
+	for _, b := range []string{"ClusterRoleBinding/gpud-scheduler", "RoleBinding/gpud-scheduler-leader-election", "RoleBinding/gpud-scheduler-runtimes"} {
 		if objs[b] == nil {
 			t.Errorf("no %s", b)
 		}

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Bounds on arguments and options.
@@ -229,4 +230,36 @@ func (e *entry) quantile(q float64) int64 {
 		}
 	}
 	return 1
+}
+
+// WithOptions returns a copy of p under o: what p learned, with o's key
+// limit (the least recently used keys dropped), half-life and minimum
+// weight from now on; a key's weight over what the new half-life allows is
+// scaled down to it (its quantiles unchanged). A scheduler uses it to apply its flags to what a
+// previous leader stored under other ones.
+func (p *Predictor) WithOptions(o Options) (*Predictor, error) {
+	q, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	var kept []*entry // most recently used first
+	for el := p.lru.Front(); el != nil && len(kept) < q.o.MaxKeys; el = el.Next() {
+		kept = append(kept, el.Value.(*entry))
+	}
+	// A key's weight stays under the new half-life's limit (a longer one
+	// let it grow further), scaled down whole so its quantiles stay.
+	limit := 1 / (1 - q.decay)
+	for _, e := range slices.Backward(kept) { // oldest first: the order is kept
+		c := &entry{key: e.key, weight: e.weight, w: slices.Clone(e.w)}
+		if c.weight > limit {
+			f := limit / c.weight
+			c.weight = 0
+			for i := range c.w {
+				c.w[i] *= f
+				c.weight += c.w[i]
+			}
+		}
+		q.keys[e.key] = q.lru.PushFront(c)
+	}
+	return q, nil
 }

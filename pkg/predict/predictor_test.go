@@ -263,3 +263,81 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+func TestWithOptions(t *testing.T) {
+	p, err := New(Options{MaxKeys: 3, MinWeight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if err := p.Observe([]string{k}, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b used last: with room for two keys, b and c stay, a goes.
+	if _, ok, _ := p.Predict([]string{"b"}, 0.5); !ok {
+		t.Fatal("b unknown")
+	}
+	q, err := p.WithOptions(Options{MaxKeys: 2, MinWeight: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Len() != 2 || q.Options().MinWeight != 2 {
+		t.Fatalf("copy has %d keys, options %+v; want 2 keys, min weight 2", q.Len(), q.Options())
+	}
+	if _, ok, _ := q.Predict([]string{"b"}, 0.5); ok {
+		t.Fatal("b answers with one job under min weight 2")
+	}
+	if err := q.Observe([]string{"b"}, 100); err != nil {
+		t.Fatal(err)
+	}
+	pr, ok, _ := q.Predict([]string{"a", "b"}, 0.5)
+	if !ok || pr.Key != "b" || pr.Seconds < 90 || pr.Seconds > 110 {
+		t.Fatalf("after a second job of b: %+v %v, want b's runtime ~100 s", pr, ok)
+	}
+	if err := q.Observe([]string{"d"}, 5); err != nil { // evicts the least recently used: c
+		t.Fatal(err)
+	}
+	data, err := q.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), `"key":"c"`) || strings.Contains(string(data), `"key":"a"`) {
+		t.Fatalf("evicted keys kept: %s", data)
+	}
+	if p.Len() != 3 {
+		t.Fatalf("the original changed: %d keys", p.Len())
+	}
+	if _, err := p.WithOptions(Options{MaxKeys: -1}); err == nil {
+		t.Fatal("bad options accepted")
+	}
+}
+
+// TestWithOptionsShorterHalfLife: weights learned under a long half-life
+// are scaled to a shorter one's limit, so that the copy encodes to data
+// Unmarshal accepts, with the same quantiles.
+func TestWithOptionsShorterHalfLife(t *testing.T) {
+	p := mustNew(t, Options{HalfLife: 1000})
+	for i := range 500 {
+		if err := p.Observe([]string{"k"}, int64(100+i%2*900)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _, _ := p.Predict([]string{"k"}, 0.5)
+	q, err := p.WithOptions(Options{HalfLife: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := q.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Unmarshal(data)
+	if err != nil {
+		t.Fatalf("the copy under a shorter half-life does not read back: %v", err)
+	}
+	after, _, _ := r.Predict([]string{"k"}, 0.5)
+	if after.Seconds != before.Seconds || after.Weight > 16 {
+		t.Fatalf("median %d s weight %v after, %d s weight %v before", after.Seconds, after.Weight, before.Seconds, before.Weight)
+	}
+}

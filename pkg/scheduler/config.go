@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
@@ -122,6 +123,21 @@ type Config struct {
 	// it (pkg/scheduler/heal).
 	HealOff bool
 	Heal    heal.Config
+	// Runtimes, if set, learns pods' runtimes (pkg/scheduler/learn): it
+	// runs while this replica leads, hears every pod event, and gives the
+	// pods without plan.RuntimeEstimateAnnotation their estimate (the
+	// annotation wins). Nil: only the annotation estimates.
+	Runtimes Runtimes
+}
+
+// Runtimes learns and estimates pods' runtimes; see Config.Runtimes.
+type Runtimes interface {
+	// Run learns until ctx ends (the term as leader).
+	Run(ctx context.Context) error
+	// Handler hears the pod informer's events.
+	Handler() cache.ResourceEventHandler
+	// Estimate is pod's learned runtime, 0 when unknown.
+	Estimate(pod *corev1.Pod) time.Duration
 }
 
 // LeaderElection configures the Lease. Zero durations take the client-go

@@ -136,6 +136,7 @@ func New(cfg Config) (*Scheduler, error) {
 	s.m.reg.MustRegister(s.statusDeferred)
 	s.snap = newSnapshotter(cfg, s.assumed)
 	s.snap.backoff = s.backoff
+	s.snap.runtimes = cfg.Runtimes
 	s.m.setQuotas(cfg.Queues)
 	h, err := newHealing(cfg, s.m.reg)
 	if err != nil {
@@ -213,6 +214,11 @@ func New(cfg Config) (*Scheduler, error) {
 		DeleteFunc: s.podDeleted,
 	}); err != nil {
 		return nil, fmt.Errorf("scheduler: pod informer handler: %w", err)
+	}
+	if r := cfg.Runtimes; r != nil {
+		if _, err := podInf.Informer().AddEventHandler(r.Handler()); err != nil {
+			return nil, fmt.Errorf("scheduler: runtimes pod handler: %w", err)
+		}
 	}
 	s.hasSynced = append(s.hasSynced, podInf.Informer().HasSynced)
 	if err := s.watchStorage(); err != nil {
@@ -483,6 +489,24 @@ func (s *Scheduler) podUpdated(o, n any) {
 	}
 }
 
+// learnRuntimes runs Config.Runtimes until ctx ends (the term); the
+// function it returns stops it and waits for its last write.
+func (s *Scheduler) learnRuntimes(ctx context.Context) func() {
+	r := s.cfg.Runtimes
+	if r == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx); err != nil {
+			s.log.Error("runtime learning stopped", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // loop runs cycles until ctx ends: one at once, then one per burst of
 // informer events and one per Resync. A cycle on events starts at least
 // Debounce after the previous one ended, so that the events of a burst are
@@ -495,6 +519,7 @@ func (s *Scheduler) podUpdated(o, n any) {
 // they wrote) and no worker is left.
 func (s *Scheduler) loop(ctx context.Context) {
 	defer s.binds.wait()
+	defer s.learnRuntimes(ctx)()
 	s.assumed.forget()
 	s.catchUp(ctx)
 	tick := time.NewTicker(s.cfg.Resync)

@@ -70,6 +70,8 @@ type snapshotter struct {
 	autoGroups func() func(*corev1.Pod) (string, *plan.Group)
 	// queueSet is Config.QueueSet.
 	queueSet func() ([]jobs.Queue, []jobs.Reservation, func(*corev1.Pod) (string, error))
+	// runtimes is Config.Runtimes (nil: none).
+	runtimes Runtimes
 }
 
 // snapshot is one cycle's snapshot plus what the runtime needs besides.
@@ -154,7 +156,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			if c := extended[pod.UID]; c != nil {
 				claims = append(claims, c)
 			}
-			b := newPod(pod, compact(claims))
+			b := s.learned(newPod(pod, compact(claims)))
 			b.PluginDevices = extres.PluginDevices(pod, s.classes, nodeByName[node])
 			_ = setQueue(b, queueOf) // refused: charged as unqueued
 			out.Bound = append(out.Bound, group.add(b))
@@ -170,7 +172,7 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 			continue
 		}
 		claims, why := resolveClaims(pod, byName)
-		p := group.add(newPod(pod, claims))
+		p := group.add(s.learned(newPod(pod, claims)))
 		if s.backoff != nil {
 			p.Retry = s.backoff.tried(pod.UID)
 		}
@@ -296,6 +298,15 @@ func newPod(pod *corev1.Pod, claims []*resourceapi.ResourceClaim) *plan.Pod {
 	p.Group = podgroup.KeyOf(pod) // spec.schedulingGroup, else the coscheduling label
 	if pod.Spec.Priority != nil {
 		p.Priority = *pod.Spec.Priority
+	}
+	return p
+}
+
+// learned gives p its learned runtime (Config.Runtimes) when its
+// annotation gives none; it returns p.
+func (s *snapshotter) learned(p *plan.Pod) *plan.Pod {
+	if p.RuntimeEstimate == 0 && s.runtimes != nil {
+		p.RuntimeEstimate = s.runtimes.Estimate(p.Pod)
 	}
 	return p
 }

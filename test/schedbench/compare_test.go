@@ -527,25 +527,29 @@ func (b *bench) reset() {
 	defer cancel()
 	zero := int64(0)
 	// A loaded API server may time out a collection delete while it goes
-	// on deleting ("unable to return a response in the time allotted"):
-	// the wait below sees what is left, and deletes again.
+	// on deleting ("unable to return a response in the time allotted", or
+	// the stream reset when its handler times out): the wait below sees
+	// what is left, and deletes again, until the reset's deadline.
 	deleteAll := func(ctx context.Context) error {
 		err := b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-		if err == nil || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
-			err = b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		if err != nil {
+			t.Logf("reset: deleting pods: %v (deleted again while any are left)", err)
 		}
-		if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
-			return nil
+		err = b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		if err != nil {
+			t.Logf("reset: deleting claims: %v (deleted again while any are left)", err)
 		}
-		return err
+		return ctx.Err()
 	}
 	if err := deleteAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		// Errors of a loaded API server are retried until the deadline.
 		claims, err := b.client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			t.Logf("reset: listing claims: %v (retried)", err)
+			return false, nil
 		}
 		err = parallel(8, len(claims.Items), func(i int) error {
 			c := claims.Items[i]
@@ -560,11 +564,13 @@ func (b *bench) reset() {
 			return err
 		})
 		if err != nil {
-			return false, err
+			t.Logf("reset: removing claims' finalizers: %v (retried)", err)
+			return false, nil
 		}
 		pods, err := b.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			t.Logf("reset: listing pods: %v (retried)", err)
+			return false, nil
 		}
 		undeleted := slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp == nil }) ||
 			slices.ContainsFunc(claims.Items, func(c resourceapi.ResourceClaim) bool { return c.DeletionTimestamp == nil })

@@ -183,8 +183,9 @@ type tracked struct {
 	limitsKey    string
 	limitsFailed bool
 	owner        limitsOwner // whose limits were set (for their metric)
-	// hookAt is when the runtime's start hook read the kubelet for this
-	// container; a poll pass that read before then leaves it alone.
+	// hookAt is when the runtime's start hook began for this container; a
+	// poll pass that read the cgroups and the kubelet before then leaves
+	// it alone (neither releases nor changes its filter).
 	hookAt time.Time
 	// closed: the start hook could not learn the container's devices in
 	// time and, the container being able to reach every device node

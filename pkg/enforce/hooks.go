@@ -130,6 +130,9 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 		e.tracked[rel] = t
 	}
 	t.ref = &ref
+	// A poll pass that read the cgroups or the kubelet before now leaves
+	// this container to the hook (it may not even have seen its cgroup).
+	t.hookAt = began
 	inv := e.cfg.Inventory()
 	if err != nil {
 		if e.cfg.Isolate && c.AllDevices && t.filter == nil {
@@ -145,7 +148,6 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 		e.log.Warn("device filter and memory limits at start skipped, pod resources unavailable", "cgroup", rel, "container", c.String(), "all_devices", c.AllDevices, "err", err)
 		return
 	}
-	t.hookAt = began
 	if e.cfg.Isolate {
 		allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, c.Namespace, c.Pod, c.Container))
 		if t.filter == nil && snap.standDown[c.Namespace] && len(uuids) == 0 {
@@ -177,11 +179,15 @@ const (
 
 // hookContext bounds the hook's kubelet call by the runtime's deadline.
 func hookContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	budget := hookBudget
-	if d, ok := ctx.Deadline(); ok {
-		budget = max(time.Until(d)-hookMargin, minBudget)
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithTimeout(ctx, hookBudget)
 	}
-	return context.WithTimeout(ctx, budget)
+	stop := d.Add(-hookMargin)
+	if floor := time.Now().Add(minBudget); stop.Before(floor) {
+		stop = floor
+	}
+	return context.WithDeadline(ctx, stop)
 }
 
 // deadlineLeft is the time left before ctx's deadline, for logs.

@@ -26,6 +26,13 @@ func (failingAllocs) List(context.Context) ([]usage.Assignment, error) {
 func v1Tree(t *testing.T, rels ...string) string {
 	t.Helper()
 	root := t.TempDir()
+	v1TreeAt(t, root, rels...)
+	return root
+}
+
+// v1TreeAt adds containers' cgroup v1 devices directories under root.
+func v1TreeAt(t *testing.T, root string, rels ...string) {
+	t.Helper()
 	for _, rel := range rels {
 		d := filepath.Join(root, rel)
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -35,7 +42,6 @@ func v1Tree(t *testing.T, rels ...string) string {
 			t.Fatal(err)
 		}
 	}
-	return root
 }
 
 func TestReconcileDecisions(t *testing.T) {

@@ -69,10 +69,17 @@ type PlacementError struct {
 	GPU    int
 	Wanted []string // the profiles that could not be placed together
 	Around []string // what had to stay where it is ("1g.5gb@2 (busy: ns/pod)")
+	// Reason is why the profiles can never fit this GPU together, whatever
+	// runs on it ("at most 1 x 4g.40gb per GPU"): no slice to free, nothing
+	// to force.
+	Reason string
 }
 
 func (e *PlacementError) Error() string {
 	msg := fmt.Sprintf("mig: gpu %d: %s do not fit under the placement rules", e.GPU, strings.Join(e.Wanted, " + "))
+	if e.Reason != "" {
+		return msg + ": " + e.Reason + "; choose fewer or smaller profiles for this GPU"
+	}
 	if len(e.Around) > 0 {
 		msg += " around " + strings.Join(e.Around, ", ") + "; free those slices, or force it (gpud mig apply --force; the agent's --mig-force)"
 	}

@@ -107,11 +107,11 @@ func capacity(g GPUState, wants []Want) error {
 		slices += p.Slices
 		count[p.Name]++
 		if count[p.Name] > p.MaxCount {
-			return &PlacementError{GPU: g.Index, Wanted: wantNames(wants), Around: []string{fmt.Sprintf("at most %d x %s per GPU", p.MaxCount, p.Name)}}
+			return &PlacementError{GPU: g.Index, Wanted: wantNames(wants), Reason: fmt.Sprintf("at most %d x %s per GPU", p.MaxCount, p.Name)}
 		}
 	}
 	if slices > g.Catalog.ComputeSlices {
-		return &PlacementError{GPU: g.Index, Wanted: wantNames(wants), Around: []string{fmt.Sprintf("%d compute slices asked, the GPU has %d", slices, g.Catalog.ComputeSlices)}}
+		return &PlacementError{GPU: g.Index, Wanted: wantNames(wants), Reason: fmt.Sprintf("%d compute slices asked, the GPU has %d", slices, g.Catalog.ComputeSlices)}
 	}
 	return nil
 }

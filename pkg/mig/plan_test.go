@@ -95,6 +95,7 @@ func TestPlan(t *testing.T) {
 		wantKeep  []string // on the one changed GPU
 		wantErr   error
 		errHas    []string
+		errHasNot []string
 		pending   bool
 	}{
 		{
@@ -143,7 +144,17 @@ func TestPlan(t *testing.T) {
 			state:   func(st State) State { return st },
 			want:    want(0, true, "4g.20gb", "2g.10gb", "2g.10gb"),
 			wantErr: ErrNoFit,
-			errHas:  []string{"8 compute slices asked, the GPU has 7"},
+			errHas:  []string{"8 compute slices asked, the GPU has 7", "fewer or smaller profiles"},
+			// Nothing runs on the GPU: no slice to free, nothing to force.
+			errHasNot: []string{"--force", "free those slices"},
+		},
+		{
+			name:      "more of one profile than a GPU holds",
+			state:     func(st State) State { return st },
+			want:      want(0, true, "4g.20gb", "4g.20gb"),
+			wantErr:   ErrNoFit,
+			errHas:    []string{"at most 1 x 4g.20gb per GPU", "fewer or smaller profiles"},
+			errHasNot: []string{"--force", "free those slices"},
 		},
 		{
 			name:    "refuse busy",
@@ -233,6 +244,11 @@ func TestPlan(t *testing.T) {
 				for _, s := range tc.errHas {
 					if !strings.Contains(err.Error(), s) {
 						t.Errorf("error %q does not mention %q", err, s)
+					}
+				}
+				for _, s := range tc.errHasNot {
+					if strings.Contains(err.Error(), s) {
+						t.Errorf("error %q mentions %q", err, s)
 					}
 				}
 				return

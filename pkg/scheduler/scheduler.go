@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -58,8 +59,10 @@ type Scheduler struct {
 	rules   *rules.Rules
 	backoff *backoff
 	pods    corelisters.PodLister
-	nodes   corelisters.NodeLister
-	claims  resourcelisters.ResourceClaimLister
+	// podsByClaim finds pods by the claims they name (podClaimIndex).
+	podsByClaim cache.Indexer
+	nodes       corelisters.NodeLister
+	claims      resourcelisters.ResourceClaimLister
 	// sliceInf is every driver's ResourceSlices; the scheduler reads
 	// them through sliceTracker, which Run starts on it.
 	sliceInf resourceinformers.TypedResourceSliceInformer
@@ -170,6 +173,10 @@ func New(cfg Config) (*Scheduler, error) {
 	s.sliceInf = s.factory.Resource().V1().ResourceSlices()
 	s.taintInf = s.factory.Resource().V1().DeviceTaintRules()
 	s.pods, s.nodes, s.claims = podInf.Lister(), nodeInf.Lister(), claimInf.Lister()
+	if err := podInf.Informer().AddIndexers(cache.Indexers{podClaimIndex: podClaimNames}); err != nil {
+		return nil, fmt.Errorf("scheduler: pod index: %w", err)
+	}
+	s.podsByClaim = podInf.Informer().GetIndexer()
 	s.classes, s.pdbs = classInf.Lister(), pdbInf.Lister()
 
 	poke := cache.ResourceEventHandlerFuncs{
@@ -195,7 +202,7 @@ func New(cfg Config) (*Scheduler, error) {
 		s.hasSynced = append(s.hasSynced, inf.HasSynced)
 	}
 	if _, err := claimInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.pokeNow() },
+		AddFunc:    s.claimAdded,
 		UpdateFunc: func(any, any) { s.poke() },
 		DeleteFunc: func(any) { s.backoff.flush(); s.poke() },
 	}); err != nil {
@@ -449,6 +456,63 @@ func (s *Scheduler) pokeNow() {
 	default:
 	}
 	s.poke()
+}
+
+// claimAdded pokes for a new claim: at once when a pod of this scheduler
+// waits for it (a claim made from the pod's template, or one the pod
+// names), else after Debounce. A claim created before its pod (as users
+// and Jobs create standalone claims) would otherwise start a cycle with
+// nothing to place that the pod, created a moment later, waits out.
+func (s *Scheduler) claimAdded(obj any) {
+	c, ok := obj.(*resourceapi.ResourceClaim)
+	if !ok || s.podWaitsFor(c) {
+		s.pokeNow()
+		return
+	}
+	s.poke()
+}
+
+// podWaitsFor reports whether a pending pod of this scheduler uses claim
+// c: the pod that owns it (made from its template), or a pod naming it.
+func (s *Scheduler) podWaitsFor(c *resourceapi.ResourceClaim) bool {
+	waiting := func(p *corev1.Pod) bool { return p.Spec.NodeName == "" && p.Spec.SchedulerName == s.cfg.SchedulerName }
+	for _, ref := range c.OwnerReferences {
+		if ref.Kind == "Pod" && ref.APIVersion == "v1" {
+			p, err := s.pods.Pods(c.Namespace).Get(ref.Name)
+			if err != nil || p.UID != ref.UID {
+				return true // not seen yet: the pod is on its way
+			}
+			return waiting(p)
+		}
+	}
+	objs, err := s.podsByClaim.ByIndex(podClaimIndex, c.Namespace+"/"+c.Name)
+	if err != nil {
+		return true
+	}
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && waiting(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// podClaimIndex indexes pods by the claims they name
+// (spec.resourceClaims[].resourceClaimName), as "namespace/name".
+const podClaimIndex = "gpud.io/claim-name"
+
+func podClaimNames(obj any) ([]string, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, rc := range p.Spec.ResourceClaims {
+		if rc.ResourceClaimName != nil {
+			out = append(out, p.Namespace+"/"+*rc.ResourceClaimName)
+		}
+	}
+	return out, nil
 }
 
 // podAdded pokes for a new pod, at once for one of this scheduler's pods

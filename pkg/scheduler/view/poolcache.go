@@ -35,8 +35,10 @@ const maxPoolCache = 1 << 16
 func NewPoolCache() *PoolCache { return &PoolCache{m: map[string]*parsedPool{}} }
 
 // poolKey names a pool's slices at their versions (group is sorted by
-// name). Objects without a resourceVersion (built by hand, never from an
-// informer) are not cached.
+// name), with every device's taints: kube-scheduler's slice tracker
+// applies DeviceTaintRules to copies that keep the slice's
+// resourceVersion. Objects without a resourceVersion (built by hand,
+// never from an informer) are not cached.
 func poolKey(group []*resourceapi.ResourceSlice) (string, bool) {
 	var b strings.Builder
 	for _, s := range group {
@@ -50,6 +52,23 @@ func poolKey(group []*resourceapi.ResourceSlice) (string, bool) {
 		b.WriteString(s.ResourceVersion)
 		b.WriteByte('#')
 		b.WriteString(strconv.FormatInt(s.Spec.Pool.Generation, 10))
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			for _, t := range d.Taints {
+				b.WriteByte('|')
+				b.WriteString(d.Name)
+				b.WriteByte(':')
+				b.WriteString(t.Key)
+				b.WriteByte('=')
+				b.WriteString(t.Value)
+				b.WriteByte(':')
+				b.WriteString(string(t.Effect))
+				if t.TimeAdded != nil {
+					b.WriteByte('@')
+					b.WriteString(strconv.FormatInt(t.TimeAdded.UnixNano(), 10))
+				}
+			}
+		}
 		b.WriteByte(';')
 	}
 	return b.String(), true

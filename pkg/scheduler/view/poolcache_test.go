@@ -134,3 +134,26 @@ func TestPoolCacheKeepsSkips(t *testing.T) {
 		t.Errorf("skips: first view %v, cached view %v; want the same, non-empty", first, second)
 	}
 }
+
+// TestPoolCacheSeesTaintRules: a DeviceTaintRule reaches the view as a
+// copy of the slice with the device's taint and the same
+// resourceVersion (kube-scheduler's slice tracker): the cached pool must
+// not hide it.
+func TestPoolCacheSeesTaintRules(t *testing.T) {
+	c := mixedCluster(t, 1)
+	versioned(c)
+	c.in.Pools = NewPoolCache()
+	i := slices.IndexFunc(c.in.Slices, func(s *resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) > 0 })
+	name := c.in.Slices[i].Spec.Devices[0].Name
+	node := *c.in.Slices[i].Spec.NodeName
+	if v, _ := Build(c.in); len(v.Node(node).Devices[name].Taints) != 0 {
+		t.Fatalf("device %s tainted before the rule", name)
+	}
+	tainted := c.in.Slices[i].DeepCopy() // same resourceVersion
+	tainted.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: "example.com/maintenance", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	c.in.Slices[i] = tainted
+	v, _ := Build(c.in)
+	if got := v.Node(node).Devices[name].Taints; len(got) != 1 || got[0].Key != "example.com/maintenance" {
+		t.Errorf("device %s after a DeviceTaintRule: taints %v, want the rule's", name, got)
+	}
+}

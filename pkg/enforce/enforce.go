@@ -375,27 +375,7 @@ func (e *Enforcer) Reconcile(ctx context.Context) {
 		}
 		allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, pod.Namespace, pod.Name, ctr))
 		if e.cfg.Isolate {
-			if (t.filter == nil || t.closed) && snap.standDown[pod.Namespace] && len(uuids) == 0 {
-				if t.closed {
-					// Closed only for want of an answer; the kubelet's silence
-					// about DRA devices is the stand-down policy's case.
-					if err := t.filter.Close(); err != nil {
-						e.log.Debug("device filter release failed", "cgroup", rel, "err", err)
-					}
-					t.filter, t.allowed, t.closed = nil, devcgroup.Allowed{}, false
-				}
-				if !t.stoodDown {
-					e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", "cgroup", rel, "namespace", pod.Namespace, "pod", pod.Name)
-				}
-				t.stoodDown = true
-			} else {
-				t.stoodDown = false
-				if t.closed {
-					e.log.Info("device filter opened to the container's devices", "cgroup", rel, "allowed", allowed.String())
-					t.closed = false
-				}
-				e.applyFilter(rel, t, allowed, inv)
-			}
+			e.isolate(rel, t, allowed, uuids, snap.standDown[pod.Namespace], inv, "namespace", pod.Namespace, "pod", pod.Name)
 		}
 		if e.cfg.CPUs != nil && ctr != "" {
 			e.applyCPUs(rel, c, t, inv, uuids)
@@ -474,6 +454,34 @@ func (e *Enforcer) readInputs(ctx context.Context) (in passInputs, ok bool) {
 		e.cleared("containers")
 	}
 	return passInputs{snap: snap, pods: pods, names: names}, true
+}
+
+// isolate decides one container's device filter, for the poll and the
+// start hook alike: none while the kubelet does not report its
+// namespace's DRA devices and no device of the container is known (the
+// stand-down policy; logged once, with who), else the filter for
+// allowed. A filter the hook closed for want of an answer gives way to
+// either.
+func (e *Enforcer) isolate(rel string, t *tracked, allowed devcgroup.Allowed, uuids []string, standDown bool, inv gpu.Inventory, who ...any) {
+	if (t.filter == nil || t.closed) && standDown && len(uuids) == 0 {
+		if t.closed {
+			if err := t.filter.Close(); err != nil {
+				e.log.Debug("device filter release failed", "cgroup", rel, "err", err)
+			}
+			t.filter, t.allowed, t.closed = nil, devcgroup.Allowed{}, false
+		}
+		if !t.stoodDown {
+			e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", append([]any{"cgroup", rel}, who...)...)
+		}
+		t.stoodDown = true
+		return
+	}
+	t.stoodDown = false
+	if t.closed {
+		e.log.Info("device filter opened to the container's devices", "cgroup", rel, "allowed", allowed.String())
+		t.closed = false
+	}
+	e.applyFilter(rel, t, allowed, inv)
 }
 
 func (e *Enforcer) applyFilter(rel string, t *tracked, a devcgroup.Allowed, inv gpu.Inventory) {

@@ -150,13 +150,7 @@ func (e *Enforcer) ContainerStarting(ctx context.Context, c ContainerInfo) {
 	}
 	if e.cfg.Isolate {
 		allowed, uuids := allowedFor(inv, e.cfg.Majors, e.ids(inv, snap, c.Namespace, c.Pod, c.Container))
-		if t.filter == nil && snap.standDown[c.Namespace] && len(uuids) == 0 {
-			e.log.Info("device filter not attached: the kubelet does not report this pod's DRA devices", "cgroup", rel, "container", c.String())
-			t.stoodDown = true
-		} else {
-			t.closed = false
-			e.applyFilter(rel, t, allowed, inv)
-		}
+		e.isolate(rel, t, allowed, uuids, snap.standDown[c.Namespace], inv, "container", c.String())
 	}
 	if e.cfg.MemoryLimits != nil {
 		fs, err := e.fractions(inv, snap, c.Namespace, c.Pod, c.Container)

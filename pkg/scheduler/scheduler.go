@@ -475,14 +475,13 @@ func (s *Scheduler) claimAdded(obj any) {
 // podWaitsFor reports whether a pending pod of this scheduler uses claim
 // c: the pod that owns it (made from its template), or a pod naming it.
 func (s *Scheduler) podWaitsFor(c *resourceapi.ResourceClaim) bool {
-	waiting := func(p *corev1.Pod) bool { return p.Spec.NodeName == "" && p.Spec.SchedulerName == s.cfg.SchedulerName }
 	for _, ref := range c.OwnerReferences {
 		if ref.Kind == "Pod" && ref.APIVersion == "v1" {
 			p, err := s.pods.Pods(c.Namespace).Get(ref.Name)
 			if err != nil || p.UID != ref.UID {
 				return true // not seen yet: the pod is on its way
 			}
-			return waiting(p)
+			return s.waitingOurs(p)
 		}
 	}
 	objs, err := s.podsByClaim.ByIndex(podClaimIndex, c.Namespace+"/"+c.Name)
@@ -490,11 +489,17 @@ func (s *Scheduler) podWaitsFor(c *resourceapi.ResourceClaim) bool {
 		return true
 	}
 	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok && waiting(p) {
+		if p, ok := o.(*corev1.Pod); ok && s.waitingOurs(p) {
 			return true
 		}
 	}
 	return false
+}
+
+// waitingOurs reports whether p is one of this scheduler's pods waiting
+// for a node.
+func (s *Scheduler) waitingOurs(p *corev1.Pod) bool {
+	return p.Spec.NodeName == "" && p.Spec.SchedulerName == s.cfg.SchedulerName
 }
 
 // podClaimIndex indexes pods by the claims they name
@@ -518,7 +523,7 @@ func podClaimNames(obj any) ([]string, error) {
 // podAdded pokes for a new pod, at once for one of this scheduler's pods
 // waiting for a node.
 func (s *Scheduler) podAdded(obj any) {
-	if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == "" && pod.Spec.SchedulerName == s.cfg.SchedulerName {
+	if pod, ok := obj.(*corev1.Pod); ok && s.waitingOurs(pod) {
 		s.pokeNow()
 		return
 	}
@@ -540,14 +545,14 @@ func (s *Scheduler) podUpdated(o, n any) {
 			s.pokeNow()
 		}
 	}
-	if pod.Spec.NodeName == "" && pod.Spec.SchedulerName == s.cfg.SchedulerName &&
+	if s.waitingOurs(pod) &&
 		!equality.Semantic.DeepEqual(old.Status.ResourceClaimStatuses, pod.Status.ResourceClaimStatuses) {
 		s.pokeNow() // its template's claim was created
 	}
 	if old.Status.Phase != pod.Status.Phase || (old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) {
 		s.backoff.flush() // a pod finishing or leaving frees room
 	}
-	if (pod.Spec.NodeName == "" && pod.Spec.SchedulerName == s.cfg.SchedulerName) || old.Spec.NodeName != pod.Spec.NodeName ||
+	if s.waitingOurs(pod) || old.Spec.NodeName != pod.Spec.NodeName ||
 		old.Status.Phase != pod.Status.Phase || (old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) {
 		s.poke()
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/memwatch"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/mig/migcli"
 	"github.com/gpud/gpud/pkg/mig/migctl"
@@ -124,7 +125,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	sharingC, err := sharingctl.New(sharingControllerConfig(&cfg.sharing, src.Sharing, src.Store.Current, metrics, log.With("component", "sharing"),
-		timeslice.WatchdogConfig{Processes: src.Procs, Containers: src.Containers, Pods: src.PodNames, Assignments: src.Pods,
+		memwatch.WatchdogConfig{Processes: src.Procs, Containers: src.Containers, Pods: src.PodNames, Assignments: src.Pods,
 			OnViolation: events.WatchdogOverLimit, OnKill: events.WatchdogKilled}))
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/memwatch"
 	"github.com/gpud/gpud/pkg/sharingctl"
 	"github.com/gpud/gpud/pkg/sharingfile"
 	"github.com/gpud/gpud/pkg/timeslice"
@@ -31,11 +32,11 @@ func (o *sharingOptions) register(fs *flag.FlagSet) {
 // are checked against the inventory once it is read (loadSharing).
 func (o *sharingOptions) validate() []error {
 	var errs []error
-	if _, err := timeslice.ParseEnforce(o.enforce); err != nil {
+	if _, err := memwatch.ParseEnforce(o.enforce); err != nil {
 		errs = append(errs, flagErr("enforce-memory", "%s: want off, report or kill", printable.Quote(o.enforce)))
 	}
-	if o.interval < timeslice.MinWatchdogInterval {
-		errs = append(errs, flagErr("memory-watchdog-interval", "%s: want at least %s", o.interval, timeslice.MinWatchdogInterval))
+	if o.interval < memwatch.MinWatchdogInterval {
+		errs = append(errs, flagErr("memory-watchdog-interval", "%s: want at least %s", o.interval, memwatch.MinWatchdogInterval))
 	}
 	if o.file != "" {
 		if _, err := sharingfile.LoadConfigFile(o.file); err != nil {
@@ -60,8 +61,8 @@ func loadSharing(o *sharingOptions, inv gpu.Inventory) (timeslice.Config, error)
 
 // sharingControllerConfig is the sharing controller's config from the flags
 // (validated) and the wiring.
-func sharingControllerConfig(o *sharingOptions, rt *timeslice.Runtime, inv func() gpu.Inventory, metrics prometheus.Registerer, log *slog.Logger, wd timeslice.WatchdogConfig) sharingctl.Config {
-	wd.Mode, _ = timeslice.ParseEnforce(o.enforce) // validated
+func sharingControllerConfig(o *sharingOptions, rt *timeslice.Runtime, inv func() gpu.Inventory, metrics prometheus.Registerer, log *slog.Logger, wd memwatch.WatchdogConfig) sharingctl.Config {
+	wd.Mode, _ = memwatch.ParseEnforce(o.enforce) // validated
 	wd.Interval = o.interval
 	return sharingctl.Config{Runtime: rt, Inventory: inv, File: o.file, Watchdog: wd, Metrics: metrics, Log: log}
 }

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpud/gpud/pkg/gpu"
-	"github.com/gpud/gpud/pkg/timeslice"
+	"github.com/gpud/gpud/pkg/memwatch"
 )
 
 // Event reasons, as `kubectl get events --field-selector reason=...`
@@ -53,13 +53,13 @@ func (r *Recorder) GPUHealth(uuid string, h gpu.Health, reason string) {
 // than its shares allow, as the memory watchdog found it, once per
 // episode; the note says what the watchdog's mode does about it. A pod
 // the watchdog could not name is recorded on the Node, with its UID. It
-// is a timeslice.WatchdogConfig.OnViolation.
-func (r *Recorder) WatchdogOverLimit(v timeslice.Violation, mode timeslice.Enforce) {
+// is a memwatch.WatchdogConfig.OnViolation.
+func (r *Recorder) WatchdogOverLimit(v memwatch.Violation, mode memwatch.Enforce) {
 	if r == nil {
 		return
 	}
 	then := "reported only (--enforce-memory=report)"
-	if mode == timeslice.EnforceKill {
+	if mode == memwatch.EnforceKill {
 		then = "its processes are killed, largest first, until it fits (--enforce-memory=kill)"
 	}
 	note := fmt.Sprintf("uses %d MiB of GPU %s, over its share's limit of %d MiB (pids %s): %s",
@@ -69,8 +69,8 @@ func (r *Recorder) WatchdogOverLimit(v timeslice.Violation, mode timeslice.Enfor
 
 // WatchdogKilled records that the memory watchdog killed one of a pod's
 // processes (pid, using procBytes) for the pod's violation v. It is a
-// timeslice.WatchdogConfig.OnKill.
-func (r *Recorder) WatchdogKilled(v timeslice.Violation, pid uint32, procBytes uint64) {
+// memwatch.WatchdogConfig.OnKill.
+func (r *Recorder) WatchdogKilled(v memwatch.Violation, pid uint32, procBytes uint64) {
 	if r == nil {
 		return
 	}
@@ -143,7 +143,7 @@ func (r *Recorder) NodeTaint(key, value, reason string) {
 
 // podOrNode is the violation's pod, or the node when the pod is not
 // known; then the note says whose UID it was.
-func (r *Recorder) podOrNode(v timeslice.Violation, note *string) *corev1.ObjectReference {
+func (r *Recorder) podOrNode(v memwatch.Violation, note *string) *corev1.ObjectReference {
 	if v.Pod != "" {
 		return podRef(v.Namespace, v.Pod, v.PodUID, "")
 	}

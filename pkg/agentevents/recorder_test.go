@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/pkg/gpu"
-	"github.com/gpud/gpud/pkg/timeslice"
+	"github.com/gpud/gpud/pkg/memwatch"
 )
 
 const (
@@ -118,7 +118,7 @@ func TestNodeTaintEvents(t *testing.T) {
 
 func TestPodEvents(t *testing.T) {
 	r, client, _ := start(t, Limits{})
-	v := timeslice.Violation{DeviceUUID: gpuA, Namespace: "team-a", Pod: "trainer", PodUID: "pod-uid-7", PIDs: []uint32{1, 2}, UsedBytes: 12 << 30, LimitBytes: 10 << 30}
+	v := memwatch.Violation{DeviceUUID: gpuA, Namespace: "team-a", Pod: "trainer", PodUID: "pod-uid-7", PIDs: []uint32{1, 2}, UsedBytes: 12 << 30, LimitBytes: 10 << 30}
 
 	r.WatchdogKilled(v, 4242, 12<<30)
 	e := waitEvent(t, client, ReasonGPUMemoryLimitKilled)
@@ -132,7 +132,7 @@ func TestPodEvents(t *testing.T) {
 		}
 	}
 
-	r.WatchdogOverLimit(v, timeslice.EnforceReport)
+	r.WatchdogOverLimit(v, memwatch.EnforceReport)
 	if e := waitEvent(t, client, ReasonGPUMemoryOverLimit); e.Type != corev1.EventTypeWarning || !strings.Contains(e.Note, "pids 1,2") {
 		t.Errorf("over-limit event = %s %q", e.Type, e.Note)
 	}
@@ -158,7 +158,7 @@ func TestPodEvents(t *testing.T) {
 	}
 
 	// A pod the watchdog could not name goes on the node, with its UID.
-	r.WatchdogOverLimit(timeslice.Violation{DeviceUUID: gpuB, PodUID: "pod-uid-9", PIDs: []uint32{3}, UsedBytes: 2 << 30, LimitBytes: 1 << 30}, timeslice.EnforceKill)
+	r.WatchdogOverLimit(memwatch.Violation{DeviceUUID: gpuB, PodUID: "pod-uid-9", PIDs: []uint32{3}, UsedBytes: 2 << 30, LimitBytes: 1 << 30}, memwatch.EnforceKill)
 	testwait.For(t, 10*time.Second, "an over-limit event on the node", func() bool {
 		for _, e := range eventsFor(t, client, ReasonGPUMemoryOverLimit) {
 			if e.Regarding.Kind == "Node" && strings.Contains(e.Note, "pod-uid-9") {
@@ -208,7 +208,7 @@ func TestRateLimitHoldsUnderAFlood(t *testing.T) {
 	// per-object limit nor client-go's aggregation bounds; the node's
 	// bucket does (20, of which 4 went above).
 	for i := range 1000 {
-		r.WatchdogKilled(timeslice.Violation{DeviceUUID: gpuA, Namespace: "ns", Pod: fmt.Sprintf("p%d", i), PodUID: fmt.Sprintf("u%d", i), UsedBytes: 2 << 30, LimitBytes: 1 << 30}, 1, 1<<30)
+		r.WatchdogKilled(memwatch.Violation{DeviceUUID: gpuA, Namespace: "ns", Pod: fmt.Sprintf("p%d", i), PodUID: fmt.Sprintf("u%d", i), UsedBytes: 2 << 30, LimitBytes: 1 << 30}, 1, 1<<30)
 	}
 	if got := testutil.ToFloat64(r.counts.WithLabelValues(ReasonGPUMemoryLimitKilled, "rate_limited")); got != 1000-16 {
 		t.Errorf("rate-limited kills = %v of 1000 pods, want all but the node's burst left, 16", got)
@@ -255,8 +255,8 @@ func TestLimiterRefillsAndStaysBounded(t *testing.T) {
 func TestNilRecorderDoesNothing(t *testing.T) {
 	var r *Recorder
 	r.GPUHealth(gpuA, gpu.Unhealthy, "xid 48")
-	r.WatchdogOverLimit(timeslice.Violation{}, timeslice.EnforceReport)
-	r.WatchdogKilled(timeslice.Violation{}, 1, 1)
+	r.WatchdogOverLimit(memwatch.Violation{}, memwatch.EnforceReport)
+	r.WatchdogKilled(memwatch.Violation{}, 1, 1)
 	r.MemoryLimitSet("ns", "p", "u", "c", gpuA, 1, 1)
 	r.MemoryLimitFailed("ns", "p", "u", "c", nil, errors.New("x"))
 	r.MemoryBorrowerEvicted("ns", "p", "u", "c", gpuA, 1, 2, 0)

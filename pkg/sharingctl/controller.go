@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpud/gpud/internal/filewatch"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/memwatch"
 	"github.com/gpud/gpud/pkg/sharingfile"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
@@ -32,7 +33,7 @@ type Config struct {
 	// Watchdog configures the memory watchdog; its Sharing and Inventory
 	// are filled in from Runtime and Inventory, and Kill, when nil, is
 	// SIGKILL.
-	Watchdog timeslice.WatchdogConfig
+	Watchdog memwatch.WatchdogConfig
 	// Metrics receives the watchdog's metrics. Required.
 	Metrics prometheus.Registerer
 	// Log may be nil.
@@ -43,7 +44,7 @@ type Config struct {
 // step with File. Run it once.
 type Controller struct {
 	cfg Config
-	wd  *timeslice.Watchdog
+	wd  *memwatch.Watchdog
 }
 
 // New checks cfg, builds the watchdog and registers its metrics.
@@ -62,7 +63,7 @@ func New(cfg Config) (*Controller, error) {
 	if wcfg.Kill == nil {
 		wcfg.Kill = func(pid uint32) error { return syscall.Kill(int(pid), syscall.SIGKILL) }
 	}
-	wd, err := timeslice.NewWatchdog(wcfg)
+	wd, err := memwatch.NewWatchdog(wcfg)
 	if err != nil {
 		return nil, err
 	}

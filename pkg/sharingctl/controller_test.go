@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpud/gpud/internal/testbuf"
+	"github.com/gpud/gpud/pkg/memwatch"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
 
@@ -71,15 +72,15 @@ func TestNewRegistersMetrics(t *testing.T) {
 }
 
 // idleWatchdog is a watchdog config whose sources see no process.
-func idleWatchdog() timeslice.WatchdogConfig {
-	return timeslice.WatchdogConfig{Mode: timeslice.EnforceReport, Processes: noSources{}, Containers: noSources{}, Assignments: noSources{}}
+func idleWatchdog() memwatch.WatchdogConfig {
+	return memwatch.WatchdogConfig{Mode: memwatch.EnforceReport, Processes: noSources{}, Containers: noSources{}, Assignments: noSources{}}
 }
 
 // noSources answers every watchdog source with nothing.
 type noSources struct{}
 
-func (noSources) GPUProcesses(context.Context) ([]timeslice.GPUProcess, error) { return nil, nil }
-func (noSources) Lookup(uint32) (timeslice.ContainerRef, error) {
-	return timeslice.ContainerRef{}, errors.New("no such process")
+func (noSources) GPUProcesses(context.Context) ([]memwatch.GPUProcess, error) { return nil, nil }
+func (noSources) Lookup(uint32) (memwatch.ContainerRef, error) {
+	return memwatch.ContainerRef{}, errors.New("no such process")
 }
-func (noSources) List(context.Context) ([]timeslice.Assignment, error) { return nil, nil }
+func (noSources) List(context.Context) ([]memwatch.Assignment, error) { return nil, nil }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/usage"
 )
 
 // ErrRefused is wrapped when a sharing change would take away an allocated
@@ -50,7 +51,7 @@ func CheckChange(old, next Config, inv gpu.Inventory, allocated map[string]strin
 		if !ok {
 			continue
 		}
-		index, memMiB := deviceOf(inv, uuid)
+		index, memMiB := DeviceOf(inv, uuid)
 		holder := allocated[id]
 		was, wasShared := old.For(uuid, index)
 		now, shared := next.For(uuid, index)
@@ -96,8 +97,9 @@ func (sh Share) String() string {
 // tighter reports whether limit b is stricter than a (0 means no limit).
 func tighter(a, b uint64) bool { return b != 0 && (a == 0 || b < a) }
 
-// deviceOf finds a GPU or MIG device's index (-1 for MIG) and memory.
-func deviceOf(inv gpu.Inventory, uuid string) (int, uint64) {
+// DeviceOf finds a GPU or MIG device's index (-1 for MIG) and memory in
+// MiB; 0 MiB when inv does not list uuid.
+func DeviceOf(inv gpu.Inventory, uuid string) (int, uint64) {
 	for _, g := range inv.GPUs {
 		if g.UUID == uuid {
 			return g.Index, g.MemoryBytes >> 20
@@ -158,7 +160,7 @@ func (s *Store) Update(next Config, inv gpu.Inventory, allocated map[string]stri
 // *podresources.Client): none when no kubelet runs here, an error when one
 // runs but does not answer.
 type AllocationLister interface {
-	Allocations(ctx context.Context) ([]Assignment, error)
+	Allocations(ctx context.Context) ([]usage.Assignment, error)
 }
 
 // RuntimeConfig configures a [Runtime].

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/usage"
 )
 
 func testInventory() gpu.Inventory {
@@ -96,11 +97,11 @@ func TestStoreUpdate(t *testing.T) {
 }
 
 type fakeAllocations struct {
-	as  []Assignment
+	as  []usage.Assignment
 	err error
 }
 
-func (f fakeAllocations) Allocations(context.Context) ([]Assignment, error) { return f.as, f.err }
+func (f fakeAllocations) Allocations(context.Context) ([]usage.Assignment, error) { return f.as, f.err }
 
 // TestRuntimeUpdate checks the sharing-update policy: every change is
 // checked against this node's devices (a 400-class ErrInvalid naming the

@@ -1,11 +1,11 @@
 // Package timeslice models GPU sharing: a GPU (or MIG device) split into
 // replicas or fractional shares, each advertised to the kubelet as its own
 // device `<uuid>::<n>`, with the MPS limits that make a share real; the
-// sharing runtime and the memory watchdog act on those models through
-// interfaces and functions their callers pass in. It does no I/O of its
-// own and imports only the standard library, pkg/gpu and pkg/usage (the
-// plain types of who uses a device, themselves standard-library only):
-// `make purity` checks it.
+// sharing runtime acts on those models through interfaces and functions its
+// callers pass in, and pkg/memwatch's memory watchdog checks pods against
+// them. It does no I/O of its own and imports only the standard library,
+// pkg/gpu and pkg/usage (the plain types of who uses a device, themselves
+// standard-library only): `make purity` checks it.
 package timeslice
 
 import (

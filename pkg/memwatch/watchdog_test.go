@@ -1,4 +1,4 @@
-package timeslice_test
+package memwatch_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/memwatch"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/podresources"
 	"github.com/gpud/gpud/pkg/procattr"
@@ -19,35 +20,35 @@ import (
 
 // nvmlProcs lists the simulated node's processes through the node's one
 // process reader, as the agent does.
-func nvmlProcs(n *simnode.Node) timeslice.ProcessLister { return discovery.ProcessReader{Lib: n} }
+func nvmlProcs(n *simnode.Node) memwatch.ProcessLister { return discovery.ProcessReader{Lib: n} }
 
 // The watchdog reads the agent's sources as they are, without adapters.
 var (
-	_ timeslice.ProcessLister    = discovery.ProcessReader{}
-	_ timeslice.ContainerLookup  = procattr.Resolver{}
-	_ timeslice.PodNamer         = procattr.PodLogs{}
-	_ timeslice.AssignmentLister = (*podresources.Client)(nil)
+	_ memwatch.ProcessLister     = discovery.ProcessReader{}
+	_ memwatch.ContainerLookup   = procattr.Resolver{}
+	_ memwatch.PodNamer          = procattr.PodLogs{}
+	_ memwatch.AssignmentLister  = (*podresources.Client)(nil)
 	_ timeslice.AllocationLister = (*podresources.Client)(nil)
 )
 
 // fakeCgroups maps pids to pod UIDs, as /proc/<pid>/cgroup would.
 type fakeCgroups map[uint32]string
 
-func (f fakeCgroups) Lookup(pid uint32) (timeslice.ContainerRef, error) {
+func (f fakeCgroups) Lookup(pid uint32) (memwatch.ContainerRef, error) {
 	uid, ok := f[pid]
 	if !ok {
-		return timeslice.ContainerRef{}, fmt.Errorf("pid %d: not in a container", pid)
+		return memwatch.ContainerRef{}, fmt.Errorf("pid %d: not in a container", pid)
 	}
-	return timeslice.ContainerRef{PodUID: uid, ContainerID: "c-" + uid}, nil
+	return memwatch.ContainerRef{PodUID: uid, ContainerID: "c-" + uid}, nil
 }
 
-type fakePods map[string]timeslice.PodName
+type fakePods map[string]memwatch.PodName
 
-func (f fakePods) Pods() (map[string]timeslice.PodName, error) { return f, nil }
+func (f fakePods) Pods() (map[string]memwatch.PodName, error) { return f, nil }
 
-type fakeAssignments []timeslice.Assignment
+type fakeAssignments []memwatch.Assignment
 
-func (f fakeAssignments) List(context.Context) ([]timeslice.Assignment, error) { return f, nil }
+func (f fakeAssignments) List(context.Context) ([]memwatch.Assignment, error) { return f, nil }
 
 // killer records kills and ends the simulated process.
 type killer struct {
@@ -69,21 +70,21 @@ func (k *killer) kill(pid uint32) error {
 func TestWatchdogModes(t *testing.T) {
 	const gib = 1 << 30
 	tests := []struct {
-		mode        timeslice.Enforce
+		mode        memwatch.Enforce
 		names       bool
 		wantViol    []string
 		wantKilled  []uint32
 		wantRunning []uint32
 	}{
-		{mode: timeslice.EnforceOff, wantRunning: []uint32{11, 12, 21, 31}},
-		{mode: timeslice.EnforceReport, names: true,
+		{mode: memwatch.EnforceOff, wantRunning: []uint32{11, 12, 21, 31}},
+		{mode: memwatch.EnforceReport, names: true,
 			wantViol:    []string{"ml/small on GPU uses 12288 MiB, limit 10240 MiB (pids 11,12)", "ml/mig-a on MIG uses 24576 MiB, limit MIGHALF MiB (pids 31)"},
 			wantRunning: []uint32{11, 12, 21, 31}},
-		{mode: timeslice.EnforceKill, names: true,
+		{mode: memwatch.EnforceKill, names: true,
 			wantViol:    []string{"ml/small on GPU uses 12288 MiB, limit 10240 MiB (pids 11,12)", "ml/mig-a on MIG uses 24576 MiB, limit MIGHALF MiB (pids 31)"},
 			wantKilled:  []uint32{11, 31}, // the largest of ml/small, then the MIG one
 			wantRunning: []uint32{12, 21}},
-		{mode: timeslice.EnforceReport, names: false, // no pod names: the MIG device has one holder, the GPU two
+		{mode: memwatch.EnforceReport, names: false, // no pod names: the MIG device has one holder, the GPU two
 			wantViol:    []string{"ml/mig-a on MIG uses 24576 MiB, limit MIGHALF MiB (pids 31)"},
 			wantRunning: []uint32{11, 12, 21, 31}},
 	}
@@ -130,11 +131,11 @@ func TestWatchdogModes(t *testing.T) {
 			k := &killer{n: n}
 			var told []string // what the Events hooks were told
 			var toldKills []uint32
-			cfg := timeslice.WatchdogConfig{
-				OnViolation: func(v timeslice.Violation, mode timeslice.Enforce) {
+			cfg := memwatch.WatchdogConfig{
+				OnViolation: func(v memwatch.Violation, mode memwatch.Enforce) {
 					told = append(told, fmt.Sprintf("%s %s/%s %s", mode, v.Namespace, v.Pod, v.PodUID))
 				},
-				OnKill: func(v timeslice.Violation, pid uint32, procBytes uint64) {
+				OnKill: func(v memwatch.Violation, pid uint32, procBytes uint64) {
 					if procBytes == 0 || v.UsedBytes <= v.LimitBytes {
 						t.Errorf("kill of %d told with %d bytes, violation %v", pid, procBytes, v)
 					}
@@ -155,7 +156,7 @@ func TestWatchdogModes(t *testing.T) {
 			if tc.names {
 				cfg.Pods = fakePods{"uid-small": {Namespace: "ml", Name: "small"}, "uid-big": {Namespace: "ml", Name: "big"}, "uid-mig": {Namespace: "ml", Name: "mig-a"}}
 			}
-			w, err := timeslice.NewWatchdog(cfg)
+			w, err := memwatch.NewWatchdog(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +212,7 @@ func TestWatchdogModes(t *testing.T) {
 			if slices.Sort(toldKills); !slices.Equal(toldKills, tc.wantKilled) {
 				t.Errorf("OnKill told %v, want %v", toldKills, tc.wantKilled)
 			}
-			if tc.mode == timeslice.EnforceKill && len(w.Active()) != 0 {
+			if tc.mode == memwatch.EnforceKill && len(w.Active()) != 0 {
 				t.Errorf("after kills, still active: %v", w.Active())
 			}
 		})
@@ -222,14 +223,14 @@ func replaceUUID(s, uuid, with string) string { return strings.ReplaceAll(s, uui
 
 func TestParseEnforce(t *testing.T) {
 	for _, s := range []string{"off", "report", "kill"} {
-		if e, err := timeslice.ParseEnforce(s); err != nil || string(e) != s {
+		if e, err := memwatch.ParseEnforce(s); err != nil || string(e) != s {
 			t.Errorf("ParseEnforce(%q) = %q, %v", s, e, err)
 		}
 	}
-	if _, err := timeslice.ParseEnforce("warn"); err == nil {
+	if _, err := memwatch.ParseEnforce("warn"); err == nil {
 		t.Error("ParseEnforce(warn) accepted")
 	}
-	if _, err := timeslice.NewWatchdog(timeslice.WatchdogConfig{Mode: timeslice.EnforceKill}); err == nil {
+	if _, err := memwatch.NewWatchdog(memwatch.WatchdogConfig{Mode: memwatch.EnforceKill}); err == nil {
 		t.Error("kill mode without sources or Kill accepted")
 	}
 }
@@ -250,8 +251,8 @@ func TestWatchdogBorrowing(t *testing.T) {
 	if err := n.AddProcess(0, 11, 12*gib); err != nil { // above the request, below the limit
 		t.Fatal(err)
 	}
-	w, err := timeslice.NewWatchdog(timeslice.WatchdogConfig{
-		Mode:       timeslice.EnforceReport,
+	w, err := memwatch.NewWatchdog(memwatch.WatchdogConfig{
+		Mode:       memwatch.EnforceReport,
 		Sharing:    func() timeslice.Config { return sharing },
 		Inventory:  func() gpu.Inventory { return inv },
 		Processes:  nvmlProcs(n),

@@ -1,4 +1,9 @@
-package timeslice
+// Package memwatch is the agent's GPU memory watchdog: it compares each
+// pod's GPU memory on a shared device (a replica or fraction of
+// pkg/timeslice's sharing config) with its share's limit, and reports or
+// kills the processes over it. It acts (lists processes, kills); the
+// sharing model it checks against stays pure in pkg/timeslice.
+package memwatch
 
 import (
 	"context"
@@ -11,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/timeslice"
 	"github.com/gpud/gpud/pkg/usage"
 )
 
@@ -93,7 +99,7 @@ const MinWatchdogInterval = 100 * time.Millisecond
 type WatchdogConfig struct {
 	Mode     Enforce
 	Interval time.Duration // zero means 10s; at least MinWatchdogInterval
-	Sharing  func() Config
+	Sharing  func() timeslice.Config
 	// Inventory resolves GPU index keys and device memory (for replicas
 	// with LimitMemory); nil means UUID keys only and no memory split.
 	Inventory   func() gpu.Inventory
@@ -130,13 +136,13 @@ func NewWatchdog(cfg WatchdogConfig) (*Watchdog, error) {
 		errs = append(errs, err)
 	}
 	if cfg.Mode != EnforceOff && (cfg.Processes == nil || cfg.Containers == nil || cfg.Assignments == nil || cfg.Sharing == nil) {
-		errs = append(errs, errors.New("timeslice: watchdog needs Processes, Containers, Assignments and Sharing"))
+		errs = append(errs, errors.New("memwatch: watchdog needs Processes, Containers, Assignments and Sharing"))
 	}
 	if cfg.Mode == EnforceKill && cfg.Kill == nil {
-		errs = append(errs, errors.New("timeslice: watchdog in kill mode needs Kill"))
+		errs = append(errs, errors.New("memwatch: watchdog in kill mode needs Kill"))
 	}
 	if cfg.Interval < 0 || (cfg.Interval > 0 && cfg.Interval < MinWatchdogInterval) {
-		errs = append(errs, fmt.Errorf("timeslice: watchdog interval %s: want at least %s", cfg.Interval, MinWatchdogInterval))
+		errs = append(errs, fmt.Errorf("memwatch: watchdog interval %s: want at least %s", cfg.Interval, MinWatchdogInterval))
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 10 * time.Second
@@ -276,11 +282,11 @@ type holding struct {
 func (w *Watchdog) find(ctx context.Context) ([]Violation, map[uint32]GPUProcess, error) {
 	procs, err := w.cfg.Processes.GPUProcesses(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("timeslice: watchdog processes: %w", err)
+		return nil, nil, fmt.Errorf("memwatch: watchdog processes: %w", err)
 	}
 	as, err := w.cfg.Assignments.List(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("timeslice: watchdog pod resources: %w", err)
+		return nil, nil, fmt.Errorf("memwatch: watchdog pod resources: %w", err)
 	}
 	var names map[string]PodName
 	if w.cfg.Pods != nil {
@@ -367,11 +373,11 @@ func (w *Watchdog) holdings(as []Assignment) map[string][]holding {
 	var order []key
 	for _, a := range as {
 		for _, id := range a.DeviceIDs {
-			uuid, n, ok := ParseReplicaID(id)
+			uuid, n, ok := timeslice.ParseReplicaID(id)
 			if !ok {
 				continue
 			}
-			index, memMiB := deviceOf(inv, uuid)
+			index, memMiB := timeslice.DeviceOf(inv, uuid)
 			sh, shared := cfg.For(uuid, index)
 			if !shared {
 				continue

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -56,6 +58,15 @@ func claimsSetup(t *testing.T, env *k8senv.Env) {
 type claimPod struct {
 	name   string
 	claims []resourceapi.DeviceClaim
+	// templates become ResourceClaimTemplates <pod>-t<i>, which the resource
+	// claim controller turns into the pod's claims.
+	templates []resourceapi.DeviceClaim
+	// shares names claims of other pods of the case that this pod uses too.
+	shares []string
+	// mod changes the pod; after names pods that must be bound before it
+	// is created (as in rulesPod).
+	mod   func(*corev1.Pod)
+	after []string
 }
 
 type claimCase struct {
@@ -84,29 +95,40 @@ func claimCases() []claimCase {
 	eightTolerating.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{{Key: maintenanceTaint,
 		Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 	domain := resourceapi.FullyQualifiedName("gpu.gpud.io/nvlinkDomain")
+	numa := resourceapi.FullyQualifiedName("gpu.gpud.io/numaNode")
+	distinct := func(count int64, attr resourceapi.FullyQualifiedName) resourceapi.DeviceClaim {
+		return resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("gpu", count)},
+			Constraints: []resourceapi.DeviceConstraint{{DistinctAttribute: &attr}}}
+	}
+	admin := func(class string, count int64) resourceapi.DeviceClaim {
+		c := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{claimReq("dev", class, count, resourceapi.DeviceAllocationModeExactCount)}}
+		c.Requests[0].Exactly.AdminAccess = ptr.To(true)
+		return c
+	}
+	nic := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{claimReq("nic", nicDriver, 1, resourceapi.DeviceAllocationModeExactCount)}}
 	return []claimCase{
-		{name: "allocationMode All", pods: []claimPod{{"all-0", []resourceapi.DeviceClaim{all}}, {"all-1", []resourceapi.DeviceClaim{all}},
-			{"all-2", []resourceapi.DeviceClaim{all}}},
+		{name: "allocationMode All", pods: []claimPod{{name: "all-0", claims: []resourceapi.DeviceClaim{all}}, {name: "all-1", claims: []resourceapi.DeviceClaim{all}},
+			{name: "all-2", claims: []resourceapi.DeviceClaim{all}}},
 			check: perNode("a=1 b=1 pending=1", true), verify: resultCounts(map[string]int{"all-0": 8, "all-1": 8, "all-2": 8})},
-		{name: "firstAvailable", pods: []claimPod{{"fa", []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+		{name: "firstAvailable", pods: []claimPod{{name: "fa", claims: []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
 			FirstAvailable: []resourceapi.DeviceSubRequest{
 				{Name: "sixteen", DeviceClassName: "gpu.gpud.io", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 16},
 				{Name: "two", DeviceClassName: "gpu.gpud.io", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2}}}}}}}},
 			check: perNode("a=1", true), verify: requestNames(map[string]string{"fa": "gpu/two gpu/two"})},
-		{name: "matchAttribute across requests", pods: []claimPod{{"pair", []resourceapi.DeviceClaim{{
+		{name: "matchAttribute across requests", pods: []claimPod{{name: "pair", claims: []resourceapi.DeviceClaim{{
 			Requests:    []resourceapi.DeviceRequest{one("first", 1), one("second", 1)},
 			Constraints: []resourceapi.DeviceConstraint{{MatchAttribute: &domain}}}}}},
 			check: perNode("a=1", true), verify: requestNames(map[string]string{"pair": "first second"})},
 		{name: "GPU and another driver's NIC", pods: []claimPod{
-			{"gn-0", []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 1)}},
+			{name: "gn-0", claims: []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 1)}},
 				{Requests: []resourceapi.DeviceRequest{claimReq("nic", nicDriver, 1, resourceapi.DeviceAllocationModeExactCount)}}}},
-			{"gn-1", []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 1)}},
+			{name: "gn-1", claims: []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 1)}},
 				{Requests: []resourceapi.DeviceRequest{claimReq("nic", nicDriver, 1, resourceapi.DeviceAllocationModeExactCount)}}}}},
 			check: perNode("b=1 pending=1", false)},
 		// An admin's DeviceTaintRule on node a's GPUs: a pod whose request
 		// does not tolerate the taint may not get them...
-		{name: "DeviceTaintRule", setup: taintNodeAGPUs, pods: []claimPod{{"untol-0", []resourceapi.DeviceClaim{eight}},
-			{"untol-1", []resourceapi.DeviceClaim{eight}}},
+		{name: "DeviceTaintRule", setup: taintNodeAGPUs, pods: []claimPod{{name: "untol-0", claims: []resourceapi.DeviceClaim{eight}},
+			{name: "untol-1", claims: []resourceapi.DeviceClaim{eight}}},
 			check: func(got map[string]string) error {
 				if got["untol-0"] == "a" || got["untol-1"] == "a" {
 					return fmt.Errorf("a pod that does not tolerate the taint got node a's tainted GPUs: %v", got)
@@ -114,9 +136,167 @@ func claimCases() []claimCase {
 				return perNode("b=1 pending=1", false)(got)
 			}},
 		// ...and one whose request tolerates it may.
-		{name: "DeviceTaintRule tolerated", setup: taintNodeAGPUs, pods: []claimPod{{"tol-0", []resourceapi.DeviceClaim{eightTolerating}},
-			{"tol-1", []resourceapi.DeviceClaim{eightTolerating}}},
+		{name: "DeviceTaintRule tolerated", setup: taintNodeAGPUs, pods: []claimPod{{name: "tol-0", claims: []resourceapi.DeviceClaim{eightTolerating}},
+			{name: "tol-1", claims: []resourceapi.DeviceClaim{eightTolerating}}},
 			check: perNode("a=1 b=1", false)},
+		// A dgx-h100 has two NUMA nodes: two GPUs on distinct NUMA nodes
+		// exist, three do not.
+		{name: "distinctAttribute", pods: []claimPod{{name: "numa-2", claims: []resourceapi.DeviceClaim{distinct(2, numa)}},
+			{name: "numa-3", claims: []resourceapi.DeviceClaim{distinct(3, numa)}}},
+			check: placedAndPending([]string{"numa-2"}, []string{"numa-3"}), verify: distinctValues("numa-2", numa)},
+		// adminAccess: an admin's allocation does not consume its devices
+		// (eight GPUs of node a with adminAccess, then eight for a plain
+		// claim there), and it needs no free device (node b's only NIC in
+		// use: an admin claim gets it, a plain one waits). A device whose
+		// shared counters are taken stays refused even to adminAccess
+		// (kube-scheduler's allocator checks counters for every request),
+		// so the busy device here is a NIC.
+		{name: "adminAccess", setup: allowAdminAccess, pods: []claimPod{
+			{name: "admin-gpus", claims: []resourceapi.DeviceClaim{admin("gpu.gpud.io", 8)}, mod: onNode("a")},
+			{name: "gpus-after-admin", claims: []resourceapi.DeviceClaim{eight}, mod: onNode("a"), after: []string{"admin-gpus"}},
+			{name: "nic-busy", claims: []resourceapi.DeviceClaim{nic}},
+			{name: "nic-admin", claims: []resourceapi.DeviceClaim{admin(nicDriver, 1)}, after: []string{"nic-busy"}},
+			{name: "nic-plain", claims: []resourceapi.DeviceClaim{nic}, after: []string{"nic-busy"}}},
+			check:  exactly(map[string]string{"admin-gpus": "a", "gpus-after-admin": "a", "nic-busy": "b", "nic-admin": "b", "nic-plain": ""}),
+			verify: adminResults(map[string]int{"admin-gpus": 8, "nic-admin": 1})},
+		// One claim, three pods: the second joins the first on the claim's
+		// node; the third may only run on the other node, so it waits.
+		{name: "claim shared by two pods", pods: []claimPod{
+			{name: "owner", claims: []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 1)}}}, mod: onNode("a")},
+			{name: "sharer", shares: []string{"owner-0"}, after: []string{"owner"}},
+			{name: "elsewhere", shares: []string{"owner-0"}, mod: onNode("b"), after: []string{"owner"}}},
+			check:  exactly(map[string]string{"owner": "a", "sharer": "a", "elsewhere": ""}),
+			verify: reservedFor("owner-0", "owner", "sharer")},
+		// Claims made from a ResourceClaimTemplate by the resource claim
+		// controller, one per pod; nine GPUs fit no node.
+		{name: "ResourceClaimTemplate", pods: []claimPod{
+			{name: "tmpl-0", templates: []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 2)}}}},
+			{name: "tmpl-1", templates: []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 2)}}}},
+			{name: "tmpl-9", templates: []resourceapi.DeviceClaim{{Requests: []resourceapi.DeviceRequest{one("gpu", 9)}}}}},
+			check:  placedAndPending([]string{"tmpl-0", "tmpl-1"}, []string{"tmpl-9"}),
+			verify: resultCounts(map[string]int{"tmpl-0": 2, "tmpl-1": 2})},
+	}
+}
+
+// placedAndPending checks that the placed pods are bound (to any node) and
+// the pending ones are not.
+func placedAndPending(placed, pending []string) func(map[string]string) error {
+	return func(got map[string]string) error {
+		for _, p := range placed {
+			if got[p] == "" {
+				return fmt.Errorf("%s not placed: %v", p, got)
+			}
+		}
+		for _, p := range pending {
+			if got[p] != "" {
+				return fmt.Errorf("%s placed on %s, want it pending: %v", p, got[p], got)
+			}
+		}
+		return nil
+	}
+}
+
+// onNode limits the pod to node x ("a", "b") of its pool.
+func onNode(x string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Spec.NodeSelector[corev1.LabelHostname] = p.Spec.NodeSelector["pool"] + "-" + x }
+}
+
+// allowAdminAccess labels both pools' namespaces so that their claims may
+// ask for adminAccess (the API server refuses them otherwise), and removes
+// the label at cleanup.
+func allowAdminAccess(t *testing.T, env *k8senv.Env) func() {
+	t.Helper()
+	label := func(value *string) {
+		for _, pool := range []string{"gpud", "kube"} {
+			ns, err := env.Client.CoreV1().Namespaces().Get(context.Background(), "rules-"+pool, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if value == nil {
+				delete(ns.Labels, resourceapi.DRAAdminNamespaceLabelKey)
+			} else {
+				if ns.Labels == nil {
+					ns.Labels = map[string]string{}
+				}
+				ns.Labels[resourceapi.DRAAdminNamespaceLabelKey] = *value
+			}
+			if _, err := env.Client.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	label(ptr.To("true"))
+	return func() { label(nil) }
+}
+
+// distinctValues checks that pod's devices differ in attr (read from
+// their ResourceSlices).
+func distinctValues(pod string, attr resourceapi.FullyQualifiedName) func(*testing.T, *k8senv.Env, string) {
+	return func(t *testing.T, env *k8senv.Env, ns string) {
+		list, err := env.Client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, name, _ := strings.Cut(string(attr), "/")
+		value := map[string]string{} // driver/pool/device → attribute
+		for _, sl := range list.Items {
+			for _, d := range sl.Spec.Devices {
+				if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && sl.Spec.Driver+"/"+name == string(attr) {
+					value[sl.Spec.Driver+"/"+sl.Spec.Pool.Name+"/"+d.Name] = fmt.Sprint(ptr.Deref(a.IntValue, -1), ptr.Deref(a.StringValue, ""))
+				}
+			}
+		}
+		seen := map[string]string{}
+		results := claimResults(t, env, ns, pod)
+		for _, r := range results {
+			v, ok := value[r.Driver+"/"+r.Pool+"/"+r.Device]
+			if !ok {
+				t.Fatalf("%s: device %s/%s has no %s", pod, r.Pool, r.Device, attr)
+			}
+			if other, dup := seen[v]; dup {
+				t.Errorf("%s: devices %s and %s share %s %s", pod, other, r.Device, attr, v)
+			}
+			seen[v] = r.Device
+		}
+		if len(results) == 0 {
+			t.Errorf("%s: no devices allocated", pod)
+		}
+	}
+}
+
+// adminResults checks that each pod got n devices, all with adminAccess.
+func adminResults(want map[string]int) func(*testing.T, *k8senv.Env, string) {
+	return func(t *testing.T, env *k8senv.Env, ns string) {
+		for pod, n := range want {
+			results := claimResults(t, env, ns, pod)
+			if len(results) != n {
+				t.Errorf("%s: %d devices, want %d", pod, len(results), n)
+			}
+			for _, r := range results {
+				if !ptr.Deref(r.AdminAccess, false) {
+					t.Errorf("%s: device %s allocated without adminAccess", pod, r.Device)
+				}
+			}
+		}
+	}
+}
+
+// reservedFor checks that claim is reserved for exactly these pods.
+func reservedFor(claim string, pods ...string) func(*testing.T, *k8senv.Env, string) {
+	return func(t *testing.T, env *k8senv.Env, ns string) {
+		cl, err := env.Client.ResourceV1().ResourceClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range cl.Status.ReservedFor {
+			got = append(got, r.Name)
+		}
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(pods))
+		if !slices.Equal(got, want) {
+			t.Errorf("claim %s reserved for %v, want %v", claim, got, want)
+		}
 	}
 }
 
@@ -177,6 +357,11 @@ func runClaimCase(t *testing.T, env *k8senv.Env, tc claimCase) {
 		who := map[string]string{"gpud": "gpud scheduler", "kube": "kube-scheduler (oracle)"}[pool]
 		if err := tc.check(got[pool]); err != nil {
 			t.Errorf("%s: %v", who, err)
+			for pod, node := range got[pool] {
+				if node == "" {
+					t.Logf("%s: %s waits: %s", who, pod, podMessage(t, env, "rules-"+pool, pod))
+				}
+			}
 		}
 		if tc.verify != nil {
 			t.Run(who, func(t *testing.T) { tc.verify(t, env, "rules-"+pool) })
@@ -199,45 +384,87 @@ func createClaimPod(t *testing.T, env *k8senv.Env, pool string, cp claimPod) {
 		}
 		refs = append(refs, corev1.PodResourceClaim{Name: fmt.Sprintf("c%d", i), ResourceClaimName: ptr.To(name)})
 	}
-	createRulesPod(t, env, pool, rulesPod{name: cp.name, mod: func(p *corev1.Pod) { p.Spec.ResourceClaims = refs }})
+	for i, spec := range cp.templates {
+		name := fmt.Sprintf("%s-t%d", cp.name, i)
+		tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: spec}}}
+		if _, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Create(t.Context(), tmpl, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("claim template %s/%s: %v", ns, name, err)
+		}
+		refs = append(refs, corev1.PodResourceClaim{Name: fmt.Sprintf("t%d", i), ResourceClaimTemplateName: ptr.To(name)})
+	}
+	for i, name := range cp.shares {
+		refs = append(refs, corev1.PodResourceClaim{Name: fmt.Sprintf("s%d", i), ResourceClaimName: ptr.To(name)})
+	}
+	createRulesPod(t, env, pool, rulesPod{name: cp.name, after: cp.after, mod: func(p *corev1.Pod) {
+		p.Spec.ResourceClaims = refs
+		if cp.mod != nil {
+			cp.mod(p)
+		}
+	}})
 }
 
 // freeClaimPods deletes the pods, then deallocates and deletes their
-// claims (no resource claim controller runs here).
+// claims and templates, as the resource claim controller would (it runs
+// here, and may get there first).
 func freeClaimPods(t *testing.T, env *k8senv.Env, ns string, pods []claimPod) {
 	t.Helper()
 	c := env.Client
+	var claims []string
+	for _, cp := range pods {
+		for i := range cp.claims {
+			claims = append(claims, fmt.Sprintf("%s-%d", cp.name, i))
+		}
+		if len(cp.templates) > 0 {
+			p, err := c.CoreV1().Pods(ns).Get(t.Context(), cp.name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, st := range p.Status.ResourceClaimStatuses {
+				if st.ResourceClaimName != nil {
+					claims = append(claims, *st.ResourceClaimName)
+				}
+			}
+		}
+	}
 	for _, cp := range pods {
 		if err := c.CoreV1().Pods(ns).Delete(t.Context(), cp.name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, cp := range pods {
-		for i := range cp.claims {
-			name := fmt.Sprintf("%s-%d", cp.name, i)
-			testwait.For(t, 10*time.Second, "claim "+ns+"/"+name+" freed", func() bool {
-				cl, err := c.ResourceV1().ResourceClaims(ns).Get(t.Context(), name, metav1.GetOptions{})
-				if err != nil {
-					return false
-				}
-				// A failed update (a conflict) is tried again on the next poll.
-				switch {
-				case len(cl.Status.ReservedFor) > 0:
-					cl.Status.ReservedFor = nil
-					_, _ = c.ResourceV1().ResourceClaims(ns).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
-					return false
-				case cl.Status.Allocation != nil:
-					cl.Status.Allocation = nil
-					_, _ = c.ResourceV1().ResourceClaims(ns).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
-					return false
-				case len(cl.Finalizers) > 0:
-					cl.Finalizers = nil
-					_, _ = c.ResourceV1().ResourceClaims(ns).Update(t.Context(), cl, metav1.UpdateOptions{})
-					return false
-				}
-				return c.ResourceV1().ResourceClaims(ns).Delete(t.Context(), name, metav1.DeleteOptions{}) == nil
-			})
+		for i := range cp.templates {
+			name := fmt.Sprintf("%s-t%d", cp.name, i)
+			if err := c.ResourceV1().ResourceClaimTemplates(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+				t.Fatalf("delete claim template %s/%s: %v", ns, name, err)
+			}
 		}
+	}
+	for _, name := range claims {
+		testwait.For(t, 10*time.Second, "claim "+ns+"/"+name+" freed", func() bool {
+			cl, err := c.ResourceV1().ResourceClaims(ns).Get(t.Context(), name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true
+			}
+			if err != nil {
+				return false
+			}
+			// A failed update (a conflict) is tried again on the next poll.
+			switch {
+			case len(cl.Status.ReservedFor) > 0:
+				cl.Status.ReservedFor = nil
+				_, _ = c.ResourceV1().ResourceClaims(ns).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
+				return false
+			case cl.Status.Allocation != nil:
+				cl.Status.Allocation = nil
+				_, _ = c.ResourceV1().ResourceClaims(ns).UpdateStatus(t.Context(), cl, metav1.UpdateOptions{})
+				return false
+			case len(cl.Finalizers) > 0:
+				cl.Finalizers = nil
+				_, _ = c.ResourceV1().ResourceClaims(ns).Update(t.Context(), cl, metav1.UpdateOptions{})
+				return false
+			}
+			err = c.ResourceV1().ResourceClaims(ns).Delete(t.Context(), name, metav1.DeleteOptions{})
+			return err == nil || apierrors.IsNotFound(err)
+		})
 	}
 }
 
@@ -250,7 +477,16 @@ func claimResults(t *testing.T, env *k8senv.Env, ns, pod string) []resourceapi.D
 	}
 	var out []resourceapi.DeviceRequestAllocationResult
 	for _, rc := range p.Spec.ResourceClaims {
-		cl, err := env.Client.ResourceV1().ResourceClaims(ns).Get(t.Context(), *rc.ResourceClaimName, metav1.GetOptions{})
+		name := ptr.Deref(rc.ResourceClaimName, "")
+		for _, st := range p.Status.ResourceClaimStatuses { // made from a template
+			if st.Name == rc.Name && st.ResourceClaimName != nil {
+				name = *st.ResourceClaimName
+			}
+		}
+		if name == "" {
+			t.Fatalf("%s: claim %s has no name yet", pod, rc.Name)
+		}
+		cl, err := env.Client.ResourceV1().ResourceClaims(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,8 @@ import (
 // both against what kube-scheduler's rules require, case by case: a case
 // that must place and one that must be refused. Nodes "a" have one
 // example.com/nic; every node carries gpud's ResourceSlices (gpud
-// scheduler places only on nodes it has a view of).
+// scheduler places only on nodes it has a view of). The only controller
+// running is kube-controller-manager's resource claim controller.
 func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
 	t.Parallel() // only its own etcd, API server and processes: see TestMain
 	if testing.Short() {
@@ -64,6 +65,9 @@ func TestSchedulerRulesAgainstKubeScheduler(t *testing.T) {
 		localPVs(t, env, pool)
 	}
 	claimsSetup(t, env)
+	// Claims from ResourceClaimTemplates are made by this controller, for
+	// both schedulers, as in a cluster.
+	env.StartControllerManager(t, "resourceclaim-controller")
 	sched := startSchedulerProc(t, bin, filepath.Join(shortDir(t), "sched"), kubeconfig)
 	waitForLeader(t, []*schedProc{sched}, nil)
 	t.Logf("environment up in %s", time.Since(begin).Round(time.Millisecond))
@@ -241,9 +245,6 @@ func rulesCases() []rulesCase {
 		p.Spec.Containers[0].Resources.Requests["example.com/nic"] = resource.MustParse("1")
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"example.com/nic": resource.MustParse("1")}
 	}
-	onHost := func(x string) func(*corev1.Pod) {
-		return func(p *corev1.Pod) { p.Spec.NodeSelector[corev1.LabelHostname] = p.Spec.NodeSelector["pool"] + "-" + x }
-	}
 	prefer := func(x string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
@@ -266,15 +267,15 @@ func rulesCases() []rulesCase {
 	return []rulesCase{
 		{name: "NoSchedule taint", nodeA: func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) },
 			pods: []rulesPod{{name: "taint-0", mod: app("taint")}, {name: "taint-1", mod: app("taint")},
-				{name: "taint-tolerant", mod: both(app("taint"), tolerate, onHost("a"))}},
+				{name: "taint-tolerant", mod: both(app("taint"), tolerate, onNode("a"))}},
 			check: exactly(map[string]string{"taint-0": "b", "taint-1": "b", "taint-tolerant": "a"}), exact: true},
 		{name: "cordoned node", nodeA: func(n *corev1.Node) { n.Spec.Unschedulable = true },
-			pods:  []rulesPod{{name: "cordon-0", mod: app("cordon")}, {name: "cordon-on-a", mod: both(app("cordon"), onHost("a"))}},
+			pods:  []rulesPod{{name: "cordon-0", mod: app("cordon")}, {name: "cordon-on-a", mod: both(app("cordon"), onNode("a"))}},
 			check: exactly(map[string]string{"cordon-0": "b", "cordon-on-a": ""}), exact: true},
 		{name: "required anti-affinity", pods: names("anti", 3, both(app("anti"), anti)),
 			check: perNode("a=1 b=1 pending=1", true)},
 		{name: "required affinity", pods: []rulesPod{
-			{name: "anchor", mod: both(app("anchor"), onHost("b"))},
+			{name: "anchor", mod: both(app("anchor"), onNode("b"))},
 			{name: "follower", mod: both(app("follower"), affine("anchor")), after: []string{"anchor"}},
 			{name: "orphan", mod: both(app("orphan"), affine("nobody"))},
 		}, check: exactly(map[string]string{"anchor": "b", "follower": "b", "orphan": ""}), exact: true},

@@ -6,7 +6,7 @@ PKGS      := ./...
 # go-nvml's cgo bindings call deprecated NVML symbols; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: traces k8s-bins all build kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity codelint clean fuzz fuzz-list sched-bench scale-bench proto stream-scale fgd-table fgd-families predict-table objectives-table tidy-check
+.PHONY: traces k8s-bins all build gpud kubectl-gpud release test test-gpu test-short run lint bench vet fmt-check staticcheck purity codelint clean fuzz fuzz-list sched-bench scale-bench proto stream-scale fgd-table fgd-families predict-table objectives-table tidy-check
 
 all: build
 
@@ -16,7 +16,12 @@ all: build
 APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"* *$$/\1/p' deploy/helm/gpud/Chart.yaml)
 BUILD_VERSION ?= $(APP_VERSION)-dev
 
-build: kubectl-gpud
+build: gpud kubectl-gpud
+
+## gpud: bin/gpud alone (what `make run` needs: kubectl-gpud's static
+## CGO_ENABLED=0 build compiles its dependencies a second time, minutes on
+## a fresh machine).
+gpud:
 	$(GO) build -ldflags "-X main.version=$(BUILD_VERSION)" -o $(BIN) ./cmd/gpud
 
 ## kubectl-gpud: the kubectl plugin, bin/kubectl-gpud. Put it on PATH and
@@ -63,7 +68,7 @@ stream-scale:
 ## run: the agent on the embedded simulated DGX H100 (Ctrl-C to stop).
 ## Everything it writes goes under .run/, which the agent creates.
 RUN_HTTP_ADDR ?= 127.0.0.1:9400
-run: build
+run: gpud
 	./$(BIN) agent --simulate dgx-h100 --http-addr $(RUN_HTTP_ADDR) \
 		--device-plugin-dir $(CURDIR)/.run/device-plugins --cdi-dir $(CURDIR)/.run/cdi \
 		--admin-socket $(CURDIR)/.run/admin.sock --mig-journal $(CURDIR)/.run/mig-journal.json \
@@ -74,22 +79,22 @@ run: build
 # for the ones absent before, so a node running gpud can still run it).
 HOST_PATHS := /run/gpud /var/lib/gpud /var/run/cdi /var/lib/kubelet /var/run/kubernetes
 
-## test: lint, every test with the race detector, pkg/simulate's
-## whole-trace replays without it, then each fuzz test for FUZZTIME_SHORT;
-## fails if the run left anything at HOST_PATHS. Each phase prints when it
-## ended.
+## test: lint, every package's tests with the race detector and, at the
+## same time, ./test's end-to-end tests without it (hack/tests.sh says
+## why), pkg/simulate's whole-trace replays, then each fuzz test for
+## FUZZTIME_SHORT; fails if the run left anything at HOST_PATHS. Each phase
+## prints when it ended.
 ##
-## TEST_P is go test's -p: how many builds or test binaries run at once.
-## One more than the cores, because ./test's binary mostly waits on the
-## API servers and nodes it starts (~15 min); listed first, it starts as
-## soon as its packages are built and overlaps every other build.
+## TEST_P is the race run's go test -p: how many builds or test binaries
+## run at once, one per core (./test's run, mostly waiting on the API
+## servers and nodes it starts, is the one more).
 FUZZTIME_SHORT ?= 3s
-TEST_P ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
+TEST_P ?= $(shell nproc 2>/dev/null || echo 2)
 test: lint
 	@echo "make test: lint done at $$(date +%T)"; \
 	absent=""; for p in $(HOST_PATHS); do [ -e "$$p" ] || absent="$$absent $$p"; done; \
-	rc=0; { $(GO) test -race -p $(TEST_P) -timeout 25m ./test/ $(PKGS) && \
-		echo "make test: tests with -race done at $$(date +%T)" && \
+	rc=0; { GO="$(GO)" TEST_P=$(TEST_P) ./hack/tests.sh && \
+		echo "make test: tests done at $$(date +%T)" && \
 		$(GO) test -count=1 -timeout 10m ./pkg/simulate/ && \
 		echo "make test: replays done at $$(date +%T)" && \
 		$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT) && \

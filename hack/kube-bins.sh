@@ -36,8 +36,10 @@ export CGO_CFLAGS
 # "v0.0.0-master+$Format:%H$". A binary built before the stamp (no
 # <binary>.stamped beside it) is rebuilt; the packages come from the
 # build cache, so that is a link.
+# -s -w: no symbol table or DWARF (nobody debugs these test binaries; the
+# links, the slow serial end of a cold build, get shorter).
 minor=${kube_version#v1.}; minor=${minor%%.*}
-ldflags="-X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 
 pkgs=() dests=()
 for pair in "kube-apiserver $k8s_dir" "kube-scheduler $k8s_dir" \

@@ -35,7 +35,7 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off
 	# dependency at the version Kueue's go.mod lists.
 	go get "sigs.k8s.io/kueue@$version" >&2
 	go build -trimpath \
-		-ldflags "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$version" \
+		-ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$version" \
 		-o "$work/kueue-manager" sigs.k8s.io/kueue/cmd/kueue >&2
 )
 mod_dir=$(cd "$work" && go list -m -f '{{.Dir}}' "sigs.k8s.io/kueue")

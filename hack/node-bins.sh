@@ -42,7 +42,7 @@ build_containerd() {
 	# reports it (the Node's containerRuntimeVersion), and NRI plugins
 	# infer the runtime's NRI version from it, which "+unknown" defeats.
 	GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
-		-ldflags "-X github.com/containerd/containerd/v2/version.Version=$containerd_version" \
+		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version" \
 		"github.com/containerd/containerd/v2/cmd/containerd@$containerd_version" \
 		"github.com/containerd/containerd/v2/cmd/ctr@$containerd_version" \
 		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$containerd_version" >&2

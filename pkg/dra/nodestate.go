@@ -57,10 +57,9 @@ func NewNodeStateSource(cfg NodeStateConfig) *NodeStateSource {
 	return &NodeStateSource{cfg: cfg, cats: map[string]MIGCatalog{}, roots: map[string]string{}}
 }
 
-// NodeState is inv's node state without the inventory itself (the driver
-// sets it).
+// NodeState is inv's node state, inv included.
 func (s *NodeStateSource) NodeState(inv gpu.Inventory) NodeState {
-	st := NodeState{MIG: s.migCatalogs(inv), PCIeRoots: s.pcieRoots(inv)}
+	st := NodeState{Inventory: inv, MIG: s.migCatalogs(inv), PCIeRoots: s.pcieRoots(inv)}
 	if s.cfg.Sharing != nil {
 		st.ExclusiveOnly = s.cfg.Sharing.Sharing().ExclusiveOnly(inv)
 	}

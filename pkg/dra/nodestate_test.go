@@ -50,6 +50,9 @@ func TestNodeStateSource(t *testing.T) {
 	})
 	for range 2 {
 		st := s.NodeState(inv)
+		if len(st.Inventory.GPUs) != len(inv.GPUs) {
+			t.Fatalf("NodeState's inventory has %d GPUs, want %d: the state must carry it", len(st.Inventory.GPUs), len(inv.GPUs))
+		}
 		if got := len(st.MIG); got != 1 {
 			t.Fatalf("catalogs for %d GPUs, want 1 (GPU-h)", got)
 		}

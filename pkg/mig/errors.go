@@ -12,7 +12,9 @@ import (
 var (
 	// ErrUnknownProfile is wrapped when a layout names a profile a GPU lacks.
 	ErrUnknownProfile = errors.New("mig: unknown profile")
-	// ErrBadLayout is wrapped by every layout file or layout value error.
+	// ErrBadLayout is wrapped by every error in a layout file's syntax or
+	// values, whatever the GPU. A profile this GPU lacks wraps
+	// ErrUnknownProfile instead: the same layout may suit another GPU.
 	ErrBadLayout = errors.New("mig: bad layout")
 	// ErrBusy is wrapped when a plan would destroy a slice in use.
 	ErrBusy = errors.New("mig: slice in use")

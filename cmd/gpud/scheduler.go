@@ -363,6 +363,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("scheduler: listen on --metrics-addr %s: %w", o.metricsAddr, err)
 	}
+	s.Registry().MustRegister(queueObjs.Collectors()...)
 	if learner != nil {
 		s.Registry().MustRegister(learner.Collectors()...)
 	}

@@ -81,6 +81,8 @@ type schedulerOptions struct {
 	learn          schedulerLearnOptions
 	// podNamespace is POD_NAMESPACE, else defaultLeaseNamespace.
 	podNamespace string
+	// gangTopologyLabels is --gang-topology-labels, comma-separated.
+	gangTopologyLabels string
 }
 
 // schedulerLearnOptions are the --learn-runtimes* flags.
@@ -127,6 +129,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.StringVar(&o.policy, "policy", allocator.PolicyGpud, "allocator policy choosing node and GPUs: "+strings.Join(allocator.PolicyNames, ", "))
 	fs.StringVar(&o.queues, "queues", "", "queue tree and reservations, YAML (the format of gpud sim jobs --queues, docs/job-trace.md); a pod names its leaf queue with the label "+plan.QueueLabel+"; empty: one queue, no limits")
 	fs.StringVar(&o.rackLabel, "rack-label", decide.DefaultRackLabel, "node label naming a node's rack, for gang topology (after the NVLink domain, before topology.kubernetes.io/zone)")
+	fs.StringVar(&o.gangTopologyLabels, "gang-topology-labels", "", "comma-separated node labels a gang may name as its topology level (annotation gpud.io/gang-topology), besides nvlink, node, rack and zone; empty: only those")
 	fs.BoolVar(&o.autoGangs, "auto-gangs", true, "group the pods of Indexed Jobs, JobSets, LeaderWorkerSets, Kubeflow training jobs and RayClusters into gangs by their owners when no PodGroup names them (README: Gangs without PodGroups); false: only PodGroups make gangs")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address of the HTTP server: Prometheus /metrics, /healthz, /readyz (ready when the informers synced and this replica leads)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader through a coordination.k8s.io Lease, so that of several replicas only one decides")
@@ -173,6 +176,9 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 	}
 	if msgs := validation.IsQualifiedName(o.rackLabel); len(msgs) > 0 {
 		errs = append(errs, flagErr("rack-label", "%s: not a label key: %s", printable.Quote(o.rackLabel), strings.Join(msgs, "; ")))
+	}
+	if _, err := splitLabels(o.gangTopologyLabels); err != nil {
+		errs = append(errs, flagErr("gang-topology-labels", "%w", err))
 	}
 	if o.metricsAddr == "" {
 		errs = append(errs, flagErr("metrics-addr", "empty: the probes need it; want host:port (:9402)"))
@@ -295,9 +301,10 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
+	gangLabels, _ := splitLabels(o.gangTopologyLabels) // checked by validate
 	cfg := scheduler.Config{
 		Client: client, InformerClient: informerClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
-		Decider: decide.New(o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel})),
+		Decider: decide.New(o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel, GangTopologyLabels: gangLabels})),
 		Groups:  groups.Groups, GroupsSynced: groups.Synced,
 		Log: log, Resync: o.resync, HealOff: !o.heal, Heal: o.healConfig(),
 	}
@@ -356,6 +363,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("scheduler: listen on --metrics-addr %s: %w", o.metricsAddr, err)
 	}
+	s.Registry().MustRegister(queueObjs.Collectors()...)
 	if learner != nil {
 		s.Registry().MustRegister(learner.Collectors()...)
 	}
@@ -400,4 +408,27 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	log.Info("scheduler stopped")
 	return nil
+}
+
+// maxGangTopologyLabels bounds --gang-topology-labels.
+const maxGangTopologyLabels = 32
+
+// splitLabels reads a comma-separated list of node label keys (blanks
+// around the commas ignored, duplicates dropped).
+func splitLabels(list string) ([]string, error) {
+	var out []string
+	for _, l := range strings.Split(list, ",") {
+		l = strings.TrimSpace(l)
+		if l == "" || slices.Contains(out, l) {
+			continue
+		}
+		if msgs := validation.IsQualifiedName(l); len(msgs) > 0 {
+			return nil, fmt.Errorf("%s: not a label key: %s", printable.Quote(l), strings.Join(msgs, "; "))
+		}
+		out = append(out, l)
+	}
+	if len(out) > maxGangTopologyLabels {
+		return nil, fmt.Errorf("%d labels: at most %d", len(out), maxGangTopologyLabels)
+	}
+	return out, nil
 }

@@ -63,6 +63,8 @@ func TestSchedulerFlags(t *testing.T) {
 		{name: "bad persist interval", args: []string{"--learn-runtimes-persist-interval", "500ms"}, want: "persist interval 500ms"},
 		{name: "bad runtimes namespace from the lease's", args: []string{"--leader-elect-namespace", "Bad_NS"}, want: `runtimes ConfigMap namespace "Bad_NS"`},
 		{name: "bad runtimes namespace", args: []string{"--learn-runtimes-namespace", "Bad_NS"}, want: `runtimes ConfigMap namespace "Bad_NS"`},
+		{name: "gang topology labels", args: []string{"--gang-topology-labels", "example.com/pod, topology.kubernetes.io/region"}},
+		{name: "bad gang topology label", args: []string{"--gang-topology-labels", "example.com/pod,not a label"}, want: `--gang-topology-labels: "not a label": not a label key`},
 		{name: "two errors at once", args: []string{"--policy", "x", "--resync-period", "1ms"}, want: "--resync-period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/gpud/gpud/pkg/scheduler/queues"
 )
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 8, 2, ' ', 0) }
@@ -163,15 +165,18 @@ func printQueues(w io.Writer, output string, s *Snapshot, objs []QueueObject, us
 		return writeJSON(w, struct {
 			QueueObjects []QueueObject `json:"queueObjects"`
 			Queues       []QueueUse    `json:"queues"`
-			Notes        []string      `json:"notes,omitempty"`
-		}{objs, use, s.Notes})
+			// NamespaceQueues are the namespaces bound by their
+			// gpud.io/queue label, with the queue each names.
+			NamespaceQueues map[string]string `json:"namespaceQueues,omitempty"`
+			Notes           []string          `json:"notes,omitempty"`
+		}{objs, use, s.NamespaceQueues, s.Notes})
 	}
 	if s.QueuesRead {
 		t := newTable(w)
 		fmt.Fprintln(t, "QUEUE\tWEIGHT\tNAMESPACES\tGUARANTEED\tLIMIT\tUSED\tPENDING\tSTATUS")
 		for _, q := range objs {
 			fmt.Fprintf(t, "%s%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", strings.Repeat("  ", q.Depth), cell(q.Name), cell(q.Weight),
-				cell(dash(strings.Join(q.Namespaces, ","))), cell(resourceCells(q.Guaranteed, q.ModelGuaranteed)),
+				cell(namespacesCell(q)), cell(resourceCells(q.Guaranteed, q.ModelGuaranteed)),
 				cell(resourceCells(q.Limit, q.ModelLimit)), resourceCells(q.Usage, nil), q.PendingPods, queueState(q))
 		}
 		if err := t.Flush(); err != nil {
@@ -184,6 +189,10 @@ func printQueues(w io.Writer, output string, s *Snapshot, objs []QueueObject, us
 			if q.Message != "" {
 				fmt.Fprintf(w, "%s: %s\n", cell(q.Name), cell(q.Message))
 			}
+		}
+		if unknown := UnknownLabelQueues(s); len(unknown) > 0 {
+			fmt.Fprintf(w, "Namespaces whose %s label names no Queue object (a --queues file queue, if gpud scheduler's file defines it): %s\n",
+				queues.NamespaceLabel, cell(strings.Join(unknown, ", ")))
 		}
 		fmt.Fprintln(w, "Queue objects: spec and the status gpud scheduler writes (usage includes the children's; pending pods the leaves').")
 		fmt.Fprintln(w)
@@ -207,9 +216,14 @@ func printQueues(w io.Writer, output string, s *Snapshot, objs []QueueObject, us
 	if err := t.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
-	if s.QueuesRead {
+	switch {
+	case s.QueuesRead && s.NamespacesRead:
+		fmt.Fprintln(w, "Pods by queue: their namespace's queue (a Queue's spec.namespaces, or the namespace's gpud.io/queue label) or their own gpud.io/queue label.")
+	case len(s.NamespaceQueues) > 0:
+		fmt.Fprintln(w, "Pods by their namespace's gpud.io/queue label, else their own; guarantees and limits are in the Queue objects or gpud scheduler's --queues file.")
+	case s.QueuesRead:
 		fmt.Fprintln(w, "Pods by queue: their namespace's Queue (spec.namespaces) or their gpud.io/queue label; namespaces bound by their label count by the pods' label.")
-	} else {
+	default:
 		fmt.Fprintln(w, "Pods by their gpud.io/queue label; guarantees and limits are in the Queue objects or gpud scheduler's --queues file.")
 	}
 	printNotes(w, s.Notes)

@@ -54,16 +54,27 @@ func testQueues(t testing.TB) []*queues.Queue {
 	}
 }
 
-// fakeQueueClients is the fixture cluster with its Queue objects and
+// fakeQueueClients is the fixture cluster with its Queue objects;
 // escape-0, a team-b pod whose label names research (refused: team-b is
-// bound to serving).
+// bound to serving); namespace team-c, bound to research by its label
+// only, with notebook-0 (no label of its own) pending; and namespace
+// team-d, whose label names batch, a queue no Queue object defines.
 func fakeQueueClients(t testing.TB) Clients {
 	t.Helper()
 	cs := fake.NewClientset(testCluster(t)...)
 	escape := pod("team-b", "escape-0", "", "research", "")
 	escape.Spec.Containers[0].Resources.Requests = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
-	if err := cs.Tracker().Add(escape); err != nil {
-		t.Fatal(err)
+	ns := func(name string, labels map[string]string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	notebook := pod("team-c", "notebook-0", "", "", "")
+	notebook.Spec.Containers[0].Resources.Requests = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	for _, o := range []runtime.Object{escape, notebook,
+		ns("team-a", nil), ns("team-b", map[string]string{"team": "b"}),
+		ns("team-c", map[string]string{queues.NamespaceLabel: "research"}), ns("team-d", map[string]string{queues.NamespaceLabel: "batch"})} {
+		if err := cs.Tracker().Add(o); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var objs []runtime.Object
 	for _, q := range testQueues(t) {

@@ -4,14 +4,17 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpud/gpud/pkg/scheduler/queues"
 )
@@ -58,6 +61,37 @@ func LoadQueues(ctx context.Context, dyn dynamic.Interface, s *Snapshot) error {
 	return nil
 }
 
+// LoadNamespaces lists the namespaces labelled gpud.io/queue (a binding
+// to a queue an admin made, queues.NamespaceLabel) into
+// s.NamespaceQueues. A list RBAC forbids is noted, not an error: those
+// namespaces' pods then count by their own label.
+func LoadNamespaces(ctx context.Context, cs kubernetes.Interface, s *Snapshot) error {
+	items, err := list(ctx, "namespaces", func(o metav1.ListOptions) ([]corev1.Namespace, string, error) {
+		o.LabelSelector = queues.NamespaceLabel
+		l, err := cs.CoreV1().Namespaces().List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
+	})
+	switch {
+	case apierrors.IsForbidden(err):
+		s.Notes = append(s.Notes, fmt.Sprintf("cannot list namespaces (Forbidden): namespaces bound to a queue by their %s label are not shown, and their pods count by the pods' own label",
+			queues.NamespaceLabel))
+		return nil
+	case err != nil:
+		return err
+	}
+	s.NamespaceQueues = map[string]string{}
+	for _, n := range items {
+		if q := n.Labels[queues.NamespaceLabel]; q != "" {
+			s.NamespaceQueues[n.Name] = q
+		}
+	}
+	s.NamespacesRead = true
+	return nil
+}
+
 // QueueObject is one Queue object: its place in the tree, what its spec
 // guarantees and limits, and the status the leading gpud scheduler wrote.
 type QueueObject struct {
@@ -69,6 +103,9 @@ type QueueObject struct {
 	// Weight is spec.weight as written ("1" for the default).
 	Weight     string   `json:"weight,omitempty"`
 	Namespaces []string `json:"namespaces,omitempty"`
+	// LabelledNamespaces are the namespaces bound to the queue by their
+	// gpud.io/queue label (read when RBAC lets the user list namespaces).
+	LabelledNamespaces []string `json:"labelledNamespaces,omitempty"`
 
 	Guaranteed      queues.Resources `json:"guaranteed"`
 	Limit           queues.Resources `json:"limit"`
@@ -109,13 +146,19 @@ func QueueObjects(s *Snapshot) []QueueObject {
 	slices.Sort(roots)
 	out := make([]QueueObject, 0, len(s.Queues))
 	seen := map[string]bool{}
+	labelled := map[string][]string{}
+	for ns, q := range s.NamespaceQueues {
+		labelled[q] = append(labelled[q], ns)
+	}
 	var walk func(name string, depth int)
 	walk = func(name string, depth int) {
 		if seen[name] {
 			return
 		}
 		seen[name] = true
-		out = append(out, queueObject(byName[name], depth))
+		o := queueObject(byName[name], depth)
+		o.LabelledNamespaces = slices.Sorted(slices.Values(labelled[name]))
+		out = append(out, o)
 		kids := children[name]
 		slices.Sort(kids)
 		for _, k := range kids {
@@ -138,6 +181,34 @@ func QueueObjects(s *Snapshot) []QueueObject {
 		walk(r, 0)
 	}
 	return out
+}
+
+// UnknownLabelQueues lists, by namespace, the namespaces whose
+// gpud.io/queue label names no Queue object (a queue of gpud scheduler's
+// --queues file, which kubectl cannot read, or none), as "namespace
+// (queue)".
+func UnknownLabelQueues(s *Snapshot) []string {
+	objs := make(map[string]bool, len(s.Queues))
+	for _, q := range s.Queues {
+		objs[q.Name] = true
+	}
+	var out []string
+	for _, ns := range slices.Sorted(maps.Keys(s.NamespaceQueues)) {
+		if q := s.NamespaceQueues[ns]; !objs[q] {
+			out = append(out, fmt.Sprintf("%s (%s)", ns, q))
+		}
+	}
+	return out
+}
+
+// namespacesCell is a Queue's NAMESPACES cell: spec.namespaces, then the
+// namespaces bound by label, marked "(label)"; "-" for none.
+func namespacesCell(q QueueObject) string {
+	parts := slices.Clone(q.Namespaces)
+	for _, ns := range q.LabelledNamespaces {
+		parts = append(parts, ns+"(label)")
+	}
+	return dash(strings.Join(parts, ","))
 }
 
 func queueObject(q *queues.Queue, depth int) QueueObject {

@@ -2,19 +2,22 @@ package kubectlgpud
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/queues"
 )
 
 // QueueUse is what the pods of one queue hold and wait for. A pod's queue
-// is its label gpud.io/queue or, when Queue objects were read, the queue
-// its namespace is bound to by a Queue's spec.namespaces (as the
-// scheduler places it: [queues.Set.QueueOf]).
+// is its label gpud.io/queue or the queue its namespace is bound to, by a
+// Queue's spec.namespaces (when Queue objects were read) or by the
+// namespace's gpud.io/queue label (when namespaces were read), as the
+// scheduler places it: [queues.Set.QueueOf].
 type QueueUse struct {
 	Name    string `json:"name"`
 	Running int    `json:"running"`
@@ -38,8 +41,21 @@ const RefusedQueue = "(refused)"
 func Queues(s *Snapshot, prefix string) []QueueUse {
 	by := map[string]*QueueUse{}
 	var set *queues.Set
-	if s.QueuesRead {
-		set = queues.Resolve(s.Queues, nil, nil)
+	if s.QueuesRead || len(s.NamespaceQueues) > 0 {
+		// A namespace label may name a queue of gpud scheduler's
+		// --queues file, which kubectl cannot read: such names count as
+		// defined.
+		var file []jobs.Queue
+		objs := map[string]bool{}
+		for _, q := range s.Queues {
+			objs[q.Name] = true
+		}
+		for _, q := range slices.Sorted(maps.Values(s.NamespaceQueues)) {
+			if !objs[q] && !slices.ContainsFunc(file, func(f jobs.Queue) bool { return f.Name == q }) {
+				file = append(file, jobs.Queue{Name: q})
+			}
+		}
+		set = queues.Resolve(s.Queues, file, nil)
 	}
 	for _, p := range Pods(s, prefix) {
 		if p.Phase == "Succeeded" || p.Phase == "Failed" {
@@ -47,7 +63,7 @@ func Queues(s *Snapshot, prefix string) []QueueUse {
 		}
 		if set != nil {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Labels: map[string]string{plan.QueueLabel: p.Queue}}}
-			q, err := set.QueueOf(pod, "")
+			q, err := set.QueueOf(pod, s.NamespaceQueues[p.Namespace])
 			if err != nil {
 				q = RefusedQueue
 			}

@@ -134,6 +134,9 @@ func RunClients(ctx context.Context, c Clients, o Options, w io.Writer) error {
 		if err := LoadQueues(ctx, c.Dynamic, s); err != nil {
 			return fmt.Errorf("queues: %w", err)
 		}
+		if err := LoadNamespaces(ctx, cs, s); err != nil {
+			return fmt.Errorf("queues: %w", err)
+		}
 		return printQueues(w, o.Output, s, QueueObjects(s), Queues(s, prefix))
 	}
 	// why

@@ -36,6 +36,12 @@ type Snapshot struct {
 	// RBAC forbids it).
 	Queues     []*queues.Queue
 	QueuesRead bool
+	// NamespaceQueues are the namespaces an admin bound to a queue by
+	// the label gpud.io/queue (queues.NamespaceLabel), with the label's
+	// value ([LoadNamespaces]); NamespacesRead says they were listed
+	// (false: not asked for, or RBAC forbids it).
+	NamespaceQueues map[string]string
+	NamespacesRead  bool
 	// Notes says what could not be read (RBAC) and what that leaves out.
 	Notes []string
 }

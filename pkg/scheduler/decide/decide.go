@@ -10,11 +10,14 @@
 // once per cycle. A cycle orders pending pods by priority, then by the
 // weighted DRF share of their queue among its siblings (queues under their
 // guarantee first), then by age; places lone pods and whole gangs
-// (all-or-nothing, NVLink domain, then rack, then zone) on the snapshot's
+// (all-or-nothing, NVLink domain, then rack, then zone, unless the gang
+// names a required or preferred level: plan.GangTopology) on the snapshot's
 // view with the allocator policy; enforces queue limits per resource and per
 // GPU model (pkg/allocator/jobs' queue tree); preempts the cheapest victim
 // set (jobs' cost order: fewest victims, checkpointable first, least
-// GPU-time lost since the last checkpoint, least run time; whole gangs;
+// GPU-time lost since the last checkpoint, least run time; a gang goes
+// whole, except that an elastic gang's members beyond its minMember go
+// first, each alone, the gang keeping its minimum running;
 // PodDisruptionBudgets honoured) only after a
 // what-if shows the preemptor fits; and backfills behind the first blocked
 // pod or gang as EASY does, trusting runtime estimates. Reservations keep
@@ -64,6 +67,12 @@ type Config struct {
 	// RackLabel is the node label naming a node's rack; "" is
 	// DefaultRackLabel (topology.gpud.io/rack).
 	RackLabel string
+	// GangTopologyLabels are the node labels a gang may name as its
+	// topology level by annotation (gpud scheduler --gang-topology-labels),
+	// besides nvlink, node, rack (RackLabel) and zone; a label a
+	// scheduling.k8s.io PodGroup's spec.schedulingConstraints names needs
+	// no listing (Kubernetes' API lets it name any).
+	GangTopologyLabels []string
 	// MaxPodsPerCycle caps the retried pending pods (plan.Pod.Retry) one
 	// cycle considers (the rest wait, in order, for the next cycle); new
 	// pods are always considered. 0 is 1000.

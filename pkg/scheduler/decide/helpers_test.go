@@ -366,6 +366,30 @@ func checkPlan(t testing.TB, s *plan.Snapshot, p plan.Plan, cfg Config) {
 			t.Errorf("pod %s appears %d times in binds and pending", x.Key(), seen[x])
 		}
 	}
+	// No pod is evicted twice; a gang loses all its running members or
+	// keeps at least minMember of them.
+	evicted := map[*plan.Pod]bool{}
+	gangLoses := map[string]int{}
+	for _, ev := range p.Evictions {
+		if evicted[ev.Victim] {
+			t.Errorf("eviction of %s twice", ev.Victim.Key())
+		}
+		evicted[ev.Victim] = true
+		if ev.Victim.Group != "" {
+			gangLoses[ev.Victim.Group]++
+		}
+	}
+	for g, n := range gangLoses {
+		running := 0
+		for _, x := range s.Bound {
+			if x.Group == g && x.Pod.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		if grp := s.Groups[g]; n < running && (grp == nil || running-n < int(grp.MinMember)) {
+			t.Errorf("gang %s: %d of %d running members evicted, below minMember", g, n, running)
+		}
+	}
 	for _, ev := range p.Evictions {
 		if !slices.Contains(s.Bound, ev.Victim) || ev.Victim.Pod.DeletionTimestamp != nil {
 			t.Errorf("eviction of %s: not a running bound pod", ev.Victim.Key())

@@ -169,13 +169,12 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 	}
 }
 
-// placeGang places u's members inside one domain, narrowest level first,
-// keeping the first domain where at least u.need of them fit.
+// placeGang places u's members inside one domain, narrowest level first
+// (gangLevels), keeping the first domain where at least u.need of them
+// fit.
 func (c *cycle) placeGang(u *unit) ([]*placed, *failure) {
-	lvs := []level{{name: "cluster", groups: []nodeGroup{{name: "cluster"}}}}
-	if len(u.pods) > 1 && !c.anyDomain {
-		lvs = c.levels()
-	}
+	lvs := c.gangLevels(u)
+	required := u.topo != nil && u.topo.required
 	// Nominated members (room was made for them) try their nodes first.
 	nominated := map[string]bool{}
 	for _, p := range u.pods {
@@ -183,7 +182,7 @@ func (c *cycle) placeGang(u *unit) ([]*placed, *failure) {
 			nominated[n] = true
 		}
 	}
-	if len(nominated) > 0 {
+	if len(nominated) > 0 && (!required || c.within(u.topo, nominated, u.at)) {
 		lvs = append([]level{{name: "nominated", groups: []nodeGroup{{name: "nominated", nodes: nominated}}}}, lvs...)
 	}
 	// Every member in one domain first; then, for a gang with more
@@ -214,6 +213,9 @@ func (c *cycle) placeGang(u *unit) ([]*placed, *failure) {
 				}
 			}
 		}
+	}
+	if required {
+		return nil, c.requiredFailure(u, last)
 	}
 	return nil, last
 }

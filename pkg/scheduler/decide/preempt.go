@@ -20,11 +20,16 @@ import (
 )
 
 // victim is a running pod, or a gang's running pods, that preemption
-// evicts as one.
+// evicts as one. The running members of an elastic gang (more running
+// than its minMember) are each a victim too, at the gang's priority: up
+// to spare of them may go alone, the gang keeping its minimum; beyond
+// that only the whole gang goes.
 type victim struct {
 	key   string
 	pods  []*plan.Pod
 	holds []relPod
+	// uses are what each pod (holds' order) counts against the queue.
+	uses  []podUse
 	prio  int32
 	queue string
 	ckpt  bool
@@ -34,19 +39,36 @@ type victim struct {
 	// pod's), else since its start.
 	lost  int64
 	nodes []string
-	use   jobs.Resources
-	model []jobs.ModelMilli
 	// pdb names a PodDisruptionBudget that forbids evicting it, "" none.
 	pdb string
-	// gone: evicted earlier in this cycle.
+	// gone: evicted earlier in this cycle (for a gang: it or a member).
 	gone bool
 	// why it may go for the current preemptor.
 	why string
+	// whole, on a member of an elastic gang, is the gang's victim.
+	whole *victim
+	// members, on an elastic gang's victim, are its members' victims;
+	// spare is how many of them may still go alone (running members less
+	// minMember, less those evicted earlier in this cycle).
+	members []*victim
+	spare   int
 }
+
+// podUse is one victim pod's usage, charged back to its queue when a
+// what-if releases it.
+type podUse struct {
+	use   jobs.Resources
+	model []jobs.ModelMilli
+}
+
+// optional reports whether v is a member of an elastic gang beyond its
+// minimum: evicting it shrinks the gang without stopping it.
+func (v *victim) optional() bool { return v.whole != nil }
 
 // victimList builds the running pods preemption may pick: not terminating,
 // holding gpud devices through claims no pod outside the victim shares; a
-// gang's bound members form one victim.
+// gang's bound members form one victim, and an elastic gang's members are
+// each one too (see victim).
 func (c *cycle) victimList() []*victim {
 	if c.victimsOK {
 		return c.victims
@@ -83,51 +105,78 @@ func (c *cycle) victimList() []*victim {
 			byKey[key] = v
 			keys = append(keys, key)
 		}
-		v.pods = append(v.pods, p)
-		v.holds = append(v.holds, holds[i])
-		v.prio = max(v.prio, p.Priority)
-		v.ckpt = v.ckpt && p.Checkpointable
-		if st := startOf(p); st.After(v.start) {
-			v.start = st
-		}
-		if !slices.Contains(v.nodes, holds[i].node) {
-			v.nodes = append(v.nodes, holds[i].node)
-		}
-		r, m := c.usageOf(p, holds[i].node, resultsOf(holds[i].allocs))
-		v.use = v.use.Add(r)
-		v.model = mergeModels(v.model, m)
-		v.lost += c.lostWork(p, m)
+		c.addVictimPod(v, p, holds[i])
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
 		v := byKey[k]
-		own := map[string]int{}
-		gpu := false
-		for _, p := range v.pods {
-			for _, cl := range p.Claims {
-				if cl == nil {
-					continue
-				}
-				own[view.ClaimID(cl)]++
-				if cl.Status.Allocation != nil && slices.ContainsFunc(cl.Status.Allocation.Devices.Results, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Driver == view.DriverName }) {
-					gpu = true
-				}
-			}
-		}
-		// A pod holding GPUs through a device plugin (nvidia.com/gpu on
-		// a node that advertises it) frees them when evicted too.
-		gpu = gpu || slices.ContainsFunc(v.pods, func(p *plan.Pod) bool { return p.PluginDevices > 0 })
-		shared := false
-		for ck, n := range own {
-			shared = shared || refs[ck] > n
-		}
-		if !gpu || shared {
+		if !c.usableVictim(v, refs) {
 			continue
 		}
-		slices.Sort(v.nodes)
 		c.victims = append(c.victims, v)
+		g := c.s.Groups[k]
+		if v.pods[0].Group == "" || g == nil || g.Invalid != "" || len(v.pods) <= int(max(g.MinMember, 1)) {
+			continue
+		}
+		// An elastic gang: each member may go alone, at the gang's
+		// priority, while the gang keeps minMember running.
+		v.spare = len(v.pods) - int(max(g.MinMember, 1))
+		for i, p := range v.pods {
+			m := &victim{key: p.Key(), prio: v.prio, queue: v.queue, ckpt: true, whole: v}
+			c.addVictimPod(m, p, v.holds[i])
+			if c.usableVictim(m, refs) {
+				v.members = append(v.members, m)
+				c.victims = append(c.victims, m)
+			}
+		}
 	}
 	return c.victims
+}
+
+// addVictimPod adds bound pod p, holding h, to victim v.
+func (c *cycle) addVictimPod(v *victim, p *plan.Pod, h relPod) {
+	v.pods = append(v.pods, p)
+	v.holds = append(v.holds, h)
+	v.prio = max(v.prio, p.Priority)
+	v.ckpt = v.ckpt && p.Checkpointable
+	if st := startOf(p); st.After(v.start) {
+		v.start = st
+	}
+	if !slices.Contains(v.nodes, h.node) {
+		v.nodes = append(v.nodes, h.node)
+		slices.Sort(v.nodes)
+	}
+	r, m := c.usageOf(p, h.node, resultsOf(h.allocs))
+	v.uses = append(v.uses, podUse{use: r, model: m})
+	v.lost += c.lostWork(p, m)
+}
+
+// usableVictim reports whether evicting v frees gpud devices (through
+// claims, or a device plugin's GPUs) and takes no claim from a pod
+// outside v (refs counts each claim's pods).
+func (c *cycle) usableVictim(v *victim, refs map[string]int) bool {
+	own := map[string]int{}
+	gpu := false
+	for _, p := range v.pods {
+		for _, cl := range p.Claims {
+			if cl == nil {
+				continue
+			}
+			own[view.ClaimID(cl)]++
+			if cl.Status.Allocation != nil && slices.ContainsFunc(cl.Status.Allocation.Devices.Results, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Driver == view.DriverName }) {
+				gpu = true
+			}
+		}
+	}
+	// A pod holding GPUs through a device plugin (nvidia.com/gpu on a
+	// node that advertises it) frees them when evicted too.
+	gpu = gpu || slices.ContainsFunc(v.pods, func(p *plan.Pod) bool { return p.PluginDevices > 0 })
+	for ck, n := range own {
+		if refs[ck] > n {
+			return false
+		}
+	}
+	return gpu
 }
 
 // lostWork is the GPU-time, in milli-GPU-seconds, that evicting p throws
@@ -235,18 +284,31 @@ type search struct {
 	c     *cycle
 	u     *unit
 	tests int
+	// freed counts, per pod, the victims released that hold it (a gang
+	// and its members overlap): a pod is released on its first and held
+	// again on its last.
+	freed map[*plan.Pod]int
+	// taken are the victims this search has removed so far (find).
+	taken []*victim
 }
 
-// free releases vs (devices, CPU, memory, queue usage) on the view.
+// free releases vs (devices, CPU, memory, queue usage) on the view; a pod
+// already released by another victim is not released twice.
 func (sr *search) free(vs []*victim) {
+	if sr.freed == nil {
+		sr.freed = map[*plan.Pod]int{}
+	}
 	sr.c.releasing += len(vs)
 	for _, v := range vs {
-		for _, h := range v.holds {
+		for i, h := range v.holds {
+			if sr.freed[h.pod]++; sr.freed[h.pod] > 1 {
+				continue
+			}
 			sr.c.release(h.allocs...)
 			sr.c.releaseMeasured(h.allocs)
 			sr.c.nodes.give(h.node, h.pod)
+			sr.c.q.Charge(v.queue, v.uses[i].use, v.uses[i].model, -1)
 		}
-		sr.c.q.Charge(v.queue, v.use, v.model, -1)
 	}
 }
 
@@ -255,13 +317,38 @@ func (sr *search) hold(vs []*victim) {
 	sr.c.releasing -= len(vs)
 	for i := len(vs) - 1; i >= 0; i-- {
 		v := vs[i]
-		for _, h := range v.holds {
+		for j := len(v.holds) - 1; j >= 0; j-- {
+			h := v.holds[j]
+			if sr.freed[h.pod]--; sr.freed[h.pod] > 0 {
+				continue
+			}
+			delete(sr.freed, h.pod)
 			_ = sr.c.assume(h.allocs...)
 			sr.c.holdMeasured(h.allocs)
 			sr.c.nodes.take(h.node, h.pod)
+			sr.c.q.Charge(v.queue, v.uses[j].use, v.uses[j].model, 1)
 		}
-		sr.c.q.Charge(v.queue, v.use, v.model, 1)
 	}
+}
+
+// allowed reports whether evicting set, with the victims the search took
+// already, keeps every elastic gang at its minimum: no more of its
+// members alone than its spare, unless the whole gang goes too.
+func (sr *search) allowed(set []*victim) bool {
+	alone := map[*victim]int{}
+	for _, l := range [][]*victim{sr.taken, set} {
+		for _, v := range l {
+			if v.whole != nil {
+				alone[v.whole]++
+			}
+		}
+	}
+	for w, n := range alone {
+		if n > w.spare && !slices.Contains(sr.taken, w) && !slices.Contains(set, w) {
+			return false
+		}
+	}
+	return true
 }
 
 func (sr *search) spent() bool { return sr.tests >= sr.c.cfg.MaxFitTests }
@@ -279,9 +366,10 @@ func (sr *search) fitsOn(p *plan.Pod, node string, vs []*victim) bool {
 }
 
 // better reports whether victim set a is preferred to b: fewer pods, then
-// lower highest priority, then jobs' order (fewer that cannot resume from
-// a checkpoint, less GPU-time lost since the last checkpoints, less run
-// time lost).
+// lower highest priority, then fewer pods whose eviction stops their
+// workload (an elastic gang's member beyond its minimum only shrinks it),
+// then jobs' order (fewer that cannot resume from a checkpoint, less
+// GPU-time lost since the last checkpoints, less run time lost).
 func (sr *search) better(a, b []*victim) bool {
 	ca, cb := sr.cost(a), sr.cost(b)
 	if ca.Victims != cb.Victims {
@@ -289,6 +377,9 @@ func (sr *search) better(a, b []*victim) bool {
 	}
 	if pa, pb := topPrio(a), topPrio(b); pa != pb {
 		return pa < pb
+	}
+	if ea, eb := essential(a), essential(b); ea != eb {
+		return ea < eb
 	}
 	return ca.Less(cb)
 }
@@ -301,9 +392,25 @@ func topPrio(vs []*victim) int32 {
 	return p
 }
 
+// essential counts the pods of vs that are not optional members.
+func essential(vs []*victim) int {
+	n := 0
+	for _, v := range vs {
+		if !v.optional() {
+			n += len(v.pods)
+		}
+	}
+	return n
+}
+
+// cost is jobs' cost of evicting vs; a member whose whole gang is in vs
+// is counted with the gang.
 func (sr *search) cost(vs []*victim) jobs.VictimCost {
 	var k jobs.VictimCost
 	for _, v := range vs {
+		if v.whole != nil && slices.Contains(vs, v.whole) {
+			continue
+		}
 		k.Victims += len(v.pods)
 		if !v.ckpt {
 			k.NonCheckpointable += len(v.pods)
@@ -317,6 +424,9 @@ func (sr *search) cost(vs []*victim) jobs.VictimCost {
 // nodeVictims is the cheapest set of cs (in preference order) whose
 // eviction lets p fit on node, or nil: one victim and pairs searched
 // exhaustively, larger sets greedily in preference order then pruned.
+// A set that would take an elastic gang below its minimum (allowed) is
+// not considered. A set of more pods than victims (a gang) does not end
+// the search early: fewer pods in more victims may do.
 func (sr *search) nodeVictims(p *plan.Pod, node string, cs []*victim) []*victim {
 	if len(cs) == 0 || sr.spent() || !sr.fitsOn(p, node, cs) {
 		return nil
@@ -331,22 +441,22 @@ func (sr *search) nodeVictims(p *plan.Pod, node string, cs []*victim) []*victim 
 		if sr.spent() {
 			break
 		}
-		if sr.fitsOn(p, node, []*victim{v}) {
-			consider([]*victim{v})
+		if one := []*victim{v}; sr.allowed(one) && sr.fitsOn(p, node, one) {
+			consider(one)
 		}
 	}
-	if best != nil {
+	if best != nil && sr.cost(best).Victims <= 1 {
 		return best
 	}
 	if len(cs) <= 16 {
 		for a := range cs {
 			for b := a + 1; b < len(cs) && !sr.spent(); b++ {
-				if sr.fitsOn(p, node, []*victim{cs[a], cs[b]}) {
-					consider([]*victim{cs[a], cs[b]})
+				if two := []*victim{cs[a], cs[b]}; sr.allowed(two) && sr.fitsOn(p, node, two) {
+					consider(two)
 				}
 			}
 		}
-		if best != nil {
+		if best != nil && sr.cost(best).Victims <= 2 {
 			return best
 		}
 	}
@@ -355,21 +465,25 @@ func (sr *search) nodeVictims(p *plan.Pod, node string, cs []*victim) []*victim 
 		if sr.spent() {
 			break
 		}
+		if !sr.allowed(append(slices.Clone(greedy), v)) {
+			continue
+		}
 		greedy = append(greedy, v)
 		if fit = sr.fitsOn(p, node, greedy); fit {
 			break
 		}
 	}
 	if !fit {
-		return nil // the search budget ran out before a set was found
+		return best // the search budget ran out before a set was found
 	}
 	for k := len(greedy) - 1; k >= 0 && len(greedy) > 1 && !sr.spent(); k-- {
 		without := append(slices.Clone(greedy[:k]), greedy[k+1:]...)
-		if sr.fitsOn(p, node, without) {
+		if sr.allowed(without) && sr.fitsOn(p, node, without) {
 			greedy = without
 		}
 	}
-	return greedy
+	consider(greedy)
+	return best
 }
 
 // bestFor finds the node and cheapest victim set of cands (not in
@@ -425,6 +539,7 @@ func (sr *search) find(cands []*victim) []*victim {
 		}
 		sr.free(set)
 		removed = append(removed, set...)
+		sr.taken = removed
 		for _, v := range set {
 			taken[v] = true
 		}
@@ -437,12 +552,16 @@ func (sr *search) find(cands []*victim) []*victim {
 	}
 	c.undo(pls)
 	sr.hold(removed)
+	sr.taken = nil
 	if !ok || len(removed) == 0 {
 		return nil
 	}
 	if len(removed) > 1 && u.group != nil {
 		for k := len(removed) - 1; k >= 0 && !sr.spent(); k-- {
 			rest := append(slices.Clone(removed[:k]), removed[k+1:]...)
+			if !sr.allowed(rest) {
+				continue
+			}
 			sr.tests++
 			sr.free(rest)
 			_, fits := c.tryUnit(u, true)
@@ -478,11 +597,12 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 	if len(cands) == 0 {
 		return false, nil
 	}
-	// Most preferred first: lower priority, checkpointable, least GPU-time
-	// lost since the last checkpoint, most recently started.
+	// Most preferred first: lower priority, an elastic gang's optional
+	// members, checkpointable, least GPU-time lost since the last
+	// checkpoint, most recently started.
 	slices.SortStableFunc(cands, func(a, b *victim) int {
-		return cmp.Or(cmp.Compare(a.prio, b.prio), cmp.Compare(ckpt(b), ckpt(a)), cmp.Compare(a.lost, b.lost),
-			b.start.Compare(a.start), cmp.Compare(a.key, b.key))
+		return cmp.Or(cmp.Compare(a.prio, b.prio), cmp.Compare(flag(b.optional()), flag(a.optional())), cmp.Compare(flag(b.ckpt), flag(a.ckpt)),
+			cmp.Compare(a.lost, b.lost), b.start.Compare(a.start), cmp.Compare(a.key, b.key))
 	})
 	if len(cands) > c.cfg.MaxVictimCandidates {
 		cands = cands[:c.cfg.MaxVictimCandidates]
@@ -531,9 +651,23 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 			break
 		}
 	}
+	evicted := map[*plan.Pod]bool{}
 	for _, v := range vs {
 		v.gone = true
+		for _, m := range v.members {
+			m.gone = true
+		}
+		if w := v.whole; w != nil {
+			// The rest of the gang runs on; it goes whole in a later
+			// cycle, if at all, and its members alone while spare lasts.
+			w.gone = true
+			w.spare--
+		}
 		for _, p := range v.pods {
+			if evicted[p] {
+				continue
+			}
+			evicted[p] = true
 			n++
 			names = append(names, p.Key())
 			c.out.Evictions = append(c.out.Evictions, plan.Eviction{Victim: p, For: forPod, Why: v.why})
@@ -557,8 +691,8 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 	return true, nil
 }
 
-func ckpt(v *victim) int {
-	if v.ckpt {
+func flag(b bool) int {
+	if b {
 		return 1
 	}
 	return 0

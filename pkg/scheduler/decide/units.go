@@ -27,6 +27,10 @@ type unit struct {
 	est time.Duration
 	// suffix is appended to the unit's pending messages.
 	suffix string
+	// topo is a gang's topology level, nil for none; at, with a required
+	// level, are the domains its running members are in (nil: none run).
+	topo *gangTopo
+	at   map[string]bool
 }
 
 func (u *unit) gang() string {
@@ -82,9 +86,11 @@ func (c *cycle) units() []*unit {
 	}
 	slices.Sort(keys)
 	bound := map[string]int{}
+	boundOn := map[string][]string{}
 	for _, p := range c.s.Bound {
 		if p.Group != "" && p.Pod.DeletionTimestamp == nil {
 			bound[p.Group]++
+			boundOn[p.Group] = append(boundOn[p.Group], p.Pod.Spec.NodeName)
 		}
 	}
 	for _, key := range keys {
@@ -114,6 +120,24 @@ func (c *cycle) units() []*unit {
 			continue
 		}
 		u.need = max(int(g.MinMember)-bound[key], 1)
+		topo, err := c.topology(g)
+		if err != nil {
+			c.pend(u, plan.CodeInvalid, fmt.Sprintf("gang %s: %v", key, err))
+			continue
+		}
+		u.topo = topo
+		if topo != nil && topo.required {
+			for _, name := range boundOn[key] {
+				if n := c.v.Node(name); n != nil {
+					if d, ok := topo.domain(n); ok {
+						if u.at == nil {
+							u.at = map[string]bool{}
+						}
+						u.at[d] = true
+					}
+				}
+			}
+		}
 		q, err := c.queueOf(pods[0])
 		if err != nil {
 			c.pend(u, plan.CodeInvalid, err.Error())

@@ -188,6 +188,27 @@ type Group struct {
 	// written ("spec.minMember 0 is outside 1..10000; ..."): its pods
 	// wait with that reason instead of "not found".
 	Invalid string
+	// Topology is the topology level the gang asks to be placed within;
+	// the zero value asks for none (the decider's own preferred order).
+	Topology GangTopology
+}
+
+// GangTopology is the topology level a gang asks for: the
+// gpud.io/gang-topology and gpud.io/gang-topology-mode annotations on its
+// PodGroup or workload, or a scheduling.k8s.io PodGroup's
+// spec.schedulingConstraints.topology.
+type GangTopology struct {
+	// Level is "nvlink" (NVLink domain), "node", "rack", "zone", or a node
+	// label key whose values name the domains; "" none.
+	Level string
+	// Required: the gang's members (at least minMember) are placed within
+	// one domain of Level, or the gang waits; false: preferred, the
+	// decider tries Level's domains first and places it elsewhere when
+	// none has room.
+	Required bool
+	// Source names where the level was set, for reasons ("annotation
+	// gpud.io/gang-topology on PodGroup default/train").
+	Source string
 }
 
 // Plan is what a cycle decided.

@@ -89,7 +89,8 @@ func convertFromUnstructured(obj map[string]any, pg *PodGroup) (err error) {
 // ToGroup converts a coscheduling PodGroup into the plan's group, refusing
 // (ErrInvalid, naming the object and the field) a spec.minMember outside
 // 1..MaxMinMember, a spec.scheduleTimeoutSeconds outside
-// 0..MaxTimeoutSeconds and a missing name or namespace. A nil or zero
+// 0..MaxTimeoutSeconds, a missing name or namespace, and topology
+// annotations ParseTopology refuses. A nil or zero
 // scheduleTimeoutSeconds becomes ScheduleTimeout 0 (no timeout of the
 // group's own). Created is the object's creationTimestamp.
 func ToGroup(pg *PodGroup) (*plan.Group, error) {
@@ -112,12 +113,17 @@ func ToGroup(pg *PodGroup) (*plan.Group, error) {
 		}
 		timeout = time.Duration(*p) * time.Second
 	}
+	topo, err := ParseTopology(pg.Annotations, id)
+	if err != nil {
+		return nil, err
+	}
 	return &plan.Group{
 		Namespace:       pg.Namespace,
 		Name:            pg.Name,
 		MinMember:       pg.Spec.MinMember,
 		ScheduleTimeout: timeout,
 		Created:         pg.CreationTimestamp.Time,
+		Topology:        topo,
 	}, nil
 }
 
@@ -136,7 +142,10 @@ func FromUnstructuredGroup(u *unstructured.Unstructured) (*plan.Group, error) {
 // spec.schedulingGroup.podGroupName). Its gang policy's minCount becomes
 // MinMember (1..MaxMinMember); a basic policy becomes MinMember 1 (each
 // pod alone). The in-tree API has no schedule timeout: ScheduleTimeout is
-// 0. Topology constraints and PodGroup-level claims are not carried.
+// 0. Its topology constraint (spec.schedulingConstraints.topology: one
+// node label key) becomes a required Topology; without one, the
+// PodGroup's topology annotations count (ParseTopology). PodGroup-level
+// claims are not carried.
 func FromInTree(pg *schedulingv1beta1.PodGroup) (*plan.Group, error) {
 	if pg == nil {
 		return nil, fmt.Errorf("%w: nil scheduling.k8s.io PodGroup", ErrInvalid)
@@ -160,5 +169,10 @@ func FromInTree(pg *schedulingv1beta1.PodGroup) (*plan.Group, error) {
 	default:
 		return nil, fmt.Errorf("%s: spec.schedulingPolicy sets neither basic nor gang: %w", id, ErrInvalid)
 	}
+	topo, err := inTreeTopology(pg, id)
+	if err != nil {
+		return nil, err
+	}
+	g.Topology = topo
 	return g, nil
 }

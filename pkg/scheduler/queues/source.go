@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -54,8 +55,10 @@ type Config struct {
 	// every RecheckInterval, starting its informers once the CRD is
 	// installed, without a restart. Nil: the CRD is taken as installed.
 	Discovery discovery.DiscoveryInterface
-	// RecheckInterval is how often to ask Discovery while the CRD is
-	// missing; default [DefaultRecheckInterval], at most 1h.
+	// RecheckInterval is how often to ask Discovery whether the CRD is
+	// served: while it is missing (to start on it once installed), and
+	// while it is served (to fall back to the --queues file if it is
+	// deleted); default [DefaultRecheckInterval], at most 1h.
 	RecheckInterval time.Duration
 	// Log hears of refused queues and failed status writes; nil discards.
 	Log *slog.Logger
@@ -96,6 +99,10 @@ type Source struct {
 	leading bool
 	usage   map[string]jobs.Resources
 	pending map[string]int
+
+	// servedGauge and removed are the Source's metrics (Collectors).
+	servedGauge prometheus.GaugeFunc
+	removed     prometheus.Counter
 }
 
 // NewSource makes the informers (not yet running) and checks cfg.
@@ -119,6 +126,19 @@ func NewSource(cfg Config) (*Source, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Source{cfg: cfg, poke: make(chan struct{}, 1)}
+	s.servedGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gpud_scheduler_queue_crd_served",
+		Help: "1 while the API server serves Queue objects (the tree is theirs over the --queues file), 0 while the --queues file alone serves (the Queue CRD not installed, or deleted).",
+	}, func() float64 {
+		if s.served.Load() {
+			return 1
+		}
+		return 0
+	})
+	s.removed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "gpud_scheduler_queue_crd_removed_total",
+		Help: "Times the Queue CRD was found deleted while the scheduler ran, each time falling back to the --queues file.",
+	})
 	if cfg.Discovery == nil {
 		s.served.Store(true)
 	} else if ok, err := Installed(cfg.Discovery); err != nil {
@@ -182,10 +202,19 @@ func transform(obj any) (any, error) {
 // cycle starts at once).
 func (s *Source) OnChange(f func()) { s.onChange.Store(&f) }
 
+// Collectors are the Source's metrics, for the scheduler's registry:
+// gpud_scheduler_queue_crd_served and
+// gpud_scheduler_queue_crd_removed_total.
+func (s *Source) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.servedGauge, s.removed}
+}
+
 // Run runs the informers and the status writer until ctx ends. While the
 // Queue CRD is not served it asks discovery every RecheckInterval and
 // starts the informers once it is (an error of discovery is logged and
-// asked again).
+// asked again). Once it is served, discovery is asked as often whether it
+// still is: a CRD deleted while the scheduler runs sends it back to the
+// --queues file (logged, counted), until the CRD is installed again.
 func (s *Source) Run(ctx context.Context) error {
 	if !s.served.Load() {
 		t := time.NewTicker(s.cfg.RecheckInterval)
@@ -209,6 +238,9 @@ func (s *Source) Run(ctx context.Context) error {
 		t.Stop()
 	}
 	go s.writeStatus(ctx)
+	if s.cfg.Discovery != nil {
+		go s.recheck(ctx)
+	}
 	go func() {
 		// The tree changes when the informers have synced (Set serves the
 		// file's until then): the next cycle should not wait for a resync.
@@ -219,6 +251,42 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 	}()
 	return informers.Run(ctx, s.queues, s.nsInf)
+}
+
+// recheck asks discovery every RecheckInterval whether the Queue CRD is
+// still served, and switches the Source between the Queue objects and the
+// --queues file alone when that changes. The informers keep running: once
+// the CRD is back, their reflectors list the objects again.
+func (s *Source) recheck(ctx context.Context) {
+	t := time.NewTicker(s.cfg.RecheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ok, err := Installed(s.cfg.Discovery)
+		if err != nil {
+			s.cfg.Log.Warn("queue CRD not checked", "err", err)
+			continue
+		}
+		if ok == s.served.Load() {
+			continue
+		}
+		s.served.Store(ok)
+		s.gen.Add(1)
+		if ok {
+			s.cfg.Log.Info("queue CRD installed again: watching Queue objects", "crd", Resource+"."+GroupVersion.Group)
+		} else {
+			s.removed.Inc()
+			s.cfg.Log.Warn("queue CRD deleted: back to the --queues file, each pod's queue its label", "crd", Resource+"."+GroupVersion.Group,
+				"file_queues", len(s.cfg.File))
+		}
+		if f := s.onChange.Load(); f != nil {
+			(*f)()
+		}
+	}
 }
 
 // Served reports whether the API server serves Queue objects (as

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -161,4 +162,55 @@ func TestSourceCRDInstalledLater(t *testing.T) {
 		t.Fatalf("a team-a pod: queue %q, %v; want team-a (its namespace's Queue)", q, err)
 	}
 	testwait.For(t, 30*time.Second, "a change reported", func() bool { return changes.Load() > 0 })
+}
+
+// A Queue CRD deleted while the Source runs sends it back to the
+// --queues file (each pod's queue its label), logged and counted; once
+// the CRD is installed again, the Queue objects serve again.
+func TestSourceCRDDeleted(t *testing.T) {
+	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	a := queue("team-a", "", func(s *Spec) { s.Limit.GPUMilli = 1000; s.Namespaces = []string{"team-a"} })
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{GVR: "QueueList"},
+		unstructuredQueue(t, a))
+	disco := &toggledDiscovery{FakeDiscovery: &discoveryfake.FakeDiscovery{Fake: &k8stesting.Fake{}}}
+	disco.served.Store(true)
+	file := []jobs.Queue{{Name: "batch"}}
+	src, err := NewSource(Config{Dynamic: dyn, Client: client, File: file, Discovery: disco, RecheckInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Run(t, "source", src.Run)
+	objects := func() error {
+		qs, _, of := src.Set()
+		if len(qs) != 2 || of == nil {
+			return fmt.Errorf("queues %+v, queueOf set %v", qs, of != nil)
+		}
+		return nil
+	}
+	testwait.ForErr(t, 30*time.Second, "the Queue objects' tree", objects)
+	served, removed := src.Collectors()[0], src.Collectors()[1]
+	if v := testutil.ToFloat64(served); v != 1 {
+		t.Fatalf("gpud_scheduler_queue_crd_served %v while served, want 1", v)
+	}
+
+	disco.served.Store(false) // the CRD is deleted
+	testwait.ForErr(t, 30*time.Second, "the --queues file alone", func() error {
+		qs, _, of := src.Set()
+		if len(qs) != 1 || qs[0].Name != "batch" || of != nil {
+			return fmt.Errorf("queues %+v, queueOf set %v", qs, of != nil)
+		}
+		return nil
+	})
+	if s, r := testutil.ToFloat64(served), testutil.ToFloat64(removed); s != 0 || r != 1 {
+		t.Errorf("after the CRD is deleted: served %v, removed %v; want 0 and 1", s, r)
+	}
+	if src.Served() {
+		t.Error("Served() true after the CRD is deleted")
+	}
+
+	disco.served.Store(true) // installed again
+	testwait.ForErr(t, 30*time.Second, "the Queue objects' tree again", objects)
+	if r := testutil.ToFloat64(removed); r != 1 {
+		t.Errorf("removed %v after the CRD is back, want still 1", r)
+	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpud/gpud/internal/informers"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/podgroup"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup/autogang"
 )
 
@@ -201,6 +202,13 @@ func (s *Source) group(p autogang.Pod, seen map[string]*plan.Group) (string, *pl
 		return key, pg
 	}
 	pg := &plan.Group{Namespace: g.Namespace, Name: g.Name, MinMember: g.MinMember, Created: g.Created, Invalid: g.Invalid}
+	if pg.Invalid == "" {
+		topo, err := podgroup.ParseTopology(g.Topology, g.Object)
+		if err != nil {
+			pg.Invalid = err.Error()
+		}
+		pg.Topology = topo
+	}
 	if g.Invalid != "" {
 		s.log.Debug("workload not grouped", "gang", key, "reason", g.Invalid)
 	}

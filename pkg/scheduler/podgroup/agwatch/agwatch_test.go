@@ -17,6 +17,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
 func obj(apiVersion, kind, name string, spec map[string]any, owner *metav1.OwnerReference) *unstructured.Unstructured {
@@ -45,7 +47,10 @@ func TestSource(t *testing.T) {
 		ctrl("jobset.x-k8s.io/v1alpha2", "JobSet", "js"))
 	mpi := obj("kubeflow.org/v2beta1", "MPIJob", "mpi", map[string]any{"mpiReplicaSpecs": map[string]any{
 		"Launcher": map[string]any{"replicas": int64(1)}, "Worker": map[string]any{"replicas": int64(2)}}}, nil)
+	mpi.SetAnnotations(map[string]string{"gpud.io/gang-topology": "zone", "gpud.io/gang-topology-mode": "preferred"})
 	ray := obj("ray.io/v1", "RayCluster", "rc", map[string]any{"workerGroupSpecs": []any{map[string]any{"replicas": int64(4)}}}, nil)
+	badTopo := obj("batch/v1", "Job", "bad", map[string]any{"parallelism": int64(2), "completionMode": "Indexed"}, nil)
+	badTopo.SetAnnotations(map[string]string{"gpud.io/gang-topology": "rack", "gpud.io/gang-topology-mode": "hard"})
 
 	lists := []*metav1.APIResourceList{
 		{GroupVersion: "batch/v1", APIResources: []metav1.APIResource{{Name: "jobs", Kind: "Job"}, {Name: "cronjobs"}}},
@@ -59,7 +64,7 @@ func TestSource(t *testing.T) {
 		{Group: "kubeflow.org", Version: "v2beta1", Resource: "mpijobs"}:     "MPIJobList",
 		{Group: "ray.io", Version: "v1", Resource: "rayclusters"}:            "RayClusterList",
 	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, js, job, mpi, ray)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, js, job, mpi, ray, badTopo)
 	s, err := NewSource(disco, func() (dynamic.Interface, error) { return dyn, nil }, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +101,8 @@ func TestSource(t *testing.T) {
 		{name: "jobset through its job", pod: pod(ctrl("batch/v1", "Job", "js-w-0")), key: "ml/jobset:js", min: 6},
 		{name: "mpijob", pod: pod(ctrl("kubeflow.org/v2beta1", "MPIJob", "mpi")), key: "ml/mpijob:mpi", min: 3},
 		{name: "raycluster not served", pod: pod(ctrl("ray.io/v1", "RayCluster", "rc"))},
+		{name: "job with a bad topology mode", pod: pod(ctrl("batch/v1", "Job", "bad")), key: "ml/job:bad", min: 2,
+			invalid: `Job ml/bad: annotation gpud.io/gang-topology-mode "hard"; want required (the default) or preferred`},
 		{name: "job not seen", pod: pod(ctrl("batch/v1", "Job", "later")), key: "ml/job:later", invalid: "waiting for its owner Job ml/later"},
 		{name: "no owner", pod: pod(nil)},
 	}
@@ -115,6 +122,11 @@ func TestSource(t *testing.T) {
 				t.Fatalf("group %+v, want %s min %d invalid %q", g, key, tc.min, tc.invalid)
 			}
 		})
+	}
+	// The workload's topology annotations come with its gang.
+	if _, g := group(pod(ctrl("kubeflow.org/v2beta1", "MPIJob", "mpi"))); g == nil ||
+		g.Topology != (plan.GangTopology{Level: "zone", Source: "annotation gpud.io/gang-topology on MPIJob ml/mpi"}) {
+		t.Errorf("mpijob's group %+v, want its preferred zone level", g)
 	}
 	if _, g1 := group(pod(ctrl("batch/v1", "Job", "js-w-0"))); g1 == nil {
 		t.Fatal("no group")

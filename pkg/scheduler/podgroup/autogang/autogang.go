@@ -24,6 +24,13 @@ const (
 	// size (1..size): an elastic gang, whose first MinMember pods start
 	// together and whose others are placed when room exists.
 	MinMemberAnnotation = "gpud.io/gang-min-member"
+	// TopologyAnnotation names the topology level the gang asks to be
+	// placed within: nvlink, node, rack, zone, or a node label the
+	// scheduler's --gang-topology-labels lists.
+	TopologyAnnotation = "gpud.io/gang-topology"
+	// TopologyModeAnnotation is "required" (the default: the whole gang
+	// within one domain of the level, or it waits) or "preferred".
+	TopologyModeAnnotation = "gpud.io/gang-topology-mode"
 )
 
 // Well-known labels and annotations the operators put on their pods.
@@ -115,6 +122,12 @@ type Gang struct {
 	// Invalid, if set, says why the workload cannot be grouped as
 	// written, or that its owner is not seen yet; its pods wait with it.
 	Invalid string
+	// Topology holds the workload's TopologyAnnotation and
+	// TopologyModeAnnotation, those it sets, as written (the scheduler
+	// validates them); nil when it sets neither.
+	Topology map[string]string
+	// Object names the workload in reasons ("JobSet default/train").
+	Object string
 }
 
 // Key is the gang's key among the scheduler's groups: "namespace/name".
@@ -187,6 +200,15 @@ func finish(g Gang, ok bool, obj map[string]any, ns string) (Gang, bool) {
 		return g, true
 	}
 	ann := metaMap(obj, "annotations")
+	g.Object = id(obj)
+	for _, k := range []string{TopologyAnnotation, TopologyModeAnnotation} {
+		if v, set := ann[k]; set {
+			if g.Topology == nil {
+				g.Topology = map[string]string{}
+			}
+			g.Topology[k] = v
+		}
+	}
 	if v, set := ann[MinMemberAnnotation]; set {
 		n, err := countString(v)
 		switch {

@@ -187,6 +187,24 @@ func TestResolveCreatedAndKind(t *testing.T) {
 	}
 }
 
+// TestResolveTopology: the deciding workload's topology annotations come
+// with its gang as written (the scheduler validates them); others' do not.
+func TestResolveTopology(t *testing.T) {
+	job := strings.Replace(indexedJob, `"uid":"uid-train"`,
+		`"uid":"uid-train","annotations":{"gpud.io/gang-topology":"rack","gpud.io/gang-topology-mode":"preferred","other":"x"}`, 1)
+	g, ok := Resolve(Pod{Namespace: "ml", Owner: jobRef("train")}, newStore(t, job).get)
+	want := map[string]string{TopologyAnnotation: "rack", TopologyModeAnnotation: "preferred"}
+	if !ok || len(g.Topology) != 2 || g.Topology[TopologyAnnotation] != "rack" || g.Topology[TopologyModeAnnotation] != "preferred" || g.Object != "Job ml/train" {
+		t.Fatalf("Resolve() = %+v, %v; want Topology %v from Job ml/train", g, ok, want)
+	}
+	// A JobSet decides: its Job's annotations do not count.
+	js := strings.Replace(jobSetJob, `"uid":"uid-js-workers-0",`, `"uid":"uid-js-workers-0","annotations":{"gpud.io/gang-topology":"zone"},`, 1)
+	g, ok = Resolve(Pod{Namespace: "ml", Owner: jobRef("js-workers-0")}, newStore(t, jobSet, js).get)
+	if !ok || g.Topology != nil || g.Object != "JobSet ml/js" {
+		t.Fatalf("Resolve() = %+v, %v; want no topology from JobSet ml/js", g, ok)
+	}
+}
+
 func TestPrune(t *testing.T) {
 	var obj map[string]any
 	doc := `{"kind":"JobSet","metadata":{"name":"a","managedFields":[{"x":1}]},"status":{"succeeded":1,"big":"x"},

@@ -26,6 +26,7 @@ import (
 	"github.com/gpud/gpud/pkg/mig/migctl"
 	"github.com/gpud/gpud/pkg/sharingctl"
 	"github.com/gpud/gpud/pkg/simnode"
+	"github.com/gpud/gpud/pkg/simnode/simapi"
 	"github.com/gpud/gpud/pkg/telemetry"
 	"github.com/gpud/gpud/pkg/timeslice"
 )
@@ -170,6 +171,9 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		mux := http.NewServeMux()
 		migctl.API{Service: migSvc, Metrics: migMetrics}.Routes(mux)
 		sharingctl.API{Runtime: src.Sharing}.Routes(mux)
+		if sim != nil {
+			simapi.API{Node: sim, Log: log.With("component", "sim")}.Routes(mux)
+		}
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, taskgroup.Task{Name: "admin", Run: srv.Run})
 	}

@@ -94,6 +94,14 @@ type schedulerLearnOptions struct {
 	quantile        float64
 	minSamples      float64
 	maxKeys         int
+	// usage are the --learn-usage* flags.
+	usage struct {
+		on         bool
+		configMap  string
+		quantile   float64
+		minSamples float64
+		maxKeys    int
+	}
 }
 
 func (o *schedulerLearnOptions) register(fs *flag.FlagSet) {
@@ -104,6 +112,11 @@ func (o *schedulerLearnOptions) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.quantile, "learn-runtimes-quantile", learn.DefaultQuantile, "quantile of a workload's learned runtimes used as its estimate, in (0, 1): high, since backfill trusts a pod to end by it")
 	fs.Float64Var(&o.minSamples, "learn-runtimes-min-samples", learn.DefaultMinSamples, "recent succeeded pods a workload key needs before it gives estimates (coarser keys, down to the namespace and queue, answer until then)")
 	fs.IntVar(&o.maxKeys, "learn-runtimes-max-keys", predict.DefaultMaxKeys, "workload keys kept (the least recently used dropped); the ConfigMap must stay under 1 MiB")
+	fs.BoolVar(&o.usage.on, "learn-usage", true, "with --telemetry-addr: learn the peak GPU memory of this scheduler's pods per workload (the keys of --learn-runtimes, without the queue-only one) from the stream; with --overcommit, a claim then counts at the larger of its measured use and its workload's learned peak (--learn-usage-quantile) once the workload has --learn-usage-min-samples pods")
+	fs.StringVar(&o.usage.configMap, "learn-usage-configmap", learn.DefaultUsageConfigMap, "ConfigMap the leader keeps the learned GPU memory peaks in, in --learn-runtimes-namespace's namespace and written as often as --learn-runtimes-persist-interval says")
+	fs.Float64Var(&o.usage.quantile, "learn-usage-quantile", learn.DefaultUsageQuantile, "quantile of a workload's learned peak GPU memory that --overcommit counts, in (0, 1): high, since a tenant that runs out of memory fails")
+	fs.Float64Var(&o.usage.minSamples, "learn-usage-min-samples", learn.DefaultMinSamples, "recent pods a workload key needs before its learned peak counts (until then, the measured use)")
+	fs.IntVar(&o.usage.maxKeys, "learn-usage-max-keys", predict.DefaultMaxKeys, "workload keys of learned usage kept (the least recently used dropped); the ConfigMap must stay under 1 MiB")
 }
 
 // learnConfig is the learner's config from the flags (Client and Log set
@@ -118,6 +131,19 @@ func learnConfig(o *schedulerOptions) learn.Config {
 	return learn.Config{Namespace: cmp.Or(l.namespace, ns), Name: l.configMap, SchedulerName: o.schedulerName, PersistInterval: l.persistInterval,
 		Quantile: l.quantile, MinSamples: l.minSamples, MaxKeys: l.maxKeys}
 }
+
+// usageConfig is the usage learner's config from the flags (Client and
+// Log set by the caller): the runtimes' namespace and persist interval.
+func usageConfig(o *schedulerOptions) learn.Config {
+	c := learnConfig(o)
+	u := o.learn.usage
+	c.Name, c.Quantile, c.MinSamples, c.MaxKeys = u.configMap, u.quantile, u.minSamples, u.maxKeys
+	return c
+}
+
+// learnUsage reports whether the usage learner runs: --learn-usage with a
+// telemetry stream to learn from.
+func learnUsage(o *schedulerOptions) bool { return o.learn.usage.on && o.telemetry.addr != "" }
 
 func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	ns := defaultLeaseNamespace
@@ -228,6 +254,11 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 	if o.learn.on {
 		if err := learnConfig(o).Validate(); err != nil {
 			errs = append(errs, flagErr("learn-runtimes", "%w", err))
+		}
+	}
+	if learnUsage(o) {
+		if err := usageConfig(o).ForUsage().Validate(); err != nil {
+			errs = append(errs, flagErr("learn-usage", "%w", err))
 		}
 	}
 	return queues, res, errs
@@ -354,6 +385,15 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		}
 		cfg.Runtimes = learner
 	}
+	var usage *learn.Usage
+	if learnUsage(o) {
+		uc := usageConfig(o)
+		uc.Client, uc.Log = client, log
+		if usage, err = learn.NewUsage(uc); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		cfg.Usage, cfg.OvercommitLearned = usage, o.telemetry.overcommit
+	}
 	s, err := scheduler.New(cfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -367,6 +407,9 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	if learner != nil {
 		s.Registry().MustRegister(learner.Collectors()...)
 	}
+	if usage != nil {
+		s.Registry().MustRegister(usage.Collectors()...)
+	}
 	var telLn net.Listener
 	if tel != nil {
 		s.Registry().MustRegister(tel.Collectors()...)
@@ -378,7 +421,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs(),
-		"auto_gangs", autoGangs, "queue_objects", queueObjs.Served(), "learn_runtimes", o.learn.on)
+		"auto_gangs", autoGangs, "queue_objects", queueObjs.Served(), "learn_runtimes", o.learn.on, "learn_usage", usage != nil)
 	tasks := []taskgroup.Task{
 		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), "--metrics-addr", log) }},
 		{Run: groups.Run},

@@ -65,6 +65,10 @@ func TestSchedulerFlags(t *testing.T) {
 		{name: "bad runtimes namespace", args: []string{"--learn-runtimes-namespace", "Bad_NS"}, want: `runtimes ConfigMap namespace "Bad_NS"`},
 		{name: "gang topology labels", args: []string{"--gang-topology-labels", "example.com/pod, topology.kubernetes.io/region"}},
 		{name: "bad gang topology label", args: []string{"--gang-topology-labels", "example.com/pod,not a label"}, want: `--gang-topology-labels: "not a label": not a label key`},
+		{name: "bad usage quantile", args: []string{"--telemetry-addr", ":9403", "--telemetry-insecure", "--learn-usage-quantile", "1"}, want: "--learn-usage: quantile 1"},
+		{name: "bad usage max keys", args: []string{"--telemetry-addr", ":9403", "--telemetry-insecure", "--learn-usage-max-keys", "-1"}, want: "--learn-usage: predict: invalid: max keys -1"},
+		{name: "usage without a stream ignores its flags", args: []string{"--learn-usage-quantile", "2"}},
+		{name: "usage off ignores its flags", args: []string{"--telemetry-addr", ":9403", "--telemetry-insecure", "--learn-usage=false", "--learn-usage-quantile", "2"}},
 		{name: "two errors at once", args: []string{"--policy", "x", "--resync-period", "1ms"}, want: "--resync-period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,6 +89,9 @@ func TestSchedulerFlags(t *testing.T) {
 	if err != nil || len(qs) != 2 || o.leaseNamespace != "gpud" || o.schedulerName != "gpud-scheduler" || o.policy != "gpud" || !o.leaderElect ||
 		!o.learn.on || learnConfig(o).Namespace != "gpud" || o.learn.configMap != "gpud-scheduler-runtimes" || o.learn.quantile != 0.9 || o.learn.minSamples != 5 {
 		t.Errorf("defaults: %+v, %d queues, %v", o, len(qs), err)
+	}
+	if u := usageConfig(o).ForUsage(); !o.learn.usage.on || learnUsage(o) || u.Name != "gpud-scheduler-usage" || u.Namespace != "gpud" || u.Quantile != 0.95 || u.MinSamples != 5 {
+		t.Errorf("usage defaults: %+v (on %v, runs without a stream %v)", u, o.learn.usage.on, learnUsage(o))
 	}
 	if _, _, _, err := parseSchedulerFlags([]string{"-h"}, "", io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)

@@ -134,16 +134,16 @@ func TestSchedulerRBAC(t *testing.T) {
 			t.Errorf("lease Role rule %+v grants more than leases", r)
 		}
 	}
-	// Learned runtimes: the ConfigMap --learn-runtimes-configmap names by
-	// default, nothing else.
+	// Learned runtimes and usage: the ConfigMaps --learn-runtimes-configmap
+	// and --learn-usage-configmap name by default, nothing else.
 	rt, ok := objs["Role/gpud-scheduler-runtimes"].(*rbacv1.Role)
 	if !ok || rt.Namespace != "gpud" {
 		t.Fatalf("no Role for the learned runtimes' ConfigMap in namespace gpud")
 	}
 	for _, r := range rt.Rules {
 		if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"configmaps"}) ||
-			(!slices.Equal(r.Verbs, []string{"create"}) && !slices.Equal(r.ResourceNames, []string{learn.DefaultConfigMap})) {
-			t.Errorf("runtimes Role rule %+v grants more than the ConfigMap %s", r, learn.DefaultConfigMap)
+			(!slices.Equal(r.Verbs, []string{"create"}) && !slices.Equal(r.ResourceNames, []string{learn.DefaultConfigMap, learn.DefaultUsageConfigMap})) {
+			t.Errorf("runtimes Role rule %+v grants more than the ConfigMaps %s and %s", r, learn.DefaultConfigMap, learn.DefaultUsageConfigMap)
 		}
 	}
 	for _, b := range []string{"ClusterRoleBinding/gpud-scheduler", "RoleBinding/gpud-scheduler-leader-election", "RoleBinding/gpud-scheduler-runtimes"} {

@@ -128,6 +128,30 @@ type Config struct {
 	// pods without plan.RuntimeEstimateAnnotation their estimate (the
 	// annotation wins). Nil: only the annotation estimates.
 	Runtimes Runtimes
+	// Usage, if set, learns the peak GPU memory of pods' workloads from
+	// the telemetry (pkg/scheduler/learn): it runs while this replica
+	// leads, hears every pod event and each cycle's memory attributed to
+	// a pod's claim. With OvercommitLearned, the telemetry each cycle
+	// decides on counts an attributed claim at the larger of its measured
+	// use and its workload's learned peak, so that overcommit leaves room
+	// for what the workload reaches rather than what it uses this
+	// minute; claims of workloads without enough samples count as
+	// measured.
+	Usage             Usage
+	OvercommitLearned bool
+}
+
+// Usage learns and predicts pods' peak GPU memory; see Config.Usage.
+type Usage interface {
+	// Run learns until ctx ends (the term as leader).
+	Run(ctx context.Context) error
+	// Handler hears the pod informer's events.
+	Handler() cache.ResourceEventHandler
+	// Record is one sample of the memory pod's claim uses on a device,
+	// as of at (a sample seen again in a later cycle has the same at).
+	Record(pod *corev1.Pod, bytes uint64, at time.Time)
+	// PeakBytes is pod's learned peak, false when unknown.
+	PeakBytes(pod *corev1.Pod) (uint64, bool)
 }
 
 // Runtimes learns and estimates pods' runtimes; see Config.Runtimes.

@@ -227,6 +227,11 @@ func New(cfg Config) (*Scheduler, error) {
 			return nil, fmt.Errorf("scheduler: runtimes pod handler: %w", err)
 		}
 	}
+	if u := cfg.Usage; u != nil {
+		if _, err := podInf.Informer().AddEventHandler(u.Handler()); err != nil {
+			return nil, fmt.Errorf("scheduler: usage pod handler: %w", err)
+		}
+	}
 	s.hasSynced = append(s.hasSynced, podInf.Informer().HasSynced)
 	if err := s.watchStorage(); err != nil {
 		return nil, err
@@ -558,22 +563,30 @@ func (s *Scheduler) podUpdated(o, n any) {
 	}
 }
 
-// learnRuntimes runs Config.Runtimes until ctx ends (the term); the
-// function it returns stops it and waits for its last write.
+// learnRuntimes runs Config.Runtimes and Config.Usage until ctx ends
+// (the term); the function it returns stops them and waits for their
+// last writes.
 func (s *Scheduler) learnRuntimes(ctx context.Context) func() {
-	r := s.cfg.Runtimes
-	if r == nil {
+	var runs []func(context.Context) error
+	if r := s.cfg.Runtimes; r != nil {
+		runs = append(runs, r.Run)
+	}
+	if u := s.cfg.Usage; u != nil {
+		runs = append(runs, u.Run)
+	}
+	if len(runs) == 0 {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := r.Run(ctx); err != nil {
-			s.log.Error("runtime learning stopped", "err", err)
-		}
-	}()
-	return func() { cancel(); <-done }
+	var wg sync.WaitGroup
+	for _, run := range runs {
+		wg.Go(func() {
+			if err := run(ctx); err != nil {
+				s.log.Error("learning stopped", "err", err)
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
 }
 
 // loop runs cycles until ctx ends: one at once, then one per burst of

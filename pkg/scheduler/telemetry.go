@@ -3,6 +3,7 @@ package scheduler
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -47,8 +48,10 @@ func (s *Scheduler) telemetry(now time.Time, claims []*resourceapi.ResourceClaim
 		pod  types.UID
 		node string
 	}
-	// The claims of this driver each pod holds, by the node they are on.
+	// The claims of this driver each pod holds, by the node they are on;
+	// for usage learning, the pod of each claim one pod holds.
 	var held map[podNode][]string
+	var podOf map[string]*corev1.Pod
 	for _, c := range claims {
 		a := c.Status.Allocation
 		if a == nil || len(c.Status.ReservedFor) == 0 {
@@ -73,6 +76,15 @@ func (s *Scheduler) telemetry(now time.Time, claims []*resourceapi.ResourceClaim
 				held[k] = append(held[k], string(c.UID))
 			}
 		}
+		if s.cfg.Usage != nil && len(c.Status.ReservedFor) == 1 && c.Status.ReservedFor[0].Resource == "pods" {
+			ref := c.Status.ReservedFor[0]
+			if pod, err := s.pods.Pods(c.Namespace).Get(ref.Name); err == nil && pod.UID == ref.UID {
+				if podOf == nil {
+					podOf = map[string]*corev1.Pod{}
+				}
+				podOf[string(c.UID)] = pod
+			}
+		}
 	}
 	out := make(map[string]*plan.NodeTelemetry, len(nodes))
 	for name, n := range nodes {
@@ -93,9 +105,35 @@ func (s *Scheduler) telemetry(now time.Time, claims []*resourceapi.ResourceClaim
 				}
 				dt.ClaimMemoryBytes[cs[0]] += b
 			}
+			s.learnUsage(&dt, podOf, n.Received)
 			nt.Devices[uuid] = dt
 		}
 		out[name] = nt
 	}
 	return out
+}
+
+// learnUsage records each claim's attributed memory on a device (as of
+// at, when the node's newest message came) for the usage learner and, with Config.OvercommitLearned, counts the claim at
+// its workload's learned peak where that is higher than measured (the
+// device's measured use grows by the difference).
+func (s *Scheduler) learnUsage(dt *plan.DeviceTelemetry, podOf map[string]*corev1.Pod, at time.Time) {
+	u := s.cfg.Usage
+	if u == nil || len(podOf) == 0 {
+		return
+	}
+	for claim, b := range dt.ClaimMemoryBytes {
+		pod := podOf[claim]
+		if pod == nil {
+			continue
+		}
+		u.Record(pod, b, at)
+		if !s.cfg.OvercommitLearned {
+			continue
+		}
+		if peak, ok := u.PeakBytes(pod); ok && peak > b {
+			dt.ClaimMemoryBytes[claim] = peak
+			dt.MemoryUsedBytes += peak - b
+		}
+	}
 }

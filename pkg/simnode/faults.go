@@ -167,3 +167,17 @@ func (n *Node) FallOffBus(index int) error {
 		d.lost = true
 	})
 }
+
+// GPUIndex returns the index of the GPU whose UUID is uuid, for the hooks
+// that take an index; an unknown UUID is an error wrapping ErrUnknownGPU.
+func (n *Node) GPUIndex(uuid string) (int, error) {
+	for i, d := range n.devices {
+		if d.uuid == uuid {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q (node %s has %d GPUs)", ErrUnknownGPU, uuid, n.name, len(n.devices))
+}
+
+// GPUs is the number of GPUs of the node.
+func (n *Node) GPUs() int { return len(n.devices) }

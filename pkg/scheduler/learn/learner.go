@@ -1,12 +1,12 @@
 package learn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -119,17 +119,9 @@ type Learner struct {
 	log *slog.Logger
 	m   *metrics
 
-	mu sync.Mutex
-	p  *predict.Predictor
-	// active is true while Run runs and has loaded the ConfigMap: only
-	// then are pods learned from and estimated.
-	active bool
-	// gen counts changes of p; saved is the gen last written.
-	gen, saved uint64
-	// rv is the ConfigMap's resourceVersion as last read or written (""
-	// when unknown); exists is whether it exists.
-	rv     string
-	exists bool
+	// book holds the predictor and its ConfigMap; its mu guards the
+	// fields below too.
+	book
 	// estimates caches Estimate per pod for gen.
 	estimates    map[types.UID]time.Duration
 	estimatesGen uint64
@@ -151,9 +143,28 @@ func New(cfg Config) (*Learner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("learn: %w", err)
 	}
-	return &Learner{cfg: cfg, log: cfg.Log.With("component", "runtimes"), m: newMetrics(), p: p,
-		estimates: map[types.UID]time.Duration{}, started: map[types.UID]time.Duration{}}, nil
+	log := cfg.Log.With("component", "runtimes")
+	m := newMetrics()
+	l := &Learner{cfg: cfg, log: log, m: m,
+		book: book{client: cfg.Client, namespace: cfg.Namespace, name: cfg.Name, dataKey: DataKey, managedBy: cfg.SchedulerName,
+			what: "runtimes", flag: "--learn-runtimes", opts: cfg.predictOptions(), interval: cfg.PersistInterval, log: log,
+			failures: m.failures, lastSave: m.lastSave, keys: m.keys, p: p},
+		estimates: map[types.UID]time.Duration{}, started: map[types.UID]time.Duration{}}
+	l.reset = func() {
+		clear(l.started)
+		clear(l.estimates)
+	}
+	return l, nil
 }
+
+// Run loads what was learned from the ConfigMap, then learns and answers
+// estimates until ctx ends, writing the ConfigMap at most every persist
+// interval (when something was learned) and once more at the end. The
+// scheduler runs it while it leads. Reading the ConfigMap is retried until
+// it answers (a leader that started empty on a passing API error would
+// overwrite what the previous one learned); corrupt data is logged,
+// counted and replaced. Run returns nil when ctx ends.
+func (l *Learner) Run(ctx context.Context) error { return l.run(ctx) }
 
 // Estimate is the learned runtime of pod (the configured quantile of its
 // most specific key with enough samples), or 0 when unknown or the learner

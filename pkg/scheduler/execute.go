@@ -58,8 +58,11 @@ type writtenClaim struct {
 // decide; evictions, then the pending pods' conditions and events, are
 // written by the cycle.
 func (s *Scheduler) execute(ctx context.Context, sn *snapshot, p plan.Plan) {
-	var refused []plan.Pending
-	for _, unit := range gangUnits(p.Binds) {
+	refused := sn.early.refused
+	for _, unit := range plan.Units(p.Binds) {
+		if sn.early.sent[unit[0].Pod.Pod.UID] {
+			continue // handed over while the cycle decided
+		}
 		refused = append(refused, s.dispatch(ctx, sn.volumes, unit)...)
 	}
 
@@ -156,6 +159,30 @@ func (s *Scheduler) dispatch(ctx context.Context, vols volumeBinder, unit []plan
 	return nil
 }
 
+// earlyBinds is what a cycle dispatched as its decider committed it: the
+// pods handed to the bind workers, and those refused at dispatch (their
+// volumes could not be reserved).
+type earlyBinds struct {
+	sent    map[types.UID]bool
+	refused []plan.Pending
+}
+
+// streamBinds makes the decider hand each unit to the bind workers as it
+// commits it (plan.Snapshot.Decided), so that on a cycle with thousands
+// of pending pods the first Binding is written after one decision rather
+// than after all of them; execute then dispatches only the rest.
+func (s *Scheduler) streamBinds(ctx context.Context, sn *snapshot) {
+	sn.early.sent = map[types.UID]bool{}
+	sn.Decided = func(binds []plan.Bind) {
+		for _, unit := range plan.Units(binds) {
+			sn.early.refused = append(sn.early.refused, s.dispatch(ctx, sn.volumes, unit)...)
+			for _, b := range unit {
+				sn.early.sent[b.Pod.Pod.UID] = true
+			}
+		}
+	}
+}
+
 // volumesPending is every pod of unit pending because failed's volumes
 // could not be bound (err).
 func volumesPending(unit []plan.Bind, failed plan.Bind, err error) []plan.Pending {
@@ -210,30 +237,6 @@ func (s *Scheduler) runBind(j bindJob) {
 		s.writeFailed(j.ctx, failed)
 	}
 	s.poke()
-}
-
-// gangUnits groups binds: each gang (same non-empty Gang) is one unit in
-// the order of its first bind, every other bind a unit of its own.
-func gangUnits(binds []plan.Bind) [][]plan.Bind {
-	var out [][]plan.Bind
-	at := map[string]int{}
-	for _, b := range binds {
-		if b.Pod == nil || b.Pod.Pod == nil {
-			continue
-		}
-		if b.Gang == "" {
-			out = append(out, []plan.Bind{b})
-			continue
-		}
-		i, ok := at[b.Gang]
-		if !ok {
-			i = len(out)
-			at[b.Gang] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], b)
-	}
-	return out
 }
 
 // bindUnit binds the unit's volumes (reserved by the cycle, see

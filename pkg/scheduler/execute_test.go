@@ -285,7 +285,7 @@ func TestWritePendingClearsNomination(t *testing.T) {
 
 func TestGangUnits(t *testing.T) {
 	p := func(n string) *plan.Pod { return newPod(claimPod("ns", n, t0), nil) }
-	units := gangUnits([]plan.Bind{{Pod: p("a"), Gang: "g"}, {Pod: p("b")}, {Pod: p("c"), Gang: "g"}, {Pod: p("d"), Gang: "h"}})
+	units := plan.Units([]plan.Bind{{Pod: p("a"), Gang: "g"}, {Pod: p("b")}, {Pod: p("c"), Gang: "g"}, {Pod: p("d"), Gang: "h"}})
 	var got []string
 	for _, u := range units {
 		var names []string

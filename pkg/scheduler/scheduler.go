@@ -723,6 +723,7 @@ func (s *Scheduler) cycleOn(ctx context.Context, in inputs, now time.Time) {
 	// With queues the decider also runs without pending pods, so that
 	// the queues' usage stays current.
 	if len(sn.Pending) > 0 || len(sn.Queues) > 0 {
+		s.streamBinds(ctx, sn)
 		p, err = s.decide(sn.Snapshot)
 		if err != nil {
 			s.log.Error("decider failed: no decision this cycle", "pending", len(sn.Pending), "err", err)

@@ -77,6 +77,9 @@ type snapshotter struct {
 // snapshot is one cycle's snapshot plus what the runtime needs besides.
 type snapshot struct {
 	*plan.Snapshot
+	// early is what the cycle handed to the bind workers while deciding
+	// (see Scheduler.streamBinds).
+	early earlyBinds
 	// missing are this scheduler's pods whose claims are missing, with
 	// the reason; they are reported, not decided.
 	missing []plan.Pending

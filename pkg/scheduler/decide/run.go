@@ -129,6 +129,7 @@ const maxHeadTries = 8
 // place (beyond minMember) wait.
 func (c *cycle) commit(u *unit, pls []*placed) {
 	got := map[*plan.Pod]bool{}
+	first := len(c.out.Binds)
 	for _, pl := range pls {
 		got[pl.pod] = true
 		b := plan.Bind{Pod: pl.pod, Node: pl.node, Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang()}
@@ -138,6 +139,9 @@ func (c *cycle) commit(u *unit, pls []*placed) {
 		c.out.Binds = append(c.out.Binds, b)
 		use, models := c.usageOf(pl.as, pl.node, resultsOf(pl.allocs))
 		c.q.Charge(u.queue, use, models, 1)
+	}
+	if c.s.Decided != nil && len(c.out.Binds) > first {
+		c.s.Decided(slices.Clone(c.out.Binds[first:]))
 	}
 	for _, p := range u.pods {
 		if !got[p] {

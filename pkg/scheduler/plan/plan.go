@@ -80,6 +80,13 @@ type Snapshot struct {
 	// without a live stream is absent: decisions then use ResourceSlices
 	// and claims alone. Nil: no telemetry listener.
 	Telemetry map[string]*NodeTelemetry
+	// Decided, when set, is told each unit of binds (a gang's members
+	// placed together, or one pod) as the decider commits it, before
+	// Decide returns, so that its writes start while the rest of the
+	// cycle is decided (the first bind of a large cycle then comes after
+	// one decision, not all). The Plan holds the same binds. Nil: the
+	// binds are in the Plan only.
+	Decided func(unit []Bind)
 }
 
 // NodeTelemetry is the newest state one node's agent streamed.
@@ -312,4 +319,30 @@ type Pending struct {
 // Decider turns a snapshot into a plan. It must not modify the snapshot.
 type Decider interface {
 	Decide(s *Snapshot) Plan
+}
+
+// Units groups binds into the units written all or nothing: each gang
+// (binds with the same non-empty Gang) is one unit, at its first bind's
+// place; every other bind is a unit of its own. Binds without a pod are
+// left out.
+func Units(binds []Bind) [][]Bind {
+	var out [][]Bind
+	at := map[string]int{}
+	for _, b := range binds {
+		if b.Pod == nil || b.Pod.Pod == nil {
+			continue
+		}
+		if b.Gang == "" {
+			out = append(out, []Bind{b})
+			continue
+		}
+		i, ok := at[b.Gang]
+		if !ok {
+			i = len(out)
+			at[b.Gang] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], b)
+	}
+	return out
 }

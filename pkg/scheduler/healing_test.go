@@ -24,6 +24,10 @@ type healCluster struct {
 	claims []*resourceapi.ResourceClaim
 	pods   []*corev1.Pod
 	uuid   map[string]string
+	// groups are the PodGroups (nil: ns/g is unknown).
+	groups map[string]*plan.Group
+	// healed is what the last healOnce set for the decider.
+	healed map[string][]string
 }
 
 func newHealCluster(t *testing.T) *healCluster {
@@ -76,7 +80,7 @@ func healOnce(t *testing.T, ts *testScheduler, hc *healCluster, tel map[string]s
 		deleted = append(deleted, a.(k8stesting.DeleteAction).GetName())
 		return true, nil, nil
 	})
-	sn := ts.snapshotOf(inputs{pods: hc.pods, claims: hc.claims, slices: hc.slices, nodes: []*corev1.Node{kubeNode("n1")}})
+	sn := ts.snapshotOf(inputs{pods: hc.pods, claims: hc.claims, slices: hc.slices, nodes: []*corev1.Node{kubeNode("n1")}, groups: hc.groups})
 	if len(tel) > 0 {
 		nt := &plan.NodeTelemetry{Devices: map[string]plan.DeviceTelemetry{}}
 		for dev, why := range tel {
@@ -85,6 +89,7 @@ func healOnce(t *testing.T, ts *testScheduler, hc *healCluster, tel map[string]s
 		sn.Telemetry = map[string]*plan.NodeTelemetry{"n1": nt}
 	}
 	ts.heal(t.Context(), sn, hc.slices, t0)
+	hc.healed = sn.Healed
 	for {
 		select {
 		case e := <-ts.events.Events:
@@ -120,6 +125,25 @@ func TestHealEvictsGangOfFailedGPU(t *testing.T) {
 	// A cycle before the informer shows them terminating: not again.
 	if again, _, events := healOnce(t, ts, hc, map[string]string{"gpu-2": "Xid 79"}); len(again)+len(events) > 0 {
 		t.Errorf("evicted %v again, events %q, before the pods showed terminating", again, events)
+	}
+}
+
+// An elastic gang (2 running, minMember 1) loses only the member on the
+// failed GPU, says so, and the decider is told where the gang ran.
+func TestHealElasticGangLosesOnlyFailedMember(t *testing.T) {
+	hc := newHealCluster(t)
+	hc.groups = map[string]*plan.Group{"ns/g": {Namespace: "ns", Name: "g", MinMember: 1}}
+	ts := newTestScheduler(t, placeAll{})
+	evicted, _, events := healOnce(t, ts, hc, map[string]string{"gpu-2": "Xid 79"})
+	if strings.Join(evicted, ",") != "a" {
+		t.Fatalf("evicted %v, want a alone", evicted)
+	}
+	want := fmt.Sprintf("Warning GPUFailed Evicted: GPU %s on node n1 failed (Xid 79); gang ns/g keeps its 1 other member running", hc.uuid["gpu-2"])
+	if !slices.Contains(events, want) {
+		t.Errorf("events %q, want %q", events, want)
+	}
+	if got := hc.healed["ns/g"]; strings.Join(got, ",") != "n1" {
+		t.Errorf("snapshot Healed %v, want ns/g on n1", hc.healed)
 	}
 }
 

@@ -80,6 +80,11 @@ type Snapshot struct {
 	// without a live stream is absent: decisions then use ResourceSlices
 	// and claims alone. Nil: no telemetry listener.
 	Telemetry map[string]*NodeTelemetry
+	// Healed are the nodes each gang that self-healing evicted recently
+	// ran on, by PodGroup key: a decider places the gang's pending
+	// members in those nodes' NVLink domain, then rack, first when they
+	// have room (a preference, never a requirement). Nil: none.
+	Healed map[string][]string
 }
 
 // NodeTelemetry is the newest state one node's agent streamed.

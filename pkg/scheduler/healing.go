@@ -236,7 +236,7 @@ func (s *Scheduler) removeFailed(ctx context.Context, pod *corev1.Pod, r heal.Re
 	}
 	m.removals.WithLabelValues(reason, string(r.Action)).Inc()
 	s.log.Info("pod on a failed GPU removed", "pod", key, "node", pod.Spec.NodeName, "gpu_uuid", r.Device.UUID,
-		"action", string(r.Action), "why", why, "attempt", r.Attempt)
+		"action", string(r.Action), "why", why, "reported_by", r.Device.ReportedBy(), "attempt", r.Attempt)
 	verb := "Evicted"
 	if r.Action == heal.Delete {
 		verb = "Deleted"

@@ -108,11 +108,11 @@ func TestHealEvictsGangOfFailedGPU(t *testing.T) {
 	if strings.Join(evicted, ",") != "a,b" {
 		t.Fatalf("evicted %v, want the whole gang a,b", evicted)
 	}
-	want := fmt.Sprintf("Warning GPUFailed Evicted: GPU %s on node n1 failed (Xid 79)", hc.uuid["gpu-2"])
+	want := fmt.Sprintf("Warning GPUFailed Evicted: GPU %s on node n1 failed (Xid 79), reported by the telemetry stream", hc.uuid["gpu-2"])
 	if !slices.Contains(events, want) {
 		t.Errorf("events %q, want %q", events, want)
 	}
-	mate := fmt.Sprintf("Warning GPUFailed Evicted: gang ns/g member ns/a lost GPU %s on node n1 (Xid 79)", hc.uuid["gpu-2"])
+	mate := fmt.Sprintf("Warning GPUFailed Evicted: gang ns/g member ns/a lost GPU %s on node n1 (Xid 79), reported by the telemetry stream", hc.uuid["gpu-2"])
 	if !slices.Contains(events, mate) {
 		t.Errorf("events %q, want %q", events, mate)
 	}
@@ -138,7 +138,7 @@ func TestHealElasticGangLosesOnlyFailedMember(t *testing.T) {
 	if strings.Join(evicted, ",") != "a" {
 		t.Fatalf("evicted %v, want a alone", evicted)
 	}
-	want := fmt.Sprintf("Warning GPUFailed Evicted: GPU %s on node n1 failed (Xid 79); gang ns/g keeps its 1 other member running", hc.uuid["gpu-2"])
+	want := fmt.Sprintf("Warning GPUFailed Evicted: GPU %s on node n1 failed (Xid 79), reported by the telemetry stream; gang ns/g keeps its 1 other member running", hc.uuid["gpu-2"])
 	if !slices.Contains(events, want) {
 		t.Errorf("events %q, want %q", events, want)
 	}
@@ -157,7 +157,7 @@ func TestHealTaints(t *testing.T) {
 		want     string
 		event    string
 	}{
-		{name: "NoExecute evicts", taint: noExec, want: "a,b", event: "on node n1 failed (Xid 79)"},
+		{name: "NoExecute evicts", taint: noExec, want: "a,b", event: "on node n1 failed (Xid 79), reported by a NoExecute device taint"},
 		{name: "NoSchedule keeps", taint: resourceapi.DeviceTaint{Key: "gpu.gpud.io/unhealthy", Value: "Xid-63", Effect: resourceapi.DeviceTaintEffectNoSchedule}},
 		{name: "tolerated", taint: noExec, tolerate: true},
 		{name: "an admin's taint", taint: resourceapi.DeviceTaint{Key: "example.com/maintenance", Effect: resourceapi.DeviceTaintEffectNoExecute},

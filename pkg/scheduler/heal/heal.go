@@ -157,13 +157,28 @@ type Removal struct {
 	Staying int
 }
 
-// Why is the Removal's message: node, GPU and reason.
+// What reported a failure ([Device.ReportedBy]).
+const (
+	ByStream = "the telemetry stream"
+	ByTaint  = "a NoExecute device taint"
+)
+
+// ReportedBy says what reported d failed: [ByTaint] when it carries an
+// untolerated NoExecute taint, else [ByStream] (Input.Unhealthy).
+func (d Device) ReportedBy() string {
+	if d.Taint != "" {
+		return ByTaint
+	}
+	return ByStream
+}
+
+// Why is the Removal's message: node, GPU, reason and what reported it.
 func (r Removal) Why() string {
 	uuid := cmp.Or(r.Device.UUID, r.Device.ParentUUID, r.Device.Name)
 	if r.Mate != "" {
-		return fmt.Sprintf("gang %s member %s lost GPU %s on node %s (%s)", r.Pod.Group, r.Mate, uuid, r.Device.Node, r.Reason)
+		return fmt.Sprintf("gang %s member %s lost GPU %s on node %s (%s), reported by %s", r.Pod.Group, r.Mate, uuid, r.Device.Node, r.Reason, r.Device.ReportedBy())
 	}
-	why := fmt.Sprintf("GPU %s on node %s failed (%s)", uuid, r.Device.Node, r.Reason)
+	why := fmt.Sprintf("GPU %s on node %s failed (%s), reported by %s", uuid, r.Device.Node, r.Reason, r.Device.ReportedBy())
 	if r.Staying > 0 {
 		members := "members"
 		if r.Staying == 1 {

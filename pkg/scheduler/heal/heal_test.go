@@ -149,10 +149,10 @@ func TestRemovalWhyNamesGPUAndReason(t *testing.T) {
 	if len(p.Removals) != 2 {
 		t.Fatalf("removals %v", keys(p.Removals))
 	}
-	if got, want := p.Removals[0].Why(), "GPU GPU-bad on node n1 failed (Xid 79)"; got != want {
+	if got, want := p.Removals[0].Why(), "GPU GPU-bad on node n1 failed (Xid 79), reported by the telemetry stream"; got != want {
 		t.Errorf("Why() = %q, want %q", got, want)
 	}
-	if got, want := p.Removals[1].Why(), "gang default/g member default/a lost GPU GPU-bad on node n1 (Xid 79)"; got != want {
+	if got, want := p.Removals[1].Why(), "gang default/g member default/a lost GPU GPU-bad on node n1 (Xid 79), reported by the telemetry stream"; got != want {
 		t.Errorf("mate Why() = %q, want %q", got, want)
 	}
 }
@@ -324,7 +324,7 @@ func TestElasticGangKeepsRunning(t *testing.T) {
 	if got := keys(p.Removals); len(got) != 1 || got[0] != "default/e-0" {
 		t.Fatalf("removals %v, want default/e-0 alone", got)
 	}
-	if got, want := p.Removals[0].Why(), "GPU GPU-bad on node n1 failed (Xid 79); gang default/e keeps its 2 other members running"; got != want {
+	if got, want := p.Removals[0].Why(), "GPU GPU-bad on node n1 failed (Xid 79), reported by the telemetry stream; gang default/e keeps its 2 other members running"; got != want {
 		t.Errorf("Why() = %q, want %q", got, want)
 	}
 	in.Pods, in.Now = pods[1:], t0.Add(time.Second)
@@ -353,5 +353,26 @@ func TestHomes(t *testing.T) {
 	}
 	if got := h.Homes(t0.Add(5 * time.Second)); len(got) != 2 || got["default/y"] == nil || got["default/z"] == nil {
 		t.Errorf("homes %v, want the 2 most recent (MaxOwners)", got)
+	}
+}
+
+// Why says what reported the failure: the stream or a device taint.
+func TestRemovalWhyNamesReporter(t *testing.T) {
+	h := mustNew(t, Config{})
+	a := Pod{Key: "default/a", UID: "a", Node: "n9", Devices: []Device{{Node: "n9", Name: "gpu-1", UUID: "GPU-1", Taint: "Xid 48"}}}
+	b := pod("b", "n1", badUUID)
+	p := h.Plan(Input{Pods: []Pod{a, b}, Unhealthy: failedOn("n1"), Now: t0})
+	got := map[string]string{}
+	for _, r := range p.Removals {
+		got[r.Pod.Key] = r.Why()
+	}
+	want := map[string]string{
+		"default/a": "GPU GPU-1 on node n9 failed (Xid 48), reported by a NoExecute device taint",
+		"default/b": "GPU GPU-bad on node n1 failed (Xid 79), reported by the telemetry stream",
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: Why() = %q, want %q", k, got[k], w)
+		}
 	}
 }

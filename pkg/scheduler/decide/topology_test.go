@@ -207,6 +207,20 @@ func TestHealedGangGoesHome(t *testing.T) {
 			t.Errorf("binds %s, want a,b: rack r2 has one node left", got)
 		}
 	})
+	t.Run("a required rack: its old rack among those allowed", func(t *testing.T) {
+		e := twoRacks(t, true)
+		e.groups["default/g"].Topology = plan.GangTopology{Level: "rack", Required: true, Source: "annotation gpud.io/gang-topology on PodGroup default/g"}
+		e.healed = map[string][]string{"default/g": {"c", "d"}}
+		if got := pair(bindsOf(e.decide(Config{}))); got != "c,d" {
+			t.Errorf("binds %s, want c,d (its rack r2)", got)
+		}
+		// Healed across racks: neither old rack holds it alone, the
+		// requirement holds (one rack).
+		e.healed = map[string][]string{"default/g": {"b", "c"}}
+		if got := pair(bindsOf(e.decide(Config{}))); got != "a,b" && got != "c,d" {
+			t.Errorf("binds %s, want one rack", got)
+		}
+	})
 	t.Run("a replacement member goes to its old NVLink domain", func(t *testing.T) {
 		e := newEnv(t)
 		for _, n := range []string{"a", "b", "c"} {

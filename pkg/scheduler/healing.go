@@ -100,8 +100,10 @@ func newHealing(cfg Config, reg prometheus.Registerer) (*healing, error) {
 }
 
 // heal evicts or deletes the bound pods whose GPUs failed (telemetry's
-// unhealthy devices, untolerated NoExecute device taints), gangs whole,
-// and tells each pod why with an Event.
+// unhealthy devices, untolerated NoExecute device taints), gangs whole
+// (an elastic gang only its failed members while it keeps minMember),
+// and tells each pod why with an Event. It sets sn.Healed to where the
+// gangs healed recently ran, for the decider.
 func (s *Scheduler) heal(ctx context.Context, sn *snapshot, slices []*resourceapi.ResourceSlice, now time.Time) {
 	hs := s.healing
 	if hs == nil {
@@ -115,9 +117,20 @@ func (s *Scheduler) heal(ctx context.Context, sn *snapshot, slices []*resourceap
 			hs.told = map[types.UID]string{}
 		}
 		hs.m.left.Reset()
+		sn.Healed = hs.h.Homes(now)
 		return
 	}
+	for key, g := range sn.Groups {
+		if g != nil && g.Invalid == "" && g.MinMember > 0 {
+			if in.MinMember == nil {
+				in.MinMember = map[string]int{}
+			}
+			in.MinMember[key] = int(g.MinMember)
+		}
+	}
 	p := hs.h.Plan(in)
+	// The decider places the healed gangs' new members where they ran.
+	sn.Healed = hs.h.Homes(now)
 	byUID := make(map[string]*corev1.Pod, len(sn.Bound))
 	for _, b := range sn.Bound {
 		byUID[string(b.Pod.UID)] = b.Pod
@@ -223,7 +236,7 @@ func (s *Scheduler) removeFailed(ctx context.Context, pod *corev1.Pod, r heal.Re
 	}
 	m.removals.WithLabelValues(reason, string(r.Action)).Inc()
 	s.log.Info("pod on a failed GPU removed", "pod", key, "node", pod.Spec.NodeName, "gpu_uuid", r.Device.UUID,
-		"action", string(r.Action), "why", why, "attempt", r.Attempt)
+		"action", string(r.Action), "why", why, "reported_by", r.Device.ReportedBy(), "attempt", r.Attempt)
 	verb := "Evicted"
 	if r.Action == heal.Delete {
 		verb = "Deleted"

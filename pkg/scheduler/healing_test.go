@@ -24,6 +24,10 @@ type healCluster struct {
 	claims []*resourceapi.ResourceClaim
 	pods   []*corev1.Pod
 	uuid   map[string]string
+	// groups are the PodGroups (nil: ns/g is unknown).
+	groups map[string]*plan.Group
+	// healed is what the last healOnce set for the decider.
+	healed map[string][]string
 }
 
 func newHealCluster(t *testing.T) *healCluster {
@@ -76,7 +80,7 @@ func healOnce(t *testing.T, ts *testScheduler, hc *healCluster, tel map[string]s
 		deleted = append(deleted, a.(k8stesting.DeleteAction).GetName())
 		return true, nil, nil
 	})
-	sn := ts.snapshotOf(inputs{pods: hc.pods, claims: hc.claims, slices: hc.slices, nodes: []*corev1.Node{kubeNode("n1")}})
+	sn := ts.snapshotOf(inputs{pods: hc.pods, claims: hc.claims, slices: hc.slices, nodes: []*corev1.Node{kubeNode("n1")}, groups: hc.groups})
 	if len(tel) > 0 {
 		nt := &plan.NodeTelemetry{Devices: map[string]plan.DeviceTelemetry{}}
 		for dev, why := range tel {
@@ -85,6 +89,7 @@ func healOnce(t *testing.T, ts *testScheduler, hc *healCluster, tel map[string]s
 		sn.Telemetry = map[string]*plan.NodeTelemetry{"n1": nt}
 	}
 	ts.heal(t.Context(), sn, hc.slices, t0)
+	hc.healed = sn.Healed
 	for {
 		select {
 		case e := <-ts.events.Events:
@@ -103,11 +108,11 @@ func TestHealEvictsGangOfFailedGPU(t *testing.T) {
 	if strings.Join(evicted, ",") != "a,b" {
 		t.Fatalf("evicted %v, want the whole gang a,b", evicted)
 	}
-	want := fmt.Sprintf("Warning GPUFailed Evicted: GPU %s on node n1 failed (Xid 79)", hc.uuid["gpu-2"])
+	want := fmt.Sprintf("Warning GPUFailed Evicted: GPU %s on node n1 failed (Xid 79), reported by the telemetry stream", hc.uuid["gpu-2"])
 	if !slices.Contains(events, want) {
 		t.Errorf("events %q, want %q", events, want)
 	}
-	mate := fmt.Sprintf("Warning GPUFailed Evicted: gang ns/g member ns/a lost GPU %s on node n1 (Xid 79)", hc.uuid["gpu-2"])
+	mate := fmt.Sprintf("Warning GPUFailed Evicted: gang ns/g member ns/a lost GPU %s on node n1 (Xid 79), reported by the telemetry stream", hc.uuid["gpu-2"])
 	if !slices.Contains(events, mate) {
 		t.Errorf("events %q, want %q", events, mate)
 	}
@@ -123,6 +128,25 @@ func TestHealEvictsGangOfFailedGPU(t *testing.T) {
 	}
 }
 
+// An elastic gang (2 running, minMember 1) loses only the member on the
+// failed GPU, says so, and the decider is told where the gang ran.
+func TestHealElasticGangLosesOnlyFailedMember(t *testing.T) {
+	hc := newHealCluster(t)
+	hc.groups = map[string]*plan.Group{"ns/g": {Namespace: "ns", Name: "g", MinMember: 1}}
+	ts := newTestScheduler(t, placeAll{})
+	evicted, _, events := healOnce(t, ts, hc, map[string]string{"gpu-2": "Xid 79"})
+	if strings.Join(evicted, ",") != "a" {
+		t.Fatalf("evicted %v, want a alone", evicted)
+	}
+	want := fmt.Sprintf("Warning GPUFailed Evicted: GPU %s on node n1 failed (Xid 79), reported by the telemetry stream; gang ns/g keeps its 1 other member running", hc.uuid["gpu-2"])
+	if !slices.Contains(events, want) {
+		t.Errorf("events %q, want %q", events, want)
+	}
+	if got := hc.healed["ns/g"]; strings.Join(got, ",") != "n1" {
+		t.Errorf("snapshot Healed %v, want ns/g on n1", hc.healed)
+	}
+}
+
 func TestHealTaints(t *testing.T) {
 	noExec := resourceapi.DeviceTaint{Key: "gpu.gpud.io/unhealthy", Value: "Xid-79", Effect: resourceapi.DeviceTaintEffectNoExecute}
 	tests := []struct {
@@ -133,7 +157,7 @@ func TestHealTaints(t *testing.T) {
 		want     string
 		event    string
 	}{
-		{name: "NoExecute evicts", taint: noExec, want: "a,b", event: "on node n1 failed (Xid 79)"},
+		{name: "NoExecute evicts", taint: noExec, want: "a,b", event: "on node n1 failed (Xid 79), reported by a NoExecute device taint"},
 		{name: "NoSchedule keeps", taint: resourceapi.DeviceTaint{Key: "gpu.gpud.io/unhealthy", Value: "Xid-63", Effect: resourceapi.DeviceTaintEffectNoSchedule}},
 		{name: "tolerated", taint: noExec, tolerate: true},
 		{name: "an admin's taint", taint: resourceapi.DeviceTaint{Key: "example.com/maintenance", Effect: resourceapi.DeviceTaintEffectNoExecute},

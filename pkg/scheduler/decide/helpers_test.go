@@ -77,6 +77,8 @@ type env struct {
 	// telemetry is what the nodes' agents stream (Snapshot.Telemetry);
 	// nil: no listener.
 	telemetry map[string]*plan.NodeTelemetry
+	// healed is where gangs healed recently ran (Snapshot.Healed).
+	healed map[string][]string
 	// rules, if set, are kube-scheduler's rules each snapshot carries.
 	rules *rules.Rules
 	// classes are DeviceClasses besides the shipped ones (other drivers').
@@ -194,6 +196,7 @@ func (e *env) snapshotOf(bound, pending []*plan.Pod) *plan.Snapshot {
 		Groups: e.groups, Queues: e.queues, Reservations: e.res, Policy: "gpud"}
 	s.PDBs = e.pdbs
 	s.Telemetry = e.telemetry
+	s.Healed = e.healed
 	if e.rules != nil {
 		var pods []*corev1.Pod
 		for _, p := range bound {

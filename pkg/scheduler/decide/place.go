@@ -170,11 +170,13 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 }
 
 // placeGang places u's members inside one domain, narrowest level first
-// (gangLevels), keeping the first domain where at least u.need of them
-// fit.
+// (gangLevels; nominated nodes, then a healed gang's old domains, before
+// them), keeping the first domain where at least u.need of them fit.
 func (c *cycle) placeGang(u *unit) ([]*placed, *failure) {
 	lvs := c.gangLevels(u)
 	required := u.topo != nil && u.topo.required
+	// A healed gang tries the domains it ran in first.
+	lvs = append(c.homeLevels(u), lvs...)
 	// Nominated members (room was made for them) try their nodes first.
 	nominated := map[string]bool{}
 	for _, p := range u.pods {

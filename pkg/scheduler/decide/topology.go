@@ -179,6 +179,54 @@ func (c *cycle) gangLevels(u *unit) []level {
 	return out
 }
 
+// homeLevels are the domains a gang that self-healing evicted ran in
+// (Snapshot.Healed), tried before any other so that it goes back where
+// it was when there is room: per level of gpud's order narrower than the
+// cluster (NVLink domain, rack, zone), the domains holding its old nodes,
+// the most of them first. With a required topology, only those within
+// one of the gang's domains (of its running members', if any). None for
+// a what-if or a gang not healed recently.
+func (c *cycle) homeLevels(u *unit) []level {
+	old := c.s.Healed[u.key]
+	if len(old) == 0 || u.group == nil || c.anyDomain {
+		return nil
+	}
+	required := u.topo != nil && u.topo.required
+	var out []level
+	for _, l := range c.levels() {
+		type ranked struct {
+			g nodeGroup
+			n int
+		}
+		var in []ranked
+		for _, g := range l.groups {
+			if g.nodes == nil {
+				continue // the cluster: gpud's own order tries it
+			}
+			n := 0
+			for _, name := range old {
+				if g.nodes[name] {
+					n++
+				}
+			}
+			if n == 0 || (required && !c.within(u.topo, g.nodes, u.at)) {
+				continue
+			}
+			in = append(in, ranked{g, n})
+		}
+		if len(in) == 0 {
+			continue
+		}
+		slices.SortStableFunc(in, func(a, b ranked) int { return b.n - a.n })
+		lv := level{name: "previous " + l.name}
+		for _, r := range in {
+			lv.groups = append(lv.groups, r.g)
+		}
+		out = append(out, lv)
+	}
+	return out
+}
+
 // requiredFailure is why a gang with a required level did not place: no
 // node in any of its domains, no domain with enough GPUs, or the last
 // domain's reason, each naming the level and where it was set.

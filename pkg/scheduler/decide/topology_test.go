@@ -166,3 +166,76 @@ func TestGangTopologyPreferred(t *testing.T) {
 		t.Errorf("required with no block big enough: binds %v, want none", got)
 	}
 }
+
+// TestHealedGangGoesHome: a gang that self-healing evicted
+// (Snapshot.Healed) is placed in the rack, and the NVLink domain, it ran
+// in when that has room, though gpud's own order would try another
+// first; without room there it is placed as usual (a preference).
+func TestHealedGangGoesHome(t *testing.T) {
+	twoRacks := func(t *testing.T, withD bool) *env {
+		e := newEnv(t)
+		e.node("a", "dgx-h100", rack("r1"))
+		e.node("b", "dgx-h100", rack("r1"))
+		e.node("c", "dgx-h100", rack("r2"))
+		if withD {
+			e.node("d", "dgx-h100", rack("r2"))
+		}
+		e.gang("g", 2)
+		e.pod("g0", reqs(gpus(8)), group("g"))
+		e.pod("g1", reqs(gpus(8)), group("g"))
+		return e
+	}
+	pair := func(got map[string]string) string {
+		n := []string{got["g0"], got["g1"]}
+		slices.Sort(n)
+		return strings.Join(n, ",")
+	}
+	t.Run("back to its old rack", func(t *testing.T) {
+		e := twoRacks(t, true)
+		if got := pair(bindsOf(e.decide(Config{}))); got != "a,b" {
+			t.Fatalf("not healed: binds %s, want gpud's order a,b (rack r1)", got)
+		}
+		e.healed = map[string][]string{"default/g": {"c", "d"}}
+		if got := pair(bindsOf(e.decide(Config{}))); got != "c,d" {
+			t.Errorf("healed from c,d: binds %s, want c,d (its rack r2)", got)
+		}
+	})
+	t.Run("old rack without room: placed as usual", func(t *testing.T) {
+		e := twoRacks(t, false)
+		e.healed = map[string][]string{"default/g": {"c", "d"}}
+		if got := pair(bindsOf(e.decide(Config{}))); got != "a,b" {
+			t.Errorf("binds %s, want a,b: rack r2 has one node left", got)
+		}
+	})
+	t.Run("a required rack: its old rack among those allowed", func(t *testing.T) {
+		e := twoRacks(t, true)
+		e.groups["default/g"].Topology = plan.GangTopology{Level: "rack", Required: true, Source: "annotation gpud.io/gang-topology on PodGroup default/g"}
+		e.healed = map[string][]string{"default/g": {"c", "d"}}
+		if got := pair(bindsOf(e.decide(Config{}))); got != "c,d" {
+			t.Errorf("binds %s, want c,d (its rack r2)", got)
+		}
+		// Healed across racks: neither old rack holds it alone, the
+		// requirement holds (one rack).
+		e.healed = map[string][]string{"default/g": {"b", "c"}}
+		if got := pair(bindsOf(e.decide(Config{}))); got != "a,b" && got != "c,d" {
+			t.Errorf("binds %s, want one rack", got)
+		}
+	})
+	t.Run("a replacement member goes to its old NVLink domain", func(t *testing.T) {
+		e := newEnv(t)
+		for _, n := range []string{"a", "b", "c"} {
+			e.node(n, "dgx-h100", rack("r1"))
+		}
+		e.gang("g", 1)
+		e.pod("g0", reqs(gpus(4)), group("g"))
+		first := bindsOf(e.decide(Config{}))["g0"]
+		home := "c"
+		if first == home {
+			home = "b"
+		}
+		e.healed = map[string][]string{"default/g": {home}}
+		if got := bindsOf(e.decide(Config{}))["g0"]; got != home {
+			t.Errorf("healed from %s: bound on %q, want %s (gpud's order picks %s)", home, got, home, first)
+		}
+	})
+}

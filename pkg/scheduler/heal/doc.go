@@ -10,7 +10,13 @@
 //     configured default; a pod annotated "keep" is left alone;
 //   - a gang (pods sharing a group key) loses all its members together,
 //     so that it is placed again as one; a gang with a member annotated
-//     "keep" is left alone whole;
+//     "keep" is left alone whole. An elastic gang (more members running
+//     than its minMember) loses only its members on failed devices
+//     while the rest stay at or above minMember, the whole gang only
+//     when it would drop below;
+//   - the nodes a healed gang ran on are remembered for a while
+//     ([Healer.Homes]) so that its new members are placed in the same
+//     domain (NVLink domain, rack) when it has room;
 //   - checkpointable pods go first, least work lost first (the time since
 //     their last checkpoint), then the rest, a bounded number per plan;
 //   - an owner (gang, controller or pod) healed again soon after its last

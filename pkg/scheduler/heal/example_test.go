@@ -33,8 +33,8 @@ func ExampleHealer_Plan() {
 		fmt.Printf("kept %s\n", l.Pod.Key)
 	}
 	// Output:
-	// evict ml/sweep: GPU GPU-7 on node a failed (Xid 79)
-	// evict ml/train-0: GPU GPU-7 on node a failed (Xid 79)
-	// evict ml/train-1: gang ml/train member ml/train-0 lost GPU GPU-7 on node a (Xid 79)
+	// evict ml/sweep: GPU GPU-7 on node a failed (Xid 79), reported by the telemetry stream
+	// evict ml/train-0: GPU GPU-7 on node a failed (Xid 79), reported by the telemetry stream
+	// evict ml/train-1: gang ml/train member ml/train-0 lost GPU GPU-7 on node a (Xid 79), reported by the telemetry stream
 	// kept ml/notebook
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +16,8 @@ const (
 	DefaultBackoffMax  = time.Hour
 	DefaultMaxPerPlan  = 100
 	DefaultMaxOwners   = 10000
+	// DefaultHomeTTL is how long a healed gang's nodes are remembered.
+	DefaultHomeTTL = 10 * time.Minute
 )
 
 // Config tunes a [Healer]. Zero values take the defaults.
@@ -38,6 +41,11 @@ type Config struct {
 	// MaxOwners bounds the owners whose backoff is remembered (the least
 	// recently healed are forgotten first). Default [DefaultMaxOwners].
 	MaxOwners int
+	// HomeTTL is how long the nodes of a healed gang are remembered
+	// ([Healer.Homes]) so that its re-created members are placed in the
+	// domain it ran in. Default [DefaultHomeTTL], at most an hour. At most
+	// MaxOwners gangs are remembered.
+	HomeTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -47,6 +55,7 @@ func (c Config) withDefaults() Config {
 	c.BackoffReset = cmp.Or(c.BackoffReset, 2*c.BackoffMax)
 	c.MaxPerPlan = cmp.Or(c.MaxPerPlan, DefaultMaxPerPlan)
 	c.MaxOwners = cmp.Or(c.MaxOwners, DefaultMaxOwners)
+	c.HomeTTL = cmp.Or(c.HomeTTL, DefaultHomeTTL)
 	return c
 }
 
@@ -69,6 +78,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxOwners < 1 || c.MaxOwners > 1000000 {
 		errs = append(errs, fmt.Errorf("heal: max owners %d: want 1 to 1000000", c.MaxOwners))
+	}
+	if c.HomeTTL < 0 || c.HomeTTL > time.Hour {
+		errs = append(errs, fmt.Errorf("heal: home TTL %s: want 0 (default %s) to 1h", c.HomeTTL, DefaultHomeTTL))
 	}
 	return errors.Join(errs...)
 }
@@ -119,6 +131,11 @@ type Input struct {
 	Unhealthy map[DeviceKey]string
 	// Now is the time of the plan.
 	Now time.Time
+	// MinMember is each gang's minMember by group key. A gang with more
+	// running members than its minMember (elastic) loses only its members
+	// on failed devices while the rest stay at or above minMember; absent
+	// or below 1: the whole gang goes.
+	MinMember map[string]int
 }
 
 // Removal is one pod to evict or delete.
@@ -134,15 +151,42 @@ type Removal struct {
 	// Attempt counts the owner's healings within its backoff window,
 	// this one included (1: the first).
 	Attempt int
+	// Staying, for a member of an elastic gang removed alone, is how
+	// many of the gang's members keep running (at least its minMember);
+	// 0 otherwise.
+	Staying int
 }
 
-// Why is the Removal's message: node, GPU and reason.
+// What reported a failure ([Device.ReportedBy]).
+const (
+	ByStream = "the telemetry stream"
+	ByTaint  = "a NoExecute device taint"
+)
+
+// ReportedBy says what reported d failed: [ByTaint] when it carries an
+// untolerated NoExecute taint, else [ByStream] (Input.Unhealthy).
+func (d Device) ReportedBy() string {
+	if d.Taint != "" {
+		return ByTaint
+	}
+	return ByStream
+}
+
+// Why is the Removal's message: node, GPU, reason and what reported it.
 func (r Removal) Why() string {
 	uuid := cmp.Or(r.Device.UUID, r.Device.ParentUUID, r.Device.Name)
 	if r.Mate != "" {
-		return fmt.Sprintf("gang %s member %s lost GPU %s on node %s (%s)", r.Pod.Group, r.Mate, uuid, r.Device.Node, r.Reason)
+		return fmt.Sprintf("gang %s member %s lost GPU %s on node %s (%s), reported by %s", r.Pod.Group, r.Mate, uuid, r.Device.Node, r.Reason, r.Device.ReportedBy())
 	}
-	return fmt.Sprintf("GPU %s on node %s failed (%s)", uuid, r.Device.Node, r.Reason)
+	why := fmt.Sprintf("GPU %s on node %s failed (%s), reported by %s", uuid, r.Device.Node, r.Reason, r.Device.ReportedBy())
+	if r.Staying > 0 {
+		members := "members"
+		if r.Staying == 1 {
+			members = "member"
+		}
+		why += fmt.Sprintf("; gang %s keeps its %d other %s running", r.Pod.Group, r.Staying, members)
+	}
+	return why
 }
 
 // Left is a pod left on a failed device, and why.
@@ -183,6 +227,14 @@ type Healer struct {
 	// chosen are the pods planned for removal and not yet gone (by UID),
 	// so that a gang whose failed member is gone still loses the rest.
 	chosen map[string]Removal
+	// homes are the nodes each healed gang ran on, by group key.
+	homes map[string]home
+}
+
+// home is where a healed gang ran, and when it was healed.
+type home struct {
+	nodes []string
+	at    time.Time
 }
 
 type owner struct {
@@ -197,7 +249,7 @@ func New(cfg Config) (*Healer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Healer{cfg: cfg.withDefaults(), owners: map[string]*owner{}, chosen: map[string]Removal{}}, nil
+	return &Healer{cfg: cfg.withDefaults(), owners: map[string]*owner{}, chosen: map[string]Removal{}, homes: map[string]home{}}, nil
 }
 
 // unit is a pod alone or a gang, healed as one.
@@ -210,6 +262,12 @@ type unit struct {
 	reason string
 	member string
 	keep   bool
+	// hit are a gang's members on failed devices or chosen before;
+	// staying, for an elastic gang losing only those, how many remain.
+	hit     []*Pod
+	staying int
+	// nodes, for a gang, are the nodes its running members are on.
+	nodes []string
 }
 
 // failure returns the first failed device of p and why.
@@ -295,16 +353,30 @@ func (h *Healer) Plan(in Input) Plan {
 		}
 		if p.Group == "" {
 			u.pods = append(u.pods, p)
+		} else {
+			u.hit = append(u.hit, p)
 		}
 	}
 	// Members: a gang's pods all; a lone pod or owner's pods those on
 	// failed devices (or chosen before), gathered above.
 	for _, u := range order {
 		if g, ok := strings.CutPrefix(u.key, "gang/"); ok {
+			var running []*Pod
 			for _, p := range groups[g] {
 				if !p.Terminating {
-					u.pods = append(u.pods, p)
+					running = append(running, p)
+					if !slices.Contains(u.nodes, p.Node) {
+						u.nodes = append(u.nodes, p.Node)
+					}
 				}
+			}
+			slices.Sort(u.nodes)
+			// An elastic gang that keeps minMember running loses only
+			// the members hit; otherwise the whole gang goes.
+			if m := in.MinMember[g]; m > 0 && len(running)-len(u.hit) >= m {
+				u.pods, u.staying = u.hit, len(running)-len(u.hit)
+			} else {
+				u.pods = running
 			}
 		}
 		slices.SortFunc(u.pods, func(a, b *Pod) int { return cmp.Compare(a.Key, b.Key) })
@@ -362,7 +434,7 @@ func (h *Healer) Plan(in Input) Plan {
 			o.last = now
 		}
 		for _, p := range u.pods {
-			r := Removal{Pod: p, Action: action(p), Device: u.dev, Reason: u.reason, Attempt: o.attempts}
+			r := Removal{Pod: p, Action: action(p), Device: u.dev, Reason: u.reason, Attempt: o.attempts, Staying: u.staying}
 			if prev, ok := h.chosen[p.UID]; ok {
 				r.Device, r.Reason, r.Mate = prev.Device, prev.Reason, prev.Mate
 			} else if d, why, failed := failure(p, in.Unhealthy); failed {
@@ -374,8 +446,13 @@ func (h *Healer) Plan(in Input) Plan {
 			out.Removals = append(out.Removals, r)
 		}
 		budget -= len(u.pods)
+		if g, ok := strings.CutPrefix(u.key, "gang/"); ok && len(u.nodes) > 0 {
+			if _, known := h.homes[g]; !continuing || !known {
+				h.homes[g] = home{nodes: u.nodes, at: now}
+			}
+		}
 	}
-	h.trim()
+	h.trim(now)
 	return out
 }
 
@@ -438,9 +515,22 @@ func lost(u *unit, now time.Time) time.Duration {
 	return worst
 }
 
-// trim bounds the remembered owners to MaxOwners, the least recently
-// healed first.
-func (h *Healer) trim() {
+// trim forgets the homes older than HomeTTL and bounds the remembered
+// owners and homes to MaxOwners, the least recently healed first.
+func (h *Healer) trim(now time.Time) {
+	for g, hm := range h.homes {
+		if now.Sub(hm.at) >= h.cfg.HomeTTL {
+			delete(h.homes, g)
+		}
+	}
+	if over := len(h.homes) - h.cfg.MaxOwners; over > 0 {
+		gs := slices.SortedFunc(maps.Keys(h.homes), func(a, b string) int {
+			return cmp.Or(h.homes[a].at.Compare(h.homes[b].at), cmp.Compare(a, b))
+		})
+		for _, g := range gs[:over] {
+			delete(h.homes, g)
+		}
+	}
 	if len(h.owners) <= h.cfg.MaxOwners {
 		return
 	}
@@ -461,6 +551,22 @@ func (h *Healer) trim() {
 // Pending reports whether pods planned for removal may still be there:
 // a plan must run even when no device has failed.
 func (h *Healer) Pending() bool { return len(h.chosen) > 0 }
+
+// Homes are the nodes each gang healed within HomeTTL before now ran on,
+// by group key (sorted, shared: not to be modified): its re-created
+// members are best placed in the same domain.
+func (h *Healer) Homes(now time.Time) map[string][]string {
+	var out map[string][]string
+	for g, hm := range h.homes {
+		if now.Sub(hm.at) < h.cfg.HomeTTL {
+			if out == nil {
+				out = make(map[string][]string, len(h.homes))
+			}
+			out[g] = hm.nodes
+		}
+	}
+	return out
+}
 
 // Owners is how many owners' backoff the healer remembers.
 func (h *Healer) Owners() int { return len(h.owners) }

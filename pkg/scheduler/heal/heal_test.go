@@ -59,6 +59,7 @@ func TestPlan(t *testing.T) {
 	tests := []struct {
 		name        string
 		pods        []Pod
+		minMember   int // of gang default/g; 0: unknown
 		want        []string
 		wantAction  []Action
 		wantLeft    []string
@@ -71,6 +72,21 @@ func TestPlan(t *testing.T) {
 		{name: "gang loses all members, on other nodes too",
 			pods: []Pod{gang("g-0", "n1", "GPU-1", badUUID), gang("g-1", "n2", "GPU-3"), pod("c", "n2", "GPU-4")},
 			want: []string{"default/g-0", "default/g-1"}},
+		{name: "elastic gang loses only the member on the failed GPU",
+			pods:      []Pod{gang("g-0", "n1", badUUID), gang("g-1", "n2", "GPU-3"), gang("g-2", "n2", "GPU-4"), gang("g-3", "n3", "GPU-5")},
+			minMember: 2, want: []string{"default/g-0"}},
+		{name: "elastic gang at its minimum goes whole",
+			pods:      []Pod{gang("g-0", "n1", badUUID), gang("g-1", "n2", "GPU-3")},
+			minMember: 2, want: []string{"default/g-0", "default/g-1"}},
+		{name: "elastic gang that would drop below minMember goes whole",
+			pods:      []Pod{gang("g-0", "n1", badUUID), gang("g-1", "n1", "GPU-1", badUUID), gang("g-2", "n2", "GPU-4")},
+			minMember: 2, want: []string{"default/g-0", "default/g-1", "default/g-2"}},
+		{name: "elastic gang: a healthy member annotated keep does not keep the failed one",
+			pods:      []Pod{gang("g-0", "n1", badUUID), annotated(gang("g-1", "n2", "GPU-3"), "keep"), gang("g-2", "n2", "GPU-4")},
+			minMember: 1, want: []string{"default/g-0"}},
+		{name: "elastic gang: the failed member annotated keep stays",
+			pods:      []Pod{annotated(gang("g-0", "n1", badUUID), "keep"), gang("g-1", "n2", "GPU-3"), gang("g-2", "n2", "GPU-4")},
+			minMember: 1, wantLeft: []string{"default/g-0"}},
 		{name: "gang member annotated keep keeps the gang",
 			pods: []Pod{gang("g-0", "n1", badUUID), annotated(gang("g-1", "n2", "GPU-3"), "keep")}, wantLeft: []string{"default/g-0"}},
 		{name: "keep leaves the pod alone", pods: []Pod{annotated(pod("a", "n1", badUUID), " Keep ")}, wantLeft: []string{"default/a"}},
@@ -92,7 +108,11 @@ func TestPlan(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := mustNew(t, Config{})
-			p := h.Plan(Input{Pods: tc.pods, Unhealthy: failedOn("n1"), Now: t0})
+			in := Input{Pods: tc.pods, Unhealthy: failedOn("n1"), Now: t0}
+			if tc.minMember > 0 {
+				in.MinMember = map[string]int{"default/g": tc.minMember}
+			}
+			p := h.Plan(in)
 			if got := strings.Join(keys(p.Removals), ","); got != strings.Join(tc.want, ",") {
 				t.Errorf("removals %s, want %s", got, strings.Join(tc.want, ","))
 			}
@@ -129,10 +149,10 @@ func TestRemovalWhyNamesGPUAndReason(t *testing.T) {
 	if len(p.Removals) != 2 {
 		t.Fatalf("removals %v", keys(p.Removals))
 	}
-	if got, want := p.Removals[0].Why(), "GPU GPU-bad on node n1 failed (Xid 79)"; got != want {
+	if got, want := p.Removals[0].Why(), "GPU GPU-bad on node n1 failed (Xid 79), reported by the telemetry stream"; got != want {
 		t.Errorf("Why() = %q, want %q", got, want)
 	}
-	if got, want := p.Removals[1].Why(), "gang default/g member default/a lost GPU GPU-bad on node n1 (Xid 79)"; got != want {
+	if got, want := p.Removals[1].Why(), "gang default/g member default/a lost GPU GPU-bad on node n1 (Xid 79), reported by the telemetry stream"; got != want {
 		t.Errorf("mate Why() = %q, want %q", got, want)
 	}
 }
@@ -285,5 +305,74 @@ func TestParseAction(t *testing.T) {
 	_, err := ParseAction(long, Delete)
 	if err == nil || strings.Contains(err.Error(), long) || !strings.Contains(err.Error(), "delete applies") {
 		t.Errorf("ParseAction(long) error %v: want a bounded quote and the default named", err)
+	}
+}
+
+// An elastic gang's member removed alone says the gang keeps running;
+// once it is gone, the rest stay.
+func TestElasticGangKeepsRunning(t *testing.T) {
+	h := mustNew(t, Config{})
+	var pods []Pod
+	for i, n := range []string{"n1", "n2", "n2"} {
+		p := pod("e-"+string(rune('0'+i)), n, "GPU-"+string(rune('0'+i)))
+		p.Group = "default/e"
+		pods = append(pods, p)
+	}
+	pods[0].Devices = append(pods[0].Devices, gpuDev("n1", badUUID))
+	in := Input{Pods: pods, Unhealthy: failedOn("n1"), Now: t0, MinMember: map[string]int{"default/e": 2}}
+	p := h.Plan(in)
+	if got := keys(p.Removals); len(got) != 1 || got[0] != "default/e-0" {
+		t.Fatalf("removals %v, want default/e-0 alone", got)
+	}
+	if got, want := p.Removals[0].Why(), "GPU GPU-bad on node n1 failed (Xid 79), reported by the telemetry stream; gang default/e keeps its 2 other members running"; got != want {
+		t.Errorf("Why() = %q, want %q", got, want)
+	}
+	in.Pods, in.Now = pods[1:], t0.Add(time.Second)
+	if p := h.Plan(in); len(p.Removals) != 0 {
+		t.Errorf("after the failed member went: removals %v, want none", keys(p.Removals))
+	}
+}
+
+// The healer remembers where a healed gang ran, for HomeTTL, so that
+// its re-created members go back to that domain.
+func TestHomes(t *testing.T) {
+	h := mustNew(t, Config{HomeTTL: 10 * time.Minute, MaxOwners: 2})
+	a, b, c := pod("a", "n1", badUUID), pod("b", "n2", "GPU-2"), pod("c", "n1", badUUID)
+	a.Group, b.Group = "default/g", "default/g"
+	h.Plan(Input{Pods: []Pod{a, b, c}, Unhealthy: failedOn("n1"), Now: t0})
+	if got := h.Homes(t0.Add(time.Minute)); len(got) != 1 || strings.Join(got["default/g"], ",") != "n1,n2" {
+		t.Errorf("homes %v, want default/g on n1,n2 (lone pods not remembered)", got)
+	}
+	if got := h.Homes(t0.Add(10 * time.Minute)); len(got) != 0 {
+		t.Errorf("homes after the TTL %v, want none", got)
+	}
+	for i, g := range []string{"x", "y", "z"} {
+		p := pod("m-"+g, "n1", badUUID)
+		p.Group = "default/" + g
+		h.Plan(Input{Pods: []Pod{p}, Unhealthy: failedOn("n1"), Now: t0.Add(time.Duration(i+1) * time.Second)})
+	}
+	if got := h.Homes(t0.Add(5 * time.Second)); len(got) != 2 || got["default/y"] == nil || got["default/z"] == nil {
+		t.Errorf("homes %v, want the 2 most recent (MaxOwners)", got)
+	}
+}
+
+// Why says what reported the failure: the stream or a device taint.
+func TestRemovalWhyNamesReporter(t *testing.T) {
+	h := mustNew(t, Config{})
+	a := Pod{Key: "default/a", UID: "a", Node: "n9", Devices: []Device{{Node: "n9", Name: "gpu-1", UUID: "GPU-1", Taint: "Xid 48"}}}
+	b := pod("b", "n1", badUUID)
+	p := h.Plan(Input{Pods: []Pod{a, b}, Unhealthy: failedOn("n1"), Now: t0})
+	got := map[string]string{}
+	for _, r := range p.Removals {
+		got[r.Pod.Key] = r.Why()
+	}
+	want := map[string]string{
+		"default/a": "GPU GPU-1 on node n9 failed (Xid 48), reported by a NoExecute device taint",
+		"default/b": "GPU GPU-bad on node n1 failed (Xid 79), reported by the telemetry stream",
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: Why() = %q, want %q", k, got[k], w)
+		}
 	}
 }

@@ -87,6 +87,11 @@ type Snapshot struct {
 	// one decision, not all). The Plan holds the same binds. Nil: the
 	// binds are in the Plan only.
 	Decided func(unit []Bind)
+	// Healed are the nodes each gang that self-healing evicted recently
+	// ran on, by PodGroup key: a decider places the gang's pending
+	// members in those nodes' NVLink domain, then rack, first when they
+	// have room (a preference, never a requirement). Nil: none.
+	Healed map[string][]string
 }
 
 // NodeTelemetry is the newest state one node's agent streamed.

@@ -78,6 +78,7 @@ type schedulerOptions struct {
 	healAction     string
 	healBackoff    time.Duration
 	healBackoffMax time.Duration
+	healHomeTTL    time.Duration
 	learn          schedulerLearnOptions
 	// podNamespace is POD_NAMESPACE, else defaultLeaseNamespace.
 	podNamespace string
@@ -172,6 +173,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.StringVar(&o.healAction, "heal-action", string(heal.Evict), "what healing does to a pod without the "+heal.Annotation+" annotation: evict (Eviction API: PodDisruptionBudgets hold) or delete")
 	fs.DurationVar(&o.healBackoff, "heal-backoff", heal.DefaultBackoffBase, "least time between two healings of one workload (gang, controller or pod), doubled for each further healing, so that a workload failing on every GPU is not evicted in a loop")
 	fs.DurationVar(&o.healBackoffMax, "heal-backoff-max", heal.DefaultBackoffMax, "most time --heal-backoff doubles to (at most 24h); a workload quiet for twice this starts over")
+	fs.DurationVar(&o.healHomeTTL, "heal-home-ttl", heal.DefaultHomeTTL, "how long a healed gang's nodes are remembered, so that its new pods go back to their NVLink domain or rack first (0: the default; at most 1h)")
 	o.telemetry.register(fs)
 	o.learn.register(fs)
 	o.podNamespace = ns
@@ -179,7 +181,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 
 // healConfig is the healer's config from the flags.
 func (o *schedulerOptions) healConfig() heal.Config {
-	return heal.Config{Default: heal.Action(o.healAction), BackoffBase: o.healBackoff, BackoffMax: o.healBackoffMax}
+	return heal.Config{Default: heal.Action(o.healAction), BackoffBase: o.healBackoff, BackoffMax: o.healBackoffMax, HomeTTL: o.healHomeTTL}
 }
 
 // validate checks every flag without contacting the API server; it returns
@@ -246,6 +248,8 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 	if o.heal {
 		if err := heal.Action(o.healAction).Validate(); err != nil {
 			errs = append(errs, flagErr("heal-action", "%w", err))
+		} else if o.healHomeTTL < 0 || o.healHomeTTL > time.Hour {
+			errs = append(errs, flagErr("heal-home-ttl", "%s: want 0 (the default, %s) to 1h", o.healHomeTTL, heal.DefaultHomeTTL))
 		} else if err := o.healConfig().Validate(); err != nil {
 			errs = append(errs, flagErr("heal-backoff", "%s, --heal-backoff-max %s: %w", o.healBackoff, o.healBackoffMax, err))
 		}

@@ -61,14 +61,16 @@ func TestSchedulerFlags(t *testing.T) {
 		{name: "learning off ignores its flags", args: []string{"--learn-runtimes=false", "--learn-runtimes-quantile", "2"}},
 		{name: "bad learned quantile", args: []string{"--learn-runtimes-quantile", "1"}, want: "--learn-runtimes: quantile 1"},
 		{name: "bad persist interval", args: []string{"--learn-runtimes-persist-interval", "500ms"}, want: "persist interval 500ms"},
-		{name: "bad runtimes namespace from the lease's", args: []string{"--leader-elect-namespace", "Bad_NS"}, want: `runtimes ConfigMap namespace "Bad_NS"`},
-		{name: "bad runtimes namespace", args: []string{"--learn-runtimes-namespace", "Bad_NS"}, want: `runtimes ConfigMap namespace "Bad_NS"`},
+		{name: "bad runtimes namespace from the lease's", args: []string{"--leader-elect-namespace", "Bad_NS"}, want: `--learn-runtimes: ConfigMap namespace "Bad_NS"`},
+		{name: "bad runtimes namespace", args: []string{"--learn-runtimes-namespace", "Bad_NS"}, want: `--learn-runtimes: ConfigMap namespace "Bad_NS"`},
 		{name: "gang topology labels", args: []string{"--gang-topology-labels", "example.com/pod, topology.kubernetes.io/region"}},
 		{name: "bad gang topology label", args: []string{"--gang-topology-labels", "example.com/pod,not a label"}, want: `--gang-topology-labels: "not a label": not a label key`},
 		{name: "bad usage quantile", args: []string{"--telemetry-addr", ":9403", "--telemetry-insecure", "--learn-usage-quantile", "1"}, want: "--learn-usage: quantile 1"},
 		{name: "bad usage max keys", args: []string{"--telemetry-addr", ":9403", "--telemetry-insecure", "--learn-usage-max-keys", "-1"}, want: "--learn-usage: predict: invalid: max keys -1"},
 		{name: "usage without a stream ignores its flags", args: []string{"--learn-usage-quantile", "2"}},
 		{name: "usage off ignores its flags", args: []string{"--telemetry-addr", ":9403", "--telemetry-insecure", "--learn-usage=false", "--learn-usage-quantile", "2"}},
+		{name: "heal home TTL", args: []string{"--heal-home-ttl", "30m"}},
+		{name: "heal home TTL too long", args: []string{"--heal-home-ttl", "2h"}, want: "--heal-home-ttl: 2h0m0s: want 0 (the default, 10m0s) to 1h"},
 		{name: "two errors at once", args: []string{"--policy", "x", "--resync-period", "1ms"}, want: "--resync-period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -95,10 +95,10 @@ func (c Config) Validate() error {
 		bad("scheduler name is required")
 	}
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
-		bad("runtimes ConfigMap namespace %q: %s", c.Namespace, strings.Join(msgs, "; "))
+		bad("ConfigMap namespace %q: %s", c.Namespace, strings.Join(msgs, "; "))
 	}
 	if msgs := validation.IsDNS1123Subdomain(c.Name); len(msgs) > 0 {
-		bad("runtimes ConfigMap name %q: %s", c.Name, strings.Join(msgs, "; "))
+		bad("ConfigMap name %q: %s", c.Name, strings.Join(msgs, "; "))
 	}
 	if c.PersistInterval < time.Second || c.PersistInterval > time.Hour {
 		bad("persist interval %s: want 1s to 1h", c.PersistInterval)

@@ -150,13 +150,7 @@ func runDRACase(t *testing.T, tc draCase) {
 	}
 
 	// DeviceClasses, as shipped.
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 
 	// Claims and pods from deploy/dra/examples (no controller manager here
 	// to expand the templates: each becomes a claim created by name).
@@ -501,6 +495,36 @@ func draExample(t *testing.T, example, name string) (*resourceapi.ResourceClaim,
 	pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = nil
 	pod.Spec.ResourceClaims[0].ResourceClaimName = ptr.To(name)
 	return claim, pod
+}
+
+// createDeviceClasses creates gpud's DeviceClasses
+// (deploy/dra/deviceclasses.yaml) through c.
+func createDeviceClasses(t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
+		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
+			if _, err := c.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
+			}
+		}
+	}
+}
+
+// waitGPUs waits up to timeout until gpud's ResourceSlices list want
+// whole GPUs on each of nodes.
+func waitGPUs(t *testing.T, env *k8senv.Env, timeout time.Duration, want int, nodes ...string) {
+	t.Helper()
+	for _, node := range nodes {
+		testwait.For(t, timeout, fmt.Sprintf("%s: gpud's ResourceSlices with %d GPUs", node, want), func() bool {
+			got := 0
+			for _, d := range draDevices(t, env, node) {
+				if draAttr(d, "type") == "gpu" {
+					got++
+				}
+			}
+			return got == want
+		})
+	}
 }
 
 // draDevices lists the devices of gpud's slices for node.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,13 +33,7 @@ func TestElasticGangPreemption(t *testing.T) {
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	c := env.Client
 	ctx := t.Context()
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	for name, value := range map[string]int32{"low": 10, "high": 1000} {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
 		if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
@@ -50,15 +43,7 @@ func TestElasticGangPreemption(t *testing.T) {
 	kubeconfig := schedulerIdentity(t, env)
 	n := &schedNode{name: "node-h100", profile: "dgx-h100", migProf: "1g.10gb"}
 	startSchedAgent(t, env, bin, n)
-	testwait.For(t, schedTimeout, "gpud's ResourceSlices with 8 GPUs", func() bool {
-		gpus := 0
-		for _, d := range draDevices(t, env, n.name) {
-			if draAttr(d, "type") == "gpu" {
-				gpus++
-			}
-		}
-		return gpus == 8
-	})
+	waitGPUs(t, env, schedTimeout, 8, n.name)
 	sched := startSchedulerProc(t, bin, filepath.Join(shortDir(t), "s"), kubeconfig)
 	waitForLeader(t, []*schedProc{sched}, nil)
 

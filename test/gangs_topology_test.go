@@ -6,12 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/test/k8senv"
 )
 
@@ -33,33 +31,16 @@ func TestGangTopologyRequiredRack(t *testing.T) {
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	c := env.Client
 	ctx := t.Context()
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	kubeconfig := schedulerIdentity(t, env)
 	nodes := []*schedNode{{name: "node-r1", profile: "dgx-h100"}, {name: "node-r2", profile: "dgx-h100"}}
 	for i, n := range nodes {
 		startSchedAgent(t, env, bin, n)
 		setRack(t, env, n.name, fmt.Sprint("r", i+1))
 	}
-	testwait.For(t, schedTimeout, "gpud's ResourceSlices with 8 GPUs on each node", func() bool {
-		for _, n := range nodes {
-			gpus := 0
-			for _, d := range draDevices(t, env, n.name) {
-				if draAttr(d, "type") == "gpu" {
-					gpus++
-				}
-			}
-			if gpus != 8 {
-				return false
-			}
-		}
-		return true
-	})
+	for _, n := range nodes {
+		waitGPUs(t, env, schedTimeout, 8, n.name)
+	}
 	sched := startSchedulerProc(t, bin, filepath.Join(shortDir(t), "s"), kubeconfig)
 	waitForLeader(t, []*schedProc{sched}, nil)
 

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -54,13 +53,7 @@ func TestSchedulerHealsGangFromStream(t *testing.T) {
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	c := env.Client
 	ctx := t.Context()
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	kubeconfig := schedulerIdentity(t, env) // creates namespace gpud
 	nodes := []*schedNode{{name: "node-a", profile: "dgx-h100"}, {name: "node-b", profile: "dgx-h100"}}
 	for _, n := range nodes {
@@ -99,15 +92,7 @@ func TestSchedulerHealsGangFromStream(t *testing.T) {
 		admin[n.name] = adminapi.NewClient(sock, 10*time.Second)
 	}
 	for _, n := range nodes {
-		testwait.For(t, schedTimeout, n.name+": gpud's ResourceSlices with 8 GPUs", func() bool {
-			gpus := 0
-			for _, d := range draDevices(t, env, n.name) {
-				if draAttr(d, "type") == "gpu" {
-					gpus++
-				}
-			}
-			return gpus == 8
-		})
+		waitGPUs(t, env, schedTimeout, 8, n.name)
 	}
 	waitForLeader(t, []*schedProc{sched}, nil)
 	testwait.ForErr(t, 60*time.Second, "both nodes streaming to the scheduler", func() error {

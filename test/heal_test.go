@@ -50,28 +50,14 @@ func TestSchedulerHealsGangOnFailedGPU(t *testing.T) {
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	c := env.Client
 	ctx := t.Context()
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	kubeconfig := schedulerIdentity(t, env)
 	nodes := []*schedNode{{name: "node-a", profile: "dgx-h100"}, {name: "node-b", profile: "dgx-h100"}}
 	for _, n := range nodes {
 		startSchedAgent(t, env, bin, n)
 	}
 	for _, n := range nodes {
-		testwait.For(t, schedTimeout, n.name+": gpud's ResourceSlices with 8 GPUs", func() bool {
-			gpus := 0
-			for _, d := range draDevices(t, env, n.name) {
-				if draAttr(d, "type") == "gpu" {
-					gpus++
-				}
-			}
-			return gpus == 8
-		})
+		waitGPUs(t, env, schedTimeout, 8, n.name)
 	}
 	sched := startSchedulerProc(t, bin, filepath.Join(shortDir(t), "s"), kubeconfig)
 	waitForLeader(t, []*schedProc{sched}, nil)

@@ -39,13 +39,7 @@ func TestKubectlGpud(t *testing.T) {
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	c := env.Client
 	ctx := t.Context()
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	env.CreateNode(t, "gpu-a", nil)
 	_, sl := schedtest.Publish(t, "gpu-a", schedtest.SimState(t, "dgx-h100", "gpu-a"))
 	for _, s := range sl {

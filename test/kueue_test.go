@@ -109,24 +109,10 @@ func TestKueueAdmitsGpudPlaces(t *testing.T) {
 
 	// gpud: DeviceClasses, one simulated DGX H100 publishing 8 GPUs,
 	// the scheduler with its shipped RBAC.
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	node := &schedNode{name: "kq-a", profile: "dgx-h100"}
 	startSchedAgent(t, env, bin, node)
-	testwait.For(t, schedTimeout, node.name+": gpud's ResourceSlices with 8 GPUs", func() bool {
-		gpus := 0
-		for _, d := range draDevices(t, env, node.name) {
-			if draAttr(d, "type") == "gpu" {
-				gpus++
-			}
-		}
-		return gpus == 8
-	})
+	waitGPUs(t, env, schedTimeout, 8, node.name)
 	sched := startSchedulerProc(t, bin, filepath.Join(shortDir(t), "s"), schedulerIdentity(t, env))
 	waitForLeader(t, []*schedProc{sched}, nil)
 

@@ -76,15 +76,7 @@ func TestNodeShippedDRADaemonSet(t *testing.T) {
 	applyObjects(t, k, docs...)
 
 	waitAgentPodReady(t, n, "gpud", "app.kubernetes.io/name=gpud-dra", 3*time.Minute)
-	testwait.For(t, draTimeout, "the agent pod's ResourceSlices with 8 GPUs", func() bool {
-		gpus := 0
-		for _, d := range draDevices(t, k, n.Name) {
-			if draAttr(d, "type") == "gpu" {
-				gpus++
-			}
-		}
-		return gpus == 8
-	})
+	waitGPUs(t, k, draTimeout, 8, n.Name)
 	for _, tc := range []struct{ example, name string }{{"whole-gpu", "whole"}, {"fraction-20gi", "fraction"}} {
 		t.Run(tc.example, func(t *testing.T) {
 			r := runDRAExample(t, n, tc.example, tc.name)
@@ -149,15 +141,7 @@ func TestNodeHelmChart(t *testing.T) {
 			"scheduler": map[string]any{"enabled": true, "extraEnv": apiServer},
 		})
 		waitAgentPodReady(t, n, ns, "app.kubernetes.io/component=agent", 3*time.Minute)
-		testwait.For(t, draTimeout, "the agent pod's ResourceSlices with 8 GPUs", func() bool {
-			gpus := 0
-			for _, d := range draDevices(t, k, n.Name) {
-				if draAttr(d, "type") == "gpu" {
-					gpus++
-				}
-			}
-			return gpus == 8
-		})
+		waitGPUs(t, k, draTimeout, 8, n.Name)
 		// Only the leader is Ready.
 		testwait.ForErr(t, 3*time.Minute, "a Ready gpud scheduler replica", func() error {
 			pods, err := k.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=scheduler"})

@@ -375,18 +375,11 @@ func applyDeviceClasses(t *testing.T, k *k8senv.Env) {
 	}
 }
 
-// waitDRAGPUs waits for gpud's ResourceSlices to list want whole GPUs.
+// waitDRAGPUs waits for gpud's ResourceSlices to list want whole GPUs on
+// the real node n.
 func waitDRAGPUs(t *testing.T, k *k8senv.Env, n *nodeenv.Node, want int) {
 	t.Helper()
-	testwait.For(t, draTimeout, fmt.Sprintf("gpud's ResourceSlices with %d GPUs", want), func() bool {
-		got := 0
-		for _, d := range draDevices(t, k, n.Name) {
-			if draAttr(d, "type") == "gpu" {
-				got++
-			}
-		}
-		return got == want
-	})
+	waitGPUs(t, k, draTimeout, want, n.Name)
 }
 
 // startDRAPod is runDRAExample with the node's device files mounted in

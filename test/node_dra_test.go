@@ -9,7 +9,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpud/gpud/internal/testwait"
 	"github.com/gpud/gpud/test/k8senv"
 	"github.com/gpud/gpud/test/nodeenv"
 )
@@ -26,24 +25,10 @@ func TestNodeDRA(t *testing.T) {
 	nodeenv.Require(t)
 	k := k8senv.Start(t)
 	n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := k.Client.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
-			}
-		}
-	}
+	createDeviceClasses(t, k.Client)
 	agentArgs := []string{"--kubelet-api=dra", "--simulate=dgx-h100", "--sim-dev-root=/run/gpud/dev", "--kubeconfig=" + k.Kubeconfig}
 	agent := startNodeAgent(t, n, agentArgs...)
-	testwait.For(t, draTimeout, "gpud's ResourceSlices with 8 GPUs", func() bool {
-		gpus := 0
-		for _, d := range draDevices(t, k, n.Name) {
-			if draAttr(d, "type") == "gpu" {
-				gpus++
-			}
-		}
-		return gpus == 8
-	})
+	waitGPUs(t, k, draTimeout, 8, n.Name)
 
 	ran := map[string]bool{} // pods that ran, checked again after restarts
 	run := func(t *testing.T, example, name string) {

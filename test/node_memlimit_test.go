@@ -60,13 +60,7 @@ func TestNodeMemoryLimits(t *testing.T) {
 	nodeenv.Require(t)
 	k := k8senv.Start(t)
 	n := nodeenv.Start(t, k, nodeenv.WithControllerManager())
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := k.Client.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
-			}
-		}
-	}
+	createDeviceClasses(t, k.Client)
 	profile := filepath.Join(n.Dir, "dgx-h100-r615.yaml")
 	if err := os.WriteFile(profile, []byte(memlimitProfile), 0o644); err != nil {
 		t.Fatal(err)
@@ -74,15 +68,7 @@ func TestNodeMemoryLimits(t *testing.T) {
 	state := filepath.Join(n.Dir, "sim-state.json")
 	agent := startNodeAgent(t, n, "--kubelet-api=dra", "--simulate="+profile, "--sim-dev-root=/run/gpud/dev",
 		"--sim-state-file="+state, "--kubeconfig="+k.Kubeconfig)
-	testwait.For(t, draTimeout, "gpud's ResourceSlices with 8 GPUs", func() bool {
-		gpus := 0
-		for _, d := range draDevices(t, k, n.Name) {
-			if draAttr(d, "type") == "gpu" {
-				gpus++
-			}
-		}
-		return gpus == 8
-	})
+	waitGPUs(t, k, draTimeout, 8, n.Name)
 	if body := httpGet(t, "http://"+agent.HTTP+"/readyz"); !strings.Contains(body, "memory limits: driver on GPUs 0,1,2,3,4,5,6,7") {
 		t.Fatalf("/readyz does not put the r615 GPUs in driver mode:\n%s", body)
 	}

@@ -28,13 +28,7 @@ const nicDriver = "nic.example.com"
 func claimsSetup(t *testing.T, env *k8senv.Env) {
 	t.Helper()
 	c := env.Client
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	nic := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: nicDriver},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: `device.driver == "` + nicDriver + `"`}}}}}

@@ -36,13 +36,7 @@ func TestSchedulerBindsApartFromVolumeWait(t *testing.T) {
 	ctx := t.Context()
 	kubeconfig := schedulerIdentity(t, env)
 	rulesRBAC(t, env)
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	const node, ns = "pipe-a", "pipeline"
 	env.CreateNode(t, node, map[string]string{"pool": "pipe"})
 	_, sl := schedtest.Publish(t, node, schedtest.SimState(t, "dgx-h100", node))

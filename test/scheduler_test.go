@@ -55,13 +55,7 @@ func TestSchedulerEndToEnd(t *testing.T) {
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
 	c := env.Client
 
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := c.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
-			}
-		}
-	}
+	createDeviceClasses(t, c)
 	schedKubeconfig := schedulerIdentity(t, env)
 
 	nodes := []*schedNode{{name: "node-h100", profile: "dgx-h100", migProf: "1g.10gb"}, {name: "node-a100", profile: "dgx-a100", migProf: "1g.5gb"}}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
@@ -35,13 +34,7 @@ func TestSchedulerOvercommitsOnLearnedUsage(t *testing.T) {
 	}
 	bin := buildGpud(t)
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := env.Client.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	createDeviceClasses(t, env.Client)
 	kubeconfig := schedulerIdentity(t, env)
 	const node = "node-u"
 	startSchedAgent(t, env, bin, &schedNode{name: node, profile: "dgx-h100"})

@@ -30,7 +30,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -65,13 +64,7 @@ func TestTelemetryStreamEndToEnd(t *testing.T) {
 	}
 	bin := buildGpud(t)
 	env := k8senv.Start(t, k8senv.WithoutScheduler())
-	for _, obj := range draManifests(t, "../deploy/dra/deviceclasses.yaml") {
-		if dc, ok := obj.(*resourceapi.DeviceClass); ok {
-			if _, err := env.Client.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("DeviceClass %s: %v", dc.Name, err)
-			}
-		}
-	}
+	createDeviceClasses(t, env.Client)
 	kubeconfig := schedulerIdentity(t, env)
 	const node = "node-h100" // not the profile's name: the GPU UUIDs derive from the node's name
 	startSchedAgent(t, env, bin, &schedNode{name: node, profile: "dgx-h100"})

@@ -16,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/gpud/gpud/pkg/gpu"
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/heal"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -261,7 +262,7 @@ type healDevice struct {
 // healInput turns the bound pods, gpud's slices (DeviceTaintRules
 // applied) and the telemetry into the healer's input; failed reports
 // whether any device failed (without one, the pods are left out).
-func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[string]*plan.NodeTelemetry, now time.Time) (in heal.Input, failed bool) {
+func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[string]*gputel.Node, now time.Time) (in heal.Input, failed bool) {
 	type devKey struct{ pool, name string }
 	devs := map[devKey]healDevice{}
 	for _, sl := range slices {

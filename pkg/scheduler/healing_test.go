@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/heal"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -82,11 +83,11 @@ func healOnce(t *testing.T, ts *testScheduler, hc *healCluster, tel map[string]s
 	})
 	sn := ts.snapshotOf(inputs{pods: hc.pods, claims: hc.claims, slices: hc.slices, nodes: []*corev1.Node{kubeNode("n1")}, groups: hc.groups})
 	if len(tel) > 0 {
-		nt := &plan.NodeTelemetry{Devices: map[string]plan.DeviceTelemetry{}}
+		nt := &gputel.Node{Devices: map[string]gputel.Device{}}
 		for dev, why := range tel {
-			nt.Devices[hc.uuid[dev]] = plan.DeviceTelemetry{Unhealthy: true, HealthReason: why}
+			nt.Devices[hc.uuid[dev]] = gputel.Device{Unhealthy: true, HealthReason: why}
 		}
-		sn.Telemetry = map[string]*plan.NodeTelemetry{"n1": nt}
+		sn.Telemetry = map[string]*gputel.Node{"n1": nt}
 	}
 	ts.heal(t.Context(), sn, hc.slices, t0)
 	hc.healed = sn.Healed

@@ -7,7 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 	"github.com/gpud/gpud/pkg/stream"
 )
@@ -20,8 +20,10 @@ const DefaultTelemetryStaleIntervals = 3
 // TelemetrySource is the telemetry stream's server ([stream.Server]).
 type TelemetrySource interface {
 	// Telemetry returns the nodes whose stream is open and whose newest
-	// message is at most staleIntervals intervals old.
-	Telemetry(now time.Time, staleIntervals int) map[string]*stream.NodeTelemetry
+	// message is at most staleIntervals intervals old. The result, maps
+	// included, is the caller's: the scheduler attributes pods' memory to
+	// claims in it.
+	Telemetry(now time.Time, staleIntervals int) map[string]*gputel.Node
 }
 
 var _ TelemetrySource = (*stream.Server)(nil)
@@ -35,7 +37,7 @@ func (s *Scheduler) Wake() { s.poke() }
 // with the memory of each pod's processes attributed to the pod's claim
 // on that node where it has exactly one (the agent knows pods, the
 // scheduler claims). Nil without a source.
-func (s *Scheduler) telemetry(now time.Time, claims []*resourceapi.ResourceClaim) map[string]*plan.NodeTelemetry {
+func (s *Scheduler) telemetry(now time.Time, claims []*resourceapi.ResourceClaim) map[string]*gputel.Node {
 	if s.cfg.Telemetry == nil {
 		return nil
 	}
@@ -86,12 +88,9 @@ func (s *Scheduler) telemetry(now time.Time, claims []*resourceapi.ResourceClaim
 			}
 		}
 	}
-	out := make(map[string]*plan.NodeTelemetry, len(nodes))
+	// The source's maps are the caller's: attribution writes into them.
 	for name, n := range nodes {
-		nt := &plan.NodeTelemetry{Received: n.Received, Interval: n.Interval, Devices: make(map[string]plan.DeviceTelemetry, len(n.Devices))}
 		for uuid, d := range n.Devices {
-			dt := plan.DeviceTelemetry{Unhealthy: d.Unhealthy, HealthReason: d.HealthReason, MemoryUsedBytes: d.MemoryUsedBytes,
-				MemoryTotalBytes: d.MemoryTotalBytes, SMUtilPercent: d.SMUtilPercent, ClaimMemoryBytes: d.ClaimMemoryBytes}
 			for pod, b := range d.PodMemoryBytes {
 				cs := held[podNode{types.UID(pod), name}]
 				if len(cs) != 1 {
@@ -100,24 +99,24 @@ func (s *Scheduler) telemetry(now time.Time, claims []*resourceapi.ResourceClaim
 				if _, reported := d.ClaimMemoryBytes[cs[0]]; reported {
 					continue
 				}
-				if dt.ClaimMemoryBytes == nil {
-					dt.ClaimMemoryBytes = map[string]uint64{}
+				if d.ClaimMemoryBytes == nil {
+					d.ClaimMemoryBytes = map[string]uint64{}
 				}
-				dt.ClaimMemoryBytes[cs[0]] += b
+				d.ClaimMemoryBytes[cs[0]] += b
 			}
-			s.learnUsage(&dt, podOf, n.Received)
-			nt.Devices[uuid] = dt
+			s.learnUsage(&d, podOf, n.Received)
+			n.Devices[uuid] = d
 		}
-		out[name] = nt
 	}
-	return out
+	return nodes
 }
 
 // learnUsage records each claim's attributed memory on a device (as of
-// at, when the node's newest message came) for the usage learner and, with Config.OvercommitLearned, counts the claim at
-// its workload's learned peak where that is higher than measured (the
-// device's measured use grows by the difference).
-func (s *Scheduler) learnUsage(dt *plan.DeviceTelemetry, podOf map[string]*corev1.Pod, at time.Time) {
+// at, when the node's newest message came) for the usage learner and,
+// with Config.OvercommitLearned, counts the claim at its workload's
+// learned peak where that is higher than measured (the device's measured
+// use grows by the difference).
+func (s *Scheduler) learnUsage(dt *gputel.Device, podOf map[string]*corev1.Pod, at time.Time) {
 	u := s.cfg.Usage
 	if u == nil || len(podOf) == 0 {
 		return

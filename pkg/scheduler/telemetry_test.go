@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -10,25 +11,30 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
-	"github.com/gpud/gpud/pkg/stream"
 )
 
 // fakeTelemetry is a TelemetrySource with fixed nodes.
 type fakeTelemetry struct {
 	mu    sync.Mutex
-	nodes map[string]*stream.NodeTelemetry
+	nodes map[string]*gputel.Node
 	stale int
 }
 
-func (f *fakeTelemetry) Telemetry(_ time.Time, staleIntervals int) map[string]*stream.NodeTelemetry {
+func (f *fakeTelemetry) Telemetry(_ time.Time, staleIntervals int) map[string]*gputel.Node {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stale = staleIntervals
-	out := map[string]*stream.NodeTelemetry{}
+	out := map[string]*gputel.Node{}
 	for k, v := range f.nodes {
 		cp := *v
+		cp.Devices = make(map[string]gputel.Device, len(v.Devices))
+		for u, d := range v.Devices {
+			d.ClaimMemoryBytes, d.PodMemoryBytes = maps.Clone(d.ClaimMemoryBytes), maps.Clone(d.PodMemoryBytes)
+			cp.Devices[u] = d
+		}
 		out[k] = &cp
 	}
 	return out
@@ -47,7 +53,7 @@ func allocatedTo(name, node string, pods ...types.UID) *resourceapi.ResourceClai
 
 func TestTelemetryAttributesPodMemoryToItsClaim(t *testing.T) {
 	const gpu0 = "GPU-0"
-	src := &fakeTelemetry{nodes: map[string]*stream.NodeTelemetry{"n1": {Received: t0, Interval: time.Second, Devices: map[string]stream.DeviceTelemetry{
+	src := &fakeTelemetry{nodes: map[string]*gputel.Node{"n1": {Received: t0, Interval: time.Second, Devices: map[string]gputel.Device{
 		gpu0: {Unhealthy: true, HealthReason: "Xid 79", MemoryUsedBytes: 30 << 30, MemoryTotalBytes: 48 << 30, SMUtilPercent: 90,
 			ClaimMemoryBytes: map[string]uint64{"claim-reported": 1 << 30},
 			PodMemoryBytes:   map[string]uint64{"pod-a": 10 << 30, "pod-b": 5 << 30, "pod-two-claims": 7 << 30, "pod-reported": 9 << 30, "pod-unknown": 3 << 30}}}}}}
@@ -69,7 +75,7 @@ func TestTelemetryAttributesPodMemoryToItsClaim(t *testing.T) {
 		t.Errorf("stale intervals %d passed to the source, want 5", src.stale)
 	}
 	d := got["n1"].Devices[gpu0]
-	want := plan.DeviceTelemetry{Unhealthy: true, HealthReason: "Xid 79", MemoryUsedBytes: 30 << 30, MemoryTotalBytes: 48 << 30, SMUtilPercent: 90,
+	want := gputel.Device{Unhealthy: true, HealthReason: "Xid 79", MemoryUsedBytes: 30 << 30, MemoryTotalBytes: 48 << 30, SMUtilPercent: 90,
 		ClaimMemoryBytes: map[string]uint64{"claim-reported": 1 << 30, "claim-a": 10 << 30, "claim-b": 5 << 30}}
 	if d.Unhealthy != want.Unhealthy || d.HealthReason != want.HealthReason || d.MemoryUsedBytes != want.MemoryUsedBytes ||
 		d.MemoryTotalBytes != want.MemoryTotalBytes || d.SMUtilPercent != want.SMUtilPercent || len(d.ClaimMemoryBytes) != len(want.ClaimMemoryBytes) {
@@ -88,7 +94,7 @@ func TestTelemetryAttributesPodMemoryToItsClaim(t *testing.T) {
 // recordingDecider leaves every pod pending and records each snapshot's
 // telemetry.
 type recordingDecider struct {
-	seen chan map[string]*plan.NodeTelemetry
+	seen chan map[string]*gputel.Node
 }
 
 func (d recordingDecider) Decide(s *plan.Snapshot) plan.Plan {
@@ -109,15 +115,15 @@ func TestWakeRunsACycleWithTelemetry(t *testing.T) {
 	}
 	objs := append(l40sNode(t), wholeClaim("ns", "c", "gpu.gpud.io"), claimPod("ns", "p", t0, "c"))
 	ts := newTestScheduler(t, placeAll{}, objs...)
-	src := &fakeTelemetry{nodes: map[string]*stream.NodeTelemetry{"n1": {Received: t0, Interval: time.Second,
-		Devices: map[string]stream.DeviceTelemetry{"GPU-0": {Unhealthy: true}}}}}
-	d := recordingDecider{seen: make(chan map[string]*plan.NodeTelemetry, 1)}
+	src := &fakeTelemetry{nodes: map[string]*gputel.Node{"n1": {Received: t0, Interval: time.Second,
+		Devices: map[string]gputel.Device{"GPU-0": {Unhealthy: true}}}}}
+	d := recordingDecider{seen: make(chan map[string]*gputel.Node, 1)}
 	s, err := New(Config{Client: ts.client, Decider: d, Telemetry: src, Resync: time.Hour, Debounce: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testwait.Run(t, "scheduler", func(ctx context.Context) error { return s.Run(ctx) })
-	wait := func(what string) map[string]*plan.NodeTelemetry {
+	wait := func(what string) map[string]*gputel.Node {
 		t.Helper()
 		select {
 		case tel := <-d.seen:

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gpud/gpud/pkg/stream"
+	"github.com/gpud/gpud/pkg/gputel"
 )
 
 // fakeUsage is a Usage with fixed learned peaks by pod name, recording
@@ -61,7 +61,7 @@ func TestTelemetryCountsLearnedPeaks(t *testing.T) {
 			wantClaim: map[string]uint64{"claim-a": 4 * gib, "claim-b": 12 * gib, "claim-c": 3 * gib, "claim-shared": 2 * gib}, wantUsed: 21 * gib},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := &fakeTelemetry{nodes: map[string]*stream.NodeTelemetry{"n1": {Received: t0, Interval: time.Second, Devices: map[string]stream.DeviceTelemetry{
+			src := &fakeTelemetry{nodes: map[string]*gputel.Node{"n1": {Received: t0, Interval: time.Second, Devices: map[string]gputel.Device{
 				"GPU-0": {MemoryUsedBytes: 21 * gib, MemoryTotalBytes: 80 * gib,
 					ClaimMemoryBytes: map[string]uint64{"claim-a": 4 * gib, "claim-b": 12 * gib, "claim-c": 3 * gib, "claim-shared": 2 * gib}}}}}}
 			u := &fakeUsage{peaks: map[string]uint64{"pod-a": 10 * gib, "pod-b": 10 * gib, "pod-x": 50 * gib, "pod-y": 50 * gib}}

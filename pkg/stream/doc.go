@@ -4,7 +4,7 @@
 // stream, and the scheduler's [Server], which accepts agents over mutual
 // TLS, proves each stream's node with the agent's bearer token through an
 // [Authenticator], bounds and validates what it receives, and keeps the
-// newest state per node as plan.NodeTelemetry. [Certs] loads the
+// newest state per node as gputel.Node. [Certs] loads the
 // certificate files of either end and reloads them when they change.
 //
 // The client certificate proves a gpud agent, not its node (every agent

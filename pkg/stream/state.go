@@ -6,6 +6,7 @@ import (
 	"time"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
+	"github.com/gpud/gpud/pkg/gputel"
 )
 
 // nodeState is the newest state one node streamed, kept while its stream
@@ -188,47 +189,20 @@ func (s *Server) event(node string, gen uint64, ev *telemetryv1.Event, now time.
 	return changed
 }
 
-// NodeTelemetry is the newest state of one node, as [Server.Telemetry]
-// returns it (the scheduler turns it into plan.NodeTelemetry).
-type NodeTelemetry struct {
-	// Received is when the newest message arrived; Interval is the
-	// agent's stream interval.
-	Received time.Time
-	Interval time.Duration
-	// Devices are by UUID.
-	Devices map[string]DeviceTelemetry
-}
-
-// DeviceTelemetry is one device's newest state.
-type DeviceTelemetry struct {
-	// Unhealthy and HealthReason follow the Hello and the events: an
-	// unhealthy event holds until a healthy one (or a new Hello).
-	Unhealthy    bool
-	HealthReason string
-	// MemoryUsedBytes, MemoryTotalBytes and SMUtilPercent are the newest
-	// sample's (zero before the first).
-	MemoryUsedBytes, MemoryTotalBytes uint64
-	SMUtilPercent                     float64
-	// ClaimMemoryBytes is what the agent reported per ResourceClaim UID;
-	// PodMemoryBytes the memory of processes attributed to pods, by pod
-	// UID.
-	ClaimMemoryBytes, PodMemoryBytes map[string]uint64
-}
-
 // Telemetry returns the state of every node whose stream is open and
 // whose newest message is at most staleIntervals of its intervals old
 // (plus a second for scheduling noise). The result is the caller's.
-func (s *Server) Telemetry(now time.Time, staleIntervals int) map[string]*NodeTelemetry {
+func (s *Server) Telemetry(now time.Time, staleIntervals int) map[string]*gputel.Node {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]*NodeTelemetry, len(s.nodes))
+	out := make(map[string]*gputel.Node, len(s.nodes))
 	for name, n := range s.nodes {
 		if now.Sub(n.received) > time.Duration(staleIntervals)*n.interval+time.Second {
 			continue
 		}
-		nt := &NodeTelemetry{Received: n.received, Interval: n.interval, Devices: make(map[string]DeviceTelemetry, len(n.devices))}
+		nt := &gputel.Node{Received: n.received, Interval: n.interval, Devices: make(map[string]gputel.Device, len(n.devices))}
 		for u, d := range n.devices {
-			nt.Devices[u] = DeviceTelemetry{Unhealthy: d.unhealthy, HealthReason: d.reason, MemoryUsedBytes: d.memUsed,
+			nt.Devices[u] = gputel.Device{Unhealthy: d.unhealthy, HealthReason: d.reason, MemoryUsedBytes: d.memUsed,
 				MemoryTotalBytes: d.memTotal, SMUtilPercent: d.smUtil, ClaimMemoryBytes: maps.Clone(d.claimMem), PodMemoryBytes: maps.Clone(d.podMem)}
 		}
 		out[name] = nt

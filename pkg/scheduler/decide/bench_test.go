@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/gputel"
 )
 
 // BenchmarkDecide: one cycle on 64 dgx-h100 nodes, half full, with 500
@@ -44,7 +44,7 @@ func BenchmarkDecide(b *testing.B) {
 	for _, tc := range []struct {
 		name      string
 		typical   int
-		telemetry map[string]*plan.NodeTelemetry
+		telemetry map[string]*gputel.Node
 		cfg       Config
 	}{
 		{"typical", 0, nil, Config{}},
@@ -72,7 +72,7 @@ func BenchmarkDecide(b *testing.B) {
 
 // benchTelemetry is a stream from every node of e, quiet or busy (see
 // BenchmarkDecide).
-func benchTelemetry(r *rand.Rand, e *env, busy bool) map[string]*plan.NodeTelemetry {
+func benchTelemetry(r *rand.Rand, e *env, busy bool) map[string]*gputel.Node {
 	saved := e.telemetry
 	defer func() { e.telemetry = saved }()
 	e.telemetry = nil
@@ -100,7 +100,7 @@ func benchTelemetry(r *rand.Rand, e *env, busy bool) map[string]*plan.NodeTeleme
 			if busy {
 				used, down = min(used+r.Int64N(total/4), total), r.IntN(64) == 0
 			}
-			e.report(s.Spec.Pool.Name, d.Name, plan.DeviceTelemetry{Unhealthy: down, HealthReason: "Xid 79",
+			e.report(s.Spec.Pool.Name, d.Name, gputel.Device{Unhealthy: down, HealthReason: "Xid 79",
 				MemoryUsedBytes: uint64(used), MemoryTotalBytes: uint64(total), SMUtilPercent: 50})
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gpud/gpud/internal/schedtest"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/dra"
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/anydevice"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/rules"
@@ -76,7 +77,7 @@ type env struct {
 	celCache *cel.Cache
 	// telemetry is what the nodes' agents stream (Snapshot.Telemetry);
 	// nil: no listener.
-	telemetry map[string]*plan.NodeTelemetry
+	telemetry map[string]*gputel.Node
 	// healed is where gangs healed recently ran (Snapshot.Healed).
 	healed map[string][]string
 	// rules, if set, are kube-scheduler's rules each snapshot carries.
@@ -232,20 +233,20 @@ func (e *env) uuidOf(node, dev string) string {
 
 // report sets what node's agent streams about device dev (whole GPU or
 // MIG device), turning telemetry on.
-func (e *env) report(node, dev string, d plan.DeviceTelemetry) {
+func (e *env) report(node, dev string, d gputel.Device) {
 	e.t.Helper()
 	e.streams(node).Devices[e.uuidOf(node, dev)] = d
 }
 
 // streams turns telemetry on for node (no device reported yet) and
 // returns it.
-func (e *env) streams(node string) *plan.NodeTelemetry {
+func (e *env) streams(node string) *gputel.Node {
 	if e.telemetry == nil {
-		e.telemetry = map[string]*plan.NodeTelemetry{}
+		e.telemetry = map[string]*gputel.Node{}
 	}
 	nt := e.telemetry[node]
 	if nt == nil {
-		nt = &plan.NodeTelemetry{Received: e.now, Interval: time.Second, Devices: map[string]plan.DeviceTelemetry{}}
+		nt = &gputel.Node{Received: e.now, Interval: time.Second, Devices: map[string]gputel.Device{}}
 		e.telemetry[node] = nt
 	}
 	return nt

@@ -3,6 +3,7 @@ package decide
 import (
 	"testing"
 
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -178,16 +179,16 @@ func oracle(t testing.TB, e *env, p plan.Plan, cfg Config) {
 
 // reported is what node's agent streams about device d (by its uuid), and
 // whether it streams anything about it.
-func reported(e *env, node string, d *resourceapi.Device) (plan.DeviceTelemetry, bool) {
+func reported(e *env, node string, d *resourceapi.Device) (gputel.Device, bool) {
 	nt := e.telemetry[node]
 	if nt == nil {
-		return plan.DeviceTelemetry{}, false
+		return gputel.Device{}, false
 	}
 	if u := d.Attributes["uuid"].StringValue; u != nil {
 		r, ok := nt.Devices[*u]
 		return r, ok
 	}
-	return plan.DeviceTelemetry{}, false
+	return gputel.Device{}, false
 }
 
 // reportedDown is why device d or its GPU is reported unhealthy, "" if

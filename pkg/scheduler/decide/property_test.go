@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
@@ -135,7 +136,7 @@ func randomRequest(r *rand.Rand) resourceapi.DeviceRequest {
 // use around what its fractions asked, attributed to their claims on
 // half the GPUs.
 func randomTelemetry(r *rand.Rand, e *env) {
-	e.telemetry = map[string]*plan.NodeTelemetry{}
+	e.telemetry = map[string]*gputel.Node{}
 	asked := map[string]int64{} // node/device -> fractions' memory
 	type share struct {
 		uid   string
@@ -169,7 +170,7 @@ func randomTelemetry(r *rand.Rand, e *env) {
 				uuid := a["uuid"].StringValue
 				if a["type"].StringValue == nil || *a["type"].StringValue != "gpu" || uuid == nil {
 					if p := a["parentUUID"].StringValue; p != nil && r.IntN(40) == 0 {
-						nt.Devices[*p] = plan.DeviceTelemetry{Unhealthy: true, HealthReason: "Xid 48"}
+						nt.Devices[*p] = gputel.Device{Unhealthy: true, HealthReason: "Xid 48"}
 					}
 					continue
 				}
@@ -191,7 +192,7 @@ func randomTelemetry(r *rand.Rand, e *env) {
 						used += b
 					}
 				}
-				nt.Devices[*uuid] = plan.DeviceTelemetry{Unhealthy: r.IntN(10) == 0, HealthReason: "Xid 79",
+				nt.Devices[*uuid] = gputel.Device{Unhealthy: r.IntN(10) == 0, HealthReason: "Xid 79",
 					MemoryUsedBytes: uint64(min(used, total)), MemoryTotalBytes: uint64(total), ClaimMemoryBytes: perClaim}
 			}
 		}
@@ -272,7 +273,7 @@ func verifyPreemptors(t *testing.T, e *env, p plan.Plan, cfg Config) {
 // withoutVictims is e's telemetry less the memory the plan's victims and
 // the terminating pods use (as attributed to their claims, else as they
 // asked), on their shared GPUs.
-func withoutVictims(e *env, p plan.Plan) map[string]*plan.NodeTelemetry {
+func withoutVictims(e *env, p plan.Plan) map[string]*gputel.Node {
 	if e.telemetry == nil {
 		return nil
 	}
@@ -280,7 +281,7 @@ func withoutVictims(e *env, p plan.Plan) map[string]*plan.NodeTelemetry {
 	for _, ev := range p.Evictions {
 		gone[ev.Victim] = true
 	}
-	out := map[string]*plan.NodeTelemetry{}
+	out := map[string]*gputel.Node{}
 	for n, nt := range e.telemetry {
 		cp := *nt
 		cp.Devices = maps.Clone(nt.Devices)

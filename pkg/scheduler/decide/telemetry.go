@@ -14,19 +14,7 @@ func measure(cfg Config, s *plan.Snapshot) *view.Measured {
 	if s.Telemetry == nil || s.View == nil {
 		return nil
 	}
-	reports := make(map[string]map[string]view.DeviceReport, len(s.Telemetry))
-	for node, t := range s.Telemetry {
-		if t == nil {
-			continue
-		}
-		devs := make(map[string]view.DeviceReport, len(t.Devices))
-		for uuid, d := range t.Devices {
-			devs[uuid] = view.DeviceReport{Unhealthy: d.Unhealthy, Reason: d.HealthReason, MemoryUsedBytes: d.MemoryUsedBytes,
-				ClaimMemoryBytes: d.ClaimMemoryBytes}
-		}
-		reports[node] = devs
-	}
-	return s.View.Measure(reports, view.MeasureConfig{Overcommit: cfg.Overcommit, MarginPercent: cfg.OvercommitMarginPercent})
+	return s.View.Measure(s.Telemetry, view.MeasureConfig{Overcommit: cfg.Overcommit, MarginPercent: cfg.OvercommitMarginPercent})
 }
 
 // measuredNow is the telemetry placements use now: without overcommit's

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
@@ -36,7 +37,7 @@ func (e *env) gpuUUID(node string, index int64) string {
 }
 
 // reportGPU sets what node's agent streams about GPU index.
-func (e *env) reportGPU(node string, index int64, d plan.DeviceTelemetry) {
+func (e *env) reportGPU(node string, index int64, d gputel.Device) {
 	e.t.Helper()
 	e.streams(node).Devices[e.gpuUUID(node, index)] = d
 }
@@ -74,7 +75,7 @@ func bindOf(t *testing.T, p plan.Plan, name string) plan.Bind {
 // publishes it untainted), whether whole, a fraction or a MIG slice of it;
 // a pod with nowhere else to go says why.
 func TestTelemetryUnhealthyAvoided(t *testing.T) {
-	xid := plan.DeviceTelemetry{Unhealthy: true, HealthReason: "Xid 79"}
+	xid := gputel.Device{Unhealthy: true, HealthReason: "Xid 79"}
 	t.Run("whole and fraction", func(t *testing.T) {
 		for _, req := range []struct {
 			name string
@@ -89,7 +90,7 @@ func TestTelemetryUnhealthyAvoided(t *testing.T) {
 				for i := range 7 {
 					e.reportGPU("a", int64(i), xid)
 				}
-				e.reportGPU("a", 7, plan.DeviceTelemetry{})
+				e.reportGPU("a", 7, gputel.Device{})
 				req.pod(e)
 				b := bindOf(t, e.decide(Config{}), "new")
 				if got := devicesOf(b); !slices.Equal(got, []string{"a/gpu-7"}) {
@@ -121,7 +122,7 @@ func TestTelemetryUnhealthyAvoided(t *testing.T) {
 		}
 		t.Logf("frac: %s", w.Message)
 		// Healthy again: it binds there.
-		e.report("a", free, plan.DeviceTelemetry{})
+		e.report("a", free, gputel.Device{})
 		if got := devicesOf(bindOf(t, e.decide(Config{}), "frac")); !slices.Equal(got, []string{"a/" + free}) {
 			t.Errorf("once healthy: placed on %v, want a/%s", got, free)
 		}
@@ -202,7 +203,7 @@ func TestTelemetryMeasuredMemory(t *testing.T) {
 	if p := e.decide(Config{}); len(p.Binds) != 1 {
 		t.Fatalf("without telemetry: %+v", p.Pending)
 	}
-	e.report("a", dev, plan.DeviceTelemetry{MemoryUsedBytes: uint64(used), MemoryTotalBytes: uint64(total)})
+	e.report("a", dev, gputel.Device{MemoryUsedBytes: uint64(used), MemoryTotalBytes: uint64(total)})
 	p := e.decide(Config{})
 	w, ok := pendingOf(p, "frac")
 	want := fmt.Sprintf("%s on a: tenants use 70Gi of %s, asked 20Gi (from telemetry)", dev, gibString(total))
@@ -234,7 +235,7 @@ func TestTelemetryOvercommit(t *testing.T) {
 	e := newEnv(t)
 	dev, total := sharedGPU(t, e, "60Gi")
 	used := 10 * gib
-	e.report("a", dev, plan.DeviceTelemetry{MemoryUsedBytes: uint64(used), MemoryTotalBytes: uint64(total)})
+	e.report("a", dev, gputel.Device{MemoryUsedBytes: uint64(used), MemoryTotalBytes: uint64(total)})
 	margin := total / 100 * view.DefaultMarginPercent
 	room := total - used - margin // beyond the 20Gi the requests leave
 	tests := []struct {
@@ -270,7 +271,7 @@ func TestTelemetryOvercommit(t *testing.T) {
 	t.Run("on: no stream, requests hold", func(t *testing.T) {
 		e.pending = nil
 		saved := e.telemetry
-		e.telemetry = map[string]*plan.NodeTelemetry{}
+		e.telemetry = map[string]*gputel.Node{}
 		defer func() { e.telemetry = saved }()
 		e.pod("frac", reqs(fraction("30Gi")))
 		p := e.decide(Config{Overcommit: true})
@@ -296,7 +297,7 @@ func TestTelemetryFallbackMessage(t *testing.T) {
 	if strings.Contains(w.Message, "telemetry") {
 		t.Errorf("no listener, yet: %s", w.Message)
 	}
-	e.reportGPU("a", 0, plan.DeviceTelemetry{MemoryUsedBytes: uint64(80 * gib)})
+	e.reportGPU("a", 0, gputel.Device{MemoryUsedBytes: uint64(80 * gib)})
 	w, _ = pendingOf(e.decide(Config{}), "frac")
 	if !strings.Contains(w.Message, "no telemetry from b: placed by requests only") || strings.Contains(w.Message, "from a,") {
 		t.Errorf("frac: %s", w.Message)
@@ -403,7 +404,7 @@ func TestPreemptFreesMeasuredMemory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			dev, total := sharedGPU(t, e, "20Gi")
-			d := plan.DeviceTelemetry{MemoryUsedBytes: uint64(70 * gib), MemoryTotalBytes: uint64(total)}
+			d := gputel.Device{MemoryUsedBytes: uint64(70 * gib), MemoryTotalBytes: uint64(total)}
 			if tc.attributed {
 				d.ClaimMemoryBytes = map[string]uint64{"claim-uid-tenant": uint64(70 * gib)}
 			}

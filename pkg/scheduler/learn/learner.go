@@ -117,7 +117,7 @@ func (c Config) Validate() error {
 type Learner struct {
 	cfg Config
 	log *slog.Logger
-	m   *metrics
+	m   *bookMetrics
 
 	// book holds the predictor and its ConfigMap; its mu guards the
 	// fields below too.
@@ -132,24 +132,12 @@ type Learner struct {
 // New checks cfg and returns a learner that knows nothing until Run
 // loads the ConfigMap.
 func New(cfg Config) (*Learner, error) {
-	if err := cfg.Validate(); err != nil {
+	m := newRuntimeMetrics()
+	l := &Learner{m: m, estimates: map[types.UID]time.Duration{}, started: map[types.UID]time.Duration{}}
+	if err := l.book.setUp(&cfg, "runtimes", "--learn-runtimes", DataKey, m); err != nil {
 		return nil, err
 	}
-	if cfg.Client == nil {
-		return nil, fmt.Errorf("client is required: %w", ErrConfig)
-	}
-	cfg = cfg.withDefaults()
-	p, err := predict.New(cfg.predictOptions())
-	if err != nil {
-		return nil, fmt.Errorf("learn: %w", err)
-	}
-	log := cfg.Log.With("component", "runtimes")
-	m := newMetrics()
-	l := &Learner{cfg: cfg, log: log, m: m,
-		book: book{client: cfg.Client, namespace: cfg.Namespace, name: cfg.Name, dataKey: DataKey, managedBy: cfg.SchedulerName,
-			what: "runtimes", flag: "--learn-runtimes", opts: cfg.predictOptions(), interval: cfg.PersistInterval, log: log,
-			failures: m.failures, lastSave: m.lastSave, keys: m.keys, p: p},
-		estimates: map[types.UID]time.Duration{}, started: map[types.UID]time.Duration{}}
+	l.cfg, l.log = cfg, l.book.log
 	l.reset = func() {
 		clear(l.started)
 		clear(l.estimates)

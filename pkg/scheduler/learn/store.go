@@ -64,6 +64,29 @@ type book struct {
 	exists bool
 }
 
+// setUp checks cfg, fills in its defaults, and makes b the book of one
+// learner: what names its state in logs and messages ("runtimes", also
+// its log component), flag its flags' prefix ("--learn-runtimes"),
+// dataKey its ConfigMap key, m its metrics.
+func (b *book) setUp(cfg *Config, what, flag, dataKey string, m *bookMetrics) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.Client == nil {
+		return fmt.Errorf("client is required: %w", ErrConfig)
+	}
+	*cfg = cfg.withDefaults()
+	p, err := predict.New(cfg.predictOptions())
+	if err != nil {
+		return fmt.Errorf("learn: %w", err)
+	}
+	log := cfg.Log.With("component", what)
+	*b = book{client: cfg.Client, namespace: cfg.Namespace, name: cfg.Name, dataKey: dataKey, managedBy: cfg.SchedulerName,
+		what: what, flag: flag, opts: cfg.predictOptions(), interval: cfg.PersistInterval, log: log,
+		failures: m.failures, lastSave: m.lastSave, keys: m.keys, p: p}
+	return nil
+}
+
 // run loads what was learned from the ConfigMap, then writes the ConfigMap at
 // most every interval (when something was learned) and once more at the
 // end, until ctx ends. Reading the ConfigMap is retried until it answers

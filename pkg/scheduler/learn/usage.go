@@ -2,7 +2,6 @@ package learn
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math"
 	"time"
@@ -94,24 +93,12 @@ func (c Config) ForUsage() Config {
 // [DefaultUsageQuantile].
 func NewUsage(cfg Config) (*Usage, error) {
 	cfg = cfg.ForUsage()
-	if err := cfg.Validate(); err != nil {
+	m := newUsageMetrics()
+	u := &Usage{m: m, running: map[types.UID]*podPeak{}, answers: map[types.UID]uint64{}}
+	if err := u.book.setUp(&cfg, "usage", "--learn-usage", UsageDataKey, &m.bookMetrics); err != nil {
 		return nil, err
 	}
-	if cfg.Client == nil {
-		return nil, fmt.Errorf("client is required: %w", ErrConfig)
-	}
-	cfg = cfg.withDefaults()
-	p, err := predict.New(cfg.predictOptions())
-	if err != nil {
-		return nil, fmt.Errorf("learn: %w", err)
-	}
-	log := cfg.Log.With("component", "usage")
-	m := newUsageMetrics()
-	u := &Usage{cfg: cfg, log: log, m: m,
-		book: book{client: cfg.Client, namespace: cfg.Namespace, name: cfg.Name, dataKey: UsageDataKey, managedBy: cfg.SchedulerName,
-			what: "usage", flag: "--learn-usage", opts: cfg.predictOptions(), interval: cfg.PersistInterval, log: log,
-			failures: m.failures, lastSave: m.lastSave, keys: m.keys, p: p},
-		running: map[types.UID]*podPeak{}, answers: map[types.UID]uint64{}}
+	u.cfg, u.log = cfg, u.book.log
 	u.reset = func() {
 		clear(u.running)
 		clear(u.answers)
@@ -253,49 +240,29 @@ func (u *Usage) finish(pod *corev1.Pod, teach bool) {
 	u.log.Debug("usage learned", "pod", pod.Namespace+"/"+pod.Name, "peak_mib", r.peakMiB, "samples", r.samples, "predicted_mib", r.predictedMiB)
 }
 
+// usageMetrics are the usage learner's: a learner's, and how often it
+// predicted too low.
 type usageMetrics struct {
-	errRatio     prometheus.Histogram
-	under        prometheus.Counter
-	keys         prometheus.Gauge
-	observations prometheus.Counter
-	failures     *prometheus.CounterVec
-	lastSave     prometheus.Gauge
+	bookMetrics
+	under prometheus.Counter
 }
 
 func newUsageMetrics() *usageMetrics {
-	m := &usageMetrics{
-		errRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "gpud_scheduler_usage_prediction_error_ratio",
-			Help:    "|predicted - actual| / actual peak GPU memory of the scheduler's pods that taught their peak and had a learned prediction when first sampled.",
-			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10},
+	return &usageMetrics{
+		bookMetrics: newBookMetrics("usage", metricHelp{
+			errRatio:     "|predicted - actual| / actual peak GPU memory of the scheduler's pods that taught their peak and had a learned prediction when first sampled.",
+			keys:         "Keys (workload descriptions) the GPU memory usage predictor holds.",
+			observations: "Peak GPU memory of pods learned by the usage predictor.",
+			state:        "learned usage's",
 		}),
 		under: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpud_scheduler_usage_underpredicted_total",
 			Help: "Pods whose peak GPU memory exceeded the learned peak they had when first sampled (overcommit counted them too low).",
 		}),
-		keys: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gpud_scheduler_usage_predictor_keys",
-			Help: "Keys (workload descriptions) the GPU memory usage predictor holds.",
-		}),
-		observations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gpud_scheduler_usage_observations_total",
-			Help: "Peak GPU memory of pods learned by the usage predictor.",
-		}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpud_scheduler_usage_persist_failures_total",
-			Help: "Reads (op=load: failed, or corrupt data replaced) and writes (op=save) of the learned usage's ConfigMap that failed.",
-		}, []string{"op"}),
-		lastSave: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gpud_scheduler_usage_last_persist_timestamp_seconds",
-			Help: "When the learned usage's ConfigMap was last written (unix seconds; 0: not by this process).",
-		}),
 	}
-	m.failures.WithLabelValues("load")
-	m.failures.WithLabelValues("save")
-	return m
 }
 
 // Collectors are the usage learner's metrics, for the scheduler's registry.
 func (u *Usage) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{u.m.errRatio, u.m.under, u.m.keys, u.m.observations, u.m.failures, u.m.lastSave}
+	return append(u.m.collectors(), u.m.under)
 }

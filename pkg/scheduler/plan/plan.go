@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
+	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
@@ -79,7 +80,7 @@ type Snapshot struct {
 	// issue 13: health events and measured usage), by node name. A node
 	// without a live stream is absent: decisions then use ResourceSlices
 	// and claims alone. Nil: no telemetry listener.
-	Telemetry map[string]*NodeTelemetry
+	Telemetry map[string]*gputel.Node
 	// Decided, when set, is told each unit of binds (a gang's members
 	// placed together, or one pod) as the decider commits it, before
 	// Decide returns, so that its writes start while the rest of the
@@ -92,35 +93,6 @@ type Snapshot struct {
 	// members in those nodes' NVLink domain, then rack, first when they
 	// have room (a preference, never a requirement). Nil: none.
 	Healed map[string][]string
-}
-
-// NodeTelemetry is the newest state one node's agent streamed.
-type NodeTelemetry struct {
-	// Received is when the newest sample or event from the node arrived.
-	Received time.Time
-	// Interval is the agent's sampling interval (--stream-interval).
-	Interval time.Duration
-	// Devices are the node's GPUs and MIG devices by UUID (the
-	// ResourceSlice devices' "uuid" attribute).
-	Devices map[string]DeviceTelemetry
-}
-
-// DeviceTelemetry is one GPU's or MIG device's newest state.
-type DeviceTelemetry struct {
-	// Unhealthy is set from the moment the agent reports an Xid, an ECC
-	// error, GPU lost or a health change to unhealthy, until it reports
-	// the device healthy again.
-	Unhealthy bool
-	// HealthReason says why ("Xid 79", "double-bit ECC", "GPU lost").
-	HealthReason string
-	// MemoryUsedBytes is the device memory in use as measured (all
-	// processes); MemoryTotalBytes is the device's memory.
-	MemoryUsedBytes, MemoryTotalBytes uint64
-	// SMUtilPercent is the measured SM (or GPU) utilization, 0-100.
-	SMUtilPercent float64
-	// ClaimMemoryBytes is measured memory per ResourceClaim UID on a
-	// shared GPU or MIG device, where the agent can attribute it.
-	ClaimMemoryBytes map[string]uint64
 }
 
 // Pod is one pod with what the scheduler derived from it.

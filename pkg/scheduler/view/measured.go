@@ -6,23 +6,9 @@ import (
 	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
-)
 
-// DeviceReport is what a node's agent last reported about one GPU or MIG
-// device (the telemetry stream), keyed by the device's "uuid" attribute.
-type DeviceReport struct {
-	// Unhealthy: the agent reported an Xid, ECC error, loss or health
-	// change, and not yet that the device is healthy again; Reason says
-	// which ("Xid 79").
-	Unhealthy bool
-	Reason    string
-	// MemoryUsedBytes is the device memory in use as measured.
-	MemoryUsedBytes uint64
-	// ClaimMemoryBytes is the measured use per ResourceClaim UID on a
-	// shared GPU, where the agent attributes it: a what-if that releases
-	// a claim ([Measured.Release]) takes that much away, else its request.
-	ClaimMemoryBytes map[string]uint64
-}
+	"github.com/gpud/gpud/pkg/gputel"
+)
 
 // MeasureConfig tunes how [View.Measure] weighs measured memory.
 type MeasureConfig struct {
@@ -84,22 +70,23 @@ type MemoryExcess struct {
 	UsedBytes, RequestedBytes, MemoryBytes int64
 }
 
-// Measure indexes reports (by node name, then device uuid) for placements
-// on v, with v's allocations as they are now. Nodes absent from reports
-// have no telemetry: their devices count by requests alone. A GPU whose
+// Measure indexes the nodes' telemetry (by node name; devices by uuid)
+// for placements on v, with v's allocations as they are now. Nodes absent
+// from it have no telemetry: their devices count by requests alone. A GPU whose
 // uuid is reported unhealthy takes all its devices (whole, MIG) down; a
 // MIG device reported unhealthy goes down alone.
-func (v *View) Measure(reports map[string]map[string]DeviceReport, cfg MeasureConfig) *Measured {
-	m := &Measured{v: v, nodes: make(map[string]bool, len(reports))}
+func (v *View) Measure(tel map[string]*gputel.Node, cfg MeasureConfig) *Measured {
+	m := &Measured{v: v, nodes: make(map[string]bool, len(tel))}
 	margin := cfg.MarginPercent
 	if margin <= 0 {
 		margin = DefaultMarginPercent
 	}
 	for _, n := range v.nodes {
-		devs, ok := reports[n.Name]
-		if !ok {
+		nt, ok := tel[n.Name]
+		if !ok || nt == nil {
 			continue
 		}
+		devs := nt.Devices
 		m.nodes[n.Name] = true
 		if len(devs) == 0 {
 			continue
@@ -110,7 +97,7 @@ func (v *View) Measure(reports map[string]map[string]DeviceReport, cfg MeasureCo
 			if r, ok := devs[gp.UUID]; ok && gp.UUID != "" {
 				matched++
 				if r.Unhealthy {
-					m.gpuDown(n, gp, r.Reason)
+					m.gpuDown(n, gp, r.HealthReason)
 				} else if d := gp.wholeDev; d != nil && d.Shareable {
 					m.measure(d, r, cfg.Overcommit, margin)
 				}
@@ -124,7 +111,7 @@ func (v *View) Measure(reports map[string]map[string]DeviceReport, cfg MeasureCo
 			for _, d := range gp.migDevs {
 				if u, ok := attrString(d, "uuid"); ok && u != gp.UUID {
 					if r, ok := devs[u]; ok && r.Unhealthy {
-						m.setDown(d, r.Reason, true)
+						m.setDown(d, r.HealthReason, true)
 					}
 				}
 			}
@@ -168,7 +155,7 @@ func (m *Measured) setDown(d *Device, reason string, list bool) {
 
 // measure records whole shareable device d's measurement and sets its
 // memory adjustment (see devMeasure.adjust).
-func (m *Measured) measure(d *Device, r DeviceReport, overcommit bool, marginPct int) {
+func (m *Measured) measure(d *Device, r gputel.Device, overcommit bool, marginPct int) {
 	c, ok := d.Capacity[CapacityMemory]
 	if !ok || c.Value.Sign() <= 0 {
 		return
@@ -222,7 +209,7 @@ func (dm *devMeasure) adjust() int64 {
 
 // Release takes what allocs (running pods' claims, counted when m was
 // made) use out of the measurement, for a what-if without them: a claim's
-// attributed use ([DeviceReport.ClaimMemoryBytes]), else as much as it
+// attributed use ([gputel.Device.ClaimMemoryBytes]), else as much as it
 // requested. [Measured.Hold] puts it back; a cycle pairs them.
 func (m *Measured) Release(allocs ...Allocation) { m.release(allocs, 1) }
 

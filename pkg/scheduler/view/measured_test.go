@@ -8,9 +8,20 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpud/gpud/pkg/gputel"
 )
 
 const gib = int64(1) << 30
+
+// nodesOf is telemetry with the given devices (by node, then uuid).
+func nodesOf(devs map[string]map[string]gputel.Device) map[string]*gputel.Node {
+	out := make(map[string]*gputel.Node, len(devs))
+	for node, d := range devs {
+		out[node] = &gputel.Node{Devices: d}
+	}
+	return out
+}
 
 // uuidOf is device dev's uuid on node n of v.
 func uuidOf(t *testing.T, v *View, node, dev string) string {
@@ -33,12 +44,12 @@ func onlyNode(name string) func(*Node) bool { return func(n *Node) bool { return
 func TestMeasureHealth(t *testing.T) {
 	c := newCluster(t)
 	v := c.build(t)
-	reports := map[string]map[string]DeviceReport{"h100-a": {}}
+	reports := map[string]map[string]gputel.Device{"h100-a": {}}
 	for i := range 7 {
 		dev := "gpu-" + strconv.Itoa(i)
-		reports["h100-a"][uuidOf(t, v, "h100-a", dev)] = DeviceReport{Unhealthy: true, Reason: "Xid 79"}
+		reports["h100-a"][uuidOf(t, v, "h100-a", dev)] = gputel.Device{Unhealthy: true, HealthReason: "Xid 79"}
 	}
-	m := v.Measure(reports, MeasureConfig{})
+	m := v.Measure(nodesOf(reports), MeasureConfig{})
 	if got := len(m.Down()); got != 7 || m.Down()[0] != (DownDevice{Node: "h100-a", Device: "gpu-0", Reason: "Xid 79"}) {
 		t.Errorf("Down() = %+v", m.Down())
 	}
@@ -104,7 +115,7 @@ func TestMeasureMIGDevice(t *testing.T) {
 		t.Fatal("no 1g.5gb MIG device on a100-a")
 	}
 	v := c.build(t)
-	m := v.Measure(map[string]map[string]DeviceReport{"a100-a": {down: {Unhealthy: true, Reason: "Xid 94"}}}, MeasureConfig{})
+	m := v.Measure(nodesOf(map[string]map[string]gputel.Device{"a100-a": {down: {Unhealthy: true, HealthReason: "Xid 94"}}}), MeasureConfig{})
 	if want := []DownDevice{{Node: "a100-a", Device: name, Reason: "Xid 94", MIG: true}}; !slices.Equal(m.Down(), want) {
 		t.Errorf("Down() = %+v, want %+v", m.Down(), want)
 	}
@@ -165,7 +176,7 @@ func TestMeasureMemory(t *testing.T) {
 		t.Fatalf("without telemetry a 30Gi fraction goes to %s, want next to the tenant on %s", got, dev)
 	}
 	used := 70 * gib
-	m := v.Measure(map[string]map[string]DeviceReport{"h100-a": {uuid: {MemoryUsedBytes: uint64(used)}}}, MeasureConfig{})
+	m := v.Measure(nodesOf(map[string]map[string]gputel.Device{"h100-a": {uuid: {MemoryUsedBytes: uint64(used)}}}), MeasureConfig{})
 	if got := at(m, "30Gi"); got == dev {
 		t.Errorf("30Gi fraction placed on %s, where the tenant uses 70Gi of %d bytes", dev, total)
 	}
@@ -179,8 +190,8 @@ func TestMeasureMemory(t *testing.T) {
 
 	// Overcommit: the tenant uses 5Gi of its 40Gi.
 	used = 5 * gib
-	reports := map[string]map[string]DeviceReport{"h100-a": {uuid: {MemoryUsedBytes: uint64(used)}}}
-	m = v.Measure(reports, MeasureConfig{Overcommit: true})
+	reports := map[string]map[string]gputel.Device{"h100-a": {uuid: {MemoryUsedBytes: uint64(used)}}}
+	m = v.Measure(nodesOf(reports), MeasureConfig{Overcommit: true})
 	room := total - used - total/100*DefaultMarginPercent
 	o := opt
 	o.Measured = m
@@ -212,7 +223,7 @@ func TestMeasureMemory(t *testing.T) {
 		t.Errorf("Measured.Check of a fraction within overcommit's room: %v", err)
 	}
 	// Without overcommit the requests hold.
-	o.Measured = v.Measure(reports, MeasureConfig{})
+	o.Measured = v.Measure(nodesOf(reports), MeasureConfig{})
 	if _, err := place(t, v, o, claim("strict", fraction("gpu", mib(total-40*gib+gib), ""))); !errors.Is(err, ErrNoFit) {
 		t.Errorf("beyond the requests without overcommit: %v", err)
 	}

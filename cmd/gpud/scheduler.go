@@ -315,7 +315,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	restCfg.UserAgent = "gpud-scheduler/" + version
 	// In order: the telemetry server, the scheduler that reads it, then
 	// the server runs for the scheduler (Serve's stream.Leader).
-	tel, certs, err := o.telemetry.newServer(restCfg, log)
+	tel, certs, err := newTelemetryServer(&o.telemetry, restCfg, log)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}

@@ -5,19 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpud/gpud/internal/printable"
 	"github.com/gpud/gpud/pkg/scheduler/decide"
 	"github.com/gpud/gpud/pkg/stream"
+	"github.com/gpud/gpud/pkg/stream/schedserver"
 	"github.com/gpud/gpud/pkg/stream/tokenauth"
 )
-
-// telemetryAuthQPS is the rate of the telemetry token reviews' client
-// (burst twice that): 1,000 agents streaming to a new leader are all
-// reviewed within about 10 s; a reconnect within a minute hits the cache.
-const telemetryAuthQPS = 100
 
 // schedulerTelemetryOptions are the telemetry stream's flags of
 // `gpud scheduler`, and the decision flags that use the stream.
@@ -81,39 +76,17 @@ func (o *schedulerTelemetryOptions) decideConfig(cfg decide.Config) decide.Confi
 	return cfg
 }
 
-// newServer loads the certificates and returns the telemetry server; nil,
-// nil without --telemetry-addr. It is built before the scheduler (which
-// reads it) and served for it ([stream.Leader]). restCfg is the
-// scheduler's API identity, which reviews the agents' tokens (with a
-// client of its own, so that 1,000 agents connecting at once do not wait
-// behind the scheduler's writes, nor it behind them).
-func (o *schedulerTelemetryOptions) newServer(restCfg *rest.Config, log *slog.Logger) (*stream.Server, *stream.Certs, error) {
+// newTelemetryServer returns the telemetry server of o's flags; nil, nil
+// without --telemetry-addr. It is built before the scheduler (which reads
+// it) and served for it ([stream.Leader]).
+func newTelemetryServer(o *schedulerTelemetryOptions, restCfg *rest.Config, log *slog.Logger) (*stream.Server, *stream.Certs, error) {
 	if o.addr == "" {
 		return nil, nil, nil
 	}
-	log = log.With("component", "telemetry")
-	var certs *stream.Certs
-	var auth stream.Authenticator
-	if o.insecure {
-		log.Warn("telemetry stream without TLS: any client can report for any node (--telemetry-insecure)", "addr", o.addr)
-	} else {
-		var err error
-		if certs, err = stream.LoadCerts(o.tls, log); err != nil {
-			return nil, nil, fmt.Errorf("--tls-cert/--tls-key/--tls-ca: %w", err)
-		}
-		cfg := rest.CopyConfig(restCfg)
-		cfg.QPS, cfg.Burst = telemetryAuthQPS, 2*telemetryAuthQPS
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("telemetry token reviews: API client: %w", err)
-		}
-		if auth, err = tokenauth.New(tokenauth.Config{Client: client, Audience: o.audience, ServiceAccounts: splitList(o.agentSAs)}); err != nil {
-			return nil, nil, err
-		}
-	}
-	srv, err := stream.NewServer(stream.ServerConfig{Insecure: o.insecure, Authenticate: auth, Log: log})
+	log = log.With("component", "telemetry", "addr", o.addr)
+	srv, certs, err := schedserver.New(schedserver.Options{Insecure: o.insecure, TLS: o.tls, Audience: o.audience, ServiceAccounts: splitList(o.agentSAs)}, restCfg, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("--telemetry-addr %s: %w", o.addr, err)
 	}
 	return srv, certs, nil
 }

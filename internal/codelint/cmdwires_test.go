@@ -29,7 +29,6 @@ var cmdDebt = []string{
 	"schedulerOptions.healConfig",
 	"schedulerOptions.restConfig",
 	"schedulerTelemetryOptions.decideConfig",
-	"schedulerTelemetryOptions.newServer",
 }
 
 // TestCmdOnlyWires applies the cmd-wires rule (see the package doc) to

@@ -65,9 +65,10 @@ type simLimit struct {
 // Then the containers' own processes allocate simulated GPU memory
 // through the agent's admin socket (POST /v1/sim/memory/alloc, by the
 // task's host PID: charged to the container's real cgroup): a container
-// with a 10 GiB limit (8 GiB request) whose environment gives MPS the
-// whole GPU gets the driver's ERROR_MEMORY for 12 GiB and nothing is
-// allocated, while its neighbour on the same GPU keeps its 16 GiB; the
+// with a 10 GiB limit (8 GiB request) gets the driver's ERROR_MEMORY for
+// 12 GiB and nothing is allocated, and so does a second process exec'd in
+// it that sets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G in its own
+// environment, while its neighbour on the same GPU keeps its 16 GiB; the
 // agent's per-process metrics name both pods on that GPU; the
 // GPUMemoryLimitSet Event is on the limited pod. And a borrower (20 GiB
 // request, 70 GiB limit) holding 60 GiB is evicted by the driver when its
@@ -174,17 +175,10 @@ func TestNodeMemoryLimits(t *testing.T) {
 	mem := memCaller{t: t, n: n, k: k, admin: admin}
 	t.Run("12 GiB into a 10 GiB limit fails, the neighbour keeps its memory", func(t *testing.T) {
 		mem.t = t
-		// The limited container's own environment claims the whole GPU
-		// for MPS: the driver's limit is on its cgroup, out of its reach.
-		runFractionPod(t, n, "limited", fractionSpec{Request: "8Gi", Limit: "10Gi", GPU: 3}, []corev1.EnvVar{
-			{Name: "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", Value: "0=80G"},
-		})
+		runFractionPod(t, n, "limited", fractionSpec{Request: "8Gi", Limit: "10Gi", GPU: 3}, nil)
 		runFractionPod(t, n, "neighbour", fractionSpec{Request: "20Gi", GPU: 3}, nil)
 		for _, name := range []string{"limited", "neighbour"} {
 			testwait.For(t, time.Minute, "the limits of pod "+name+" on /metrics", func() bool { return len(limitSeries(t, agent.HTTP, name)) == 2 })
-		}
-		if got := probeEnv(t, n, "limited")["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]; got != "0=80G" {
-			t.Fatalf("limited's container has CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%q, want 0=80G", got)
 		}
 		if r := mem.call(simapi.AllocRoute, "neighbour", 3, 16*gib); r.Result != "SUCCESS" {
 			t.Fatalf("neighbour allocates 16 GiB of its 20 GiB: %+v", r)
@@ -194,6 +188,15 @@ func TestNodeMemoryLimits(t *testing.T) {
 			t.Fatalf("limited allocates 12 GiB past its 10 GiB limit: %+v, want ERROR_MEMORY and nothing held", r)
 		}
 		t.Logf("limited (cgroup %s) allocating 12 GiB: %s: %s", r.Cgroup, r.Result, r.Error)
+		// A second process in the container sets its own MPS memory
+		// limit to the whole GPU before CUDA starts: the driver's limit is
+		// on the container's cgroup, out of its reach.
+		lifted := liftedProcess(t, n, mem.containerID("limited"), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G")
+		if r := mem.callPID(simapi.AllocRoute, lifted, 3, 12*gib); r.Result != "ERROR_MEMORY" || r.HeldBytes != 0 {
+			t.Fatalf("limited's process %d with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G allocates 12 GiB: %+v, want ERROR_MEMORY", lifted, r)
+		} else {
+			t.Logf("limited's process %d (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G in its own environment) allocating 12 GiB: %s", lifted, r.Result)
+		}
 		if r := mem.call(simapi.AllocRoute, "limited", 3, 9*gib); r.Result != "SUCCESS" {
 			t.Fatalf("limited allocates 9 GiB within its limit: %+v", r)
 		}
@@ -237,9 +240,10 @@ func TestNodeMemoryLimits(t *testing.T) {
 		}
 		note := waitPodEvent(t, k, "borrower", agentevents.ReasonGPUMemoryBorrowerEvicted)
 		t.Logf("Event on pod borrower (read from the API server): %s: %s", agentevents.ReasonGPUMemoryBorrowerEvicted, note)
-		if got := processMemory(t, agent.HTTP)["owner"].bytes; got != 40*gib {
-			t.Logf("owner's gpud_process_memory_used_bytes not yet 40 GiB: %d", got)
-		}
+		testwait.For(t, time.Minute, "the owner's 40 GiB and no borrower memory on /metrics", func() bool {
+			got := processMemory(t, agent.HTTP)
+			return got["owner"].bytes == 40*gib && got["borrower"].bytes == 0
+		})
 		for _, name := range []string{"borrower", "owner"} {
 			deletePod(t, k, name)
 		}
@@ -261,13 +265,62 @@ type memCaller struct {
 // container, by its host PID.
 func (m memCaller) call(route, pod string, gpu int, bytes uint64) simapi.MemoryResponse {
 	m.t.Helper()
-	_, cid, _ := strings.Cut(containerID(m.t, m.k, pod), "://")
-	pid := taskPID(m.t, m.n, cid)
+	return m.callPID(route, taskPID(m.t, m.n, m.containerID(pod)), gpu, bytes)
+}
+
+// callPID allocates (or frees) bytes on GPU gpu as host process pid.
+func (m memCaller) callPID(route string, pid uint32, gpu int, bytes uint64) simapi.MemoryResponse {
+	m.t.Helper()
 	var r simapi.MemoryResponse
 	if err := m.admin.Call(m.t.Context(), "POST", route, simapi.MemoryRequest{GPU: strconv.Itoa(gpu), PID: pid, Bytes: bytes}, &r); err != nil {
-		m.t.Fatalf("%s as pod %s (pid %d): %v", route, pod, pid, err)
+		m.t.Fatalf("%s as pid %d: %v", route, pid, err)
 	}
 	return r
+}
+
+// containerID is containerd's ID of pod's one container.
+func (m memCaller) containerID(pod string) string {
+	m.t.Helper()
+	_, cid, _ := strings.Cut(containerID(m.t, m.k, pod), "://")
+	return cid
+}
+
+// liftedProcess starts, in container id, a second probe process that
+// sets env (KEY=VALUE) in its own environment (test/nodeenv/probe's "env"),
+// and returns its host PID once /proc/<pid>/environ shows it.
+func liftedProcess(t *testing.T, n *nodeenv.Node, id, env string) uint32 {
+	t.Helper()
+	ctr := func(args ...string) ([]byte, error) {
+		return n.Command(n.Bins.Ctr, append([]string{"--address", "/run/containerd/containerd.sock", "-n", "k8s.io"}, args...)...).CombinedOutput()
+	}
+	if out, err := ctr("tasks", "exec", "-d", "--exec-id", "lift-env", id, "/probe", "env", env); err != nil {
+		t.Fatalf("ctr tasks exec: %v: %s", err, out)
+	}
+	main := taskPID(t, n, id)
+	var pid uint32
+	testwait.For(t, 30*time.Second, "a second process in container "+id+" with "+env, func() bool {
+		out, err := ctr("tasks", "ps", id)
+		if err != nil {
+			t.Fatalf("ctr tasks ps: %v: %s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			p, err := strconv.ParseUint(f[0], 10, 32)
+			if err != nil || uint32(p) == main {
+				continue
+			}
+			data, err := os.ReadFile("/proc/" + f[0] + "/environ")
+			if err == nil && strings.Contains("\x00"+string(data), "\x00"+env+"\x00") {
+				pid = uint32(p)
+				return true
+			}
+		}
+		return false
+	})
+	return pid
 }
 
 // taskPID is the host PID of container id's task.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +16,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/pkg/adminapi"
+	"github.com/gpud/gpud/pkg/agentevents"
 	"github.com/gpud/gpud/pkg/dra"
+	"github.com/gpud/gpud/pkg/simnode/simapi"
 	"github.com/gpud/gpud/test/k8senv"
 	"github.com/gpud/gpud/test/nodeenv"
 )
@@ -56,6 +61,20 @@ type simLimit struct {
 // same driver limit; when the pods go, their limits go. It logs the time
 // from the pod's creation to the limit on /metrics, and from containerd's
 // creation of the container to the agent's "limits set" log line.
+//
+// Then the containers' own processes allocate simulated GPU memory
+// through the agent's admin socket (POST /v1/sim/memory/alloc, by the
+// task's host PID: charged to the container's real cgroup): a container
+// with a 10 GiB limit (8 GiB request) gets the driver's ERROR_MEMORY for
+// 12 GiB and nothing is allocated, and so does a second process exec'd in
+// it that sets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G in its own
+// environment, while its neighbour on the same GPU keeps its 16 GiB; the
+// agent's per-process metrics name both pods on that GPU; the
+// GPUMemoryLimitSet Event is on the limited pod. And a borrower (20 GiB
+// request, 70 GiB limit) holding 60 GiB is evicted by the driver when its
+// neighbour claims its 40 GiB request: the agent writes
+// GPUMemoryBorrowerEvicted on the borrower's pod, read back from the API
+// server.
 func TestNodeMemoryLimits(t *testing.T) {
 	nodeenv.Require(t)
 	k := k8senv.Start(t)
@@ -66,14 +85,15 @@ func TestNodeMemoryLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(n.Dir, "sim-state.json")
+	sock := filepath.Join(shortDir(t), "admin.sock")
 	agent := startNodeAgent(t, n, "--kubelet-api=dra", "--simulate="+profile, "--sim-dev-root=/run/gpud/dev",
-		"--sim-state-file="+state, "--kubeconfig="+k.Kubeconfig)
+		"--sim-state-file="+state, "--kubeconfig="+k.Kubeconfig, "--admin-socket="+sock)
+	admin := adminapi.NewClient(sock, 10*time.Second)
 	waitGPUs(t, k, draTimeout, 8, n.Name)
 	if body := httpGet(t, "http://"+agent.HTTP+"/readyz"); !strings.Contains(body, "memory limits: driver on GPUs 0,1,2,3,4,5,6,7") {
 		t.Fatalf("/readyz does not put the r615 GPUs in driver mode:\n%s", body)
 	}
 
-	const gib = uint64(1) << 30
 	check := func(t *testing.T, name string, env []corev1.EnvVar) {
 		start := time.Now()
 		pod := runBorrowingPod(t, n, name, env)
@@ -138,12 +158,247 @@ func TestNodeMemoryLimits(t *testing.T) {
 			return len(limitSeries(t, agent.HTTP, "borrow"))+len(limitSeries(t, agent.HTTP, "borrow-env")) == 0
 		})
 	})
+	mem := memCaller{t: t, n: n, k: k, admin: admin}
+	t.Run("12 GiB into a 10 GiB limit fails, the neighbour keeps its memory", func(t *testing.T) {
+		mem.t = t
+		runFractionPod(t, n, "limited", fractionSpec{Request: "8Gi", Limit: "10Gi", GPU: 3}, nil)
+		runFractionPod(t, n, "neighbour", fractionSpec{Request: "20Gi", GPU: 3}, nil)
+		for _, name := range []string{"limited", "neighbour"} {
+			testwait.For(t, time.Minute, "the limits of pod "+name+" on /metrics", func() bool { return len(limitSeries(t, agent.HTTP, name)) == 2 })
+		}
+		if r := mem.call(simapi.AllocRoute, "neighbour", 3, 16*gib); r.Result != "SUCCESS" {
+			t.Fatalf("neighbour allocates 16 GiB of its 20 GiB: %+v", r)
+		}
+		r := mem.call(simapi.AllocRoute, "limited", 3, 12*gib)
+		if r.Result != "ERROR_MEMORY" || r.HeldBytes != 0 {
+			t.Fatalf("limited allocates 12 GiB past its 10 GiB limit: %+v, want ERROR_MEMORY and nothing held", r)
+		}
+		t.Logf("limited (cgroup %s) allocating 12 GiB: %s: %s", r.Cgroup, r.Result, r.Error)
+		// A second process in the container sets its own MPS memory
+		// limit to the whole GPU before CUDA starts: the driver's limit is
+		// on the container's cgroup, out of its reach.
+		lifted := liftedProcess(t, n, mem.containerID("limited"), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G")
+		if r := mem.callPID(simapi.AllocRoute, lifted, 3, 12*gib); r.Result != "ERROR_MEMORY" || r.HeldBytes != 0 {
+			t.Fatalf("limited's process %d with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G allocates 12 GiB: %+v, want ERROR_MEMORY", lifted, r)
+		} else {
+			t.Logf("limited's process %d (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G in its own environment) allocating 12 GiB: %s", lifted, r.Result)
+		}
+		if r := mem.call(simapi.AllocRoute, "limited", 3, 9*gib); r.Result != "SUCCESS" {
+			t.Fatalf("limited allocates 9 GiB within its limit: %+v", r)
+		}
+		var uuid string
+		testwait.For(t, time.Minute, "gpud_process_memory_used_bytes of both tenants of GPU 3", func() bool {
+			got := processMemory(t, agent.HTTP)
+			l, nb := got["limited"], got["neighbour"]
+			if l.uuid == "" || l.uuid != nb.uuid || l.bytes != 9*gib || nb.bytes != 16*gib {
+				return false
+			}
+			uuid = l.uuid
+			return true
+		})
+		t.Logf("per-pod metrics on GPU %s: limited 9 GiB, neighbour 16 GiB", uuid)
+		note := waitPodEvent(t, k, "limited", agentevents.ReasonGPUMemoryLimitSet)
+		t.Logf("Event on pod limited: %s: %s", agentevents.ReasonGPUMemoryLimitSet, note)
+		for _, name := range []string{"limited", "neighbour"} {
+			mem.call(simapi.FreeRoute, name, 3, 0)
+			deletePod(t, k, name)
+		}
+	})
+	t.Run("a borrower is evicted when its neighbour claims its request", func(t *testing.T) {
+		mem.t = t
+		runFractionPod(t, n, "borrower", fractionSpec{Request: "20Gi", Limit: "70Gi", GPU: 4}, nil)
+		runFractionPod(t, n, "owner", fractionSpec{Request: "40Gi", GPU: 4}, nil)
+		for _, name := range []string{"borrower", "owner"} {
+			testwait.For(t, time.Minute, "the limits of pod "+name+" on /metrics", func() bool { return len(limitSeries(t, agent.HTTP, name)) == 2 })
+		}
+		if r := mem.call(simapi.AllocRoute, "borrower", 4, 60*gib); r.Result != "SUCCESS" {
+			t.Fatalf("borrower allocates 60 GiB (request 20, limit 70): %+v", r)
+		}
+		testwait.For(t, time.Minute, "the borrower's 60 GiB on /metrics", func() bool {
+			return processMemory(t, agent.HTTP)["borrower"].bytes == 60*gib
+		})
+		// The agent sees an eviction by comparing two polls of the
+		// driver's per-cgroup use (every --enforce-interval, 500 ms): let
+		// one see the borrower above its request first.
+		time.Sleep(1500 * time.Millisecond)
+		if r := mem.call(simapi.AllocRoute, "owner", 4, 40*gib); r.Result != "SUCCESS" {
+			t.Fatalf("owner allocates its 40 GiB request on a GPU the borrower filled: %+v, want SUCCESS (the borrower evicted)", r)
+		}
+		note := waitPodEvent(t, k, "borrower", agentevents.ReasonGPUMemoryBorrowerEvicted)
+		t.Logf("Event on pod borrower (read from the API server): %s: %s", agentevents.ReasonGPUMemoryBorrowerEvicted, note)
+		testwait.For(t, time.Minute, "the owner's 40 GiB and no borrower memory on /metrics", func() bool {
+			got := processMemory(t, agent.HTTP)
+			return got["owner"].bytes == 40*gib && got["borrower"].bytes == 0
+		})
+		for _, name := range []string{"borrower", "owner"} {
+			deletePod(t, k, name)
+		}
+	})
+}
+
+const gib = uint64(1) << 30
+
+// memCaller calls the agent's simulated memory routes as a pod's
+// container process.
+type memCaller struct {
+	t     *testing.T
+	n     *nodeenv.Node
+	k     *k8senv.Env
+	admin *adminapi.Client
+}
+
+// call allocates (or frees) bytes on GPU gpu as the process of pod's
+// container, by its host PID.
+func (m memCaller) call(route, pod string, gpu int, bytes uint64) simapi.MemoryResponse {
+	m.t.Helper()
+	return m.callPID(route, taskPID(m.t, m.n, m.containerID(pod)), gpu, bytes)
+}
+
+// callPID allocates (or frees) bytes on GPU gpu as host process pid.
+func (m memCaller) callPID(route string, pid uint32, gpu int, bytes uint64) simapi.MemoryResponse {
+	m.t.Helper()
+	var r simapi.MemoryResponse
+	if err := m.admin.Call(m.t.Context(), "POST", route, simapi.MemoryRequest{GPU: strconv.Itoa(gpu), PID: pid, Bytes: bytes}, &r); err != nil {
+		m.t.Fatalf("%s as pid %d: %v", route, pid, err)
+	}
+	return r
+}
+
+// containerID is containerd's ID of pod's one container.
+func (m memCaller) containerID(pod string) string {
+	m.t.Helper()
+	_, cid, _ := strings.Cut(containerID(m.t, m.k, pod), "://")
+	return cid
+}
+
+// liftedProcess starts, in container id, a second probe process that
+// sets env (KEY=VALUE) in its own environment (test/nodeenv/probe's "env"),
+// and returns its host PID once /proc/<pid>/environ shows it.
+func liftedProcess(t *testing.T, n *nodeenv.Node, id, env string) uint32 {
+	t.Helper()
+	ctr := func(args ...string) ([]byte, error) {
+		return n.Command(n.Bins.Ctr, append([]string{"--address", "/run/containerd/containerd.sock", "-n", "k8s.io"}, args...)...).CombinedOutput()
+	}
+	if out, err := ctr("tasks", "exec", "-d", "--exec-id", "lift-env", id, "/probe", "env", env); err != nil {
+		t.Fatalf("ctr tasks exec: %v: %s", err, out)
+	}
+	main := taskPID(t, n, id)
+	var pid uint32
+	testwait.For(t, 30*time.Second, "a second process in container "+id+" with "+env, func() bool {
+		out, err := ctr("tasks", "ps", id)
+		if err != nil {
+			t.Fatalf("ctr tasks ps: %v: %s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			p, err := strconv.ParseUint(f[0], 10, 32)
+			if err != nil || uint32(p) == main {
+				continue
+			}
+			data, err := os.ReadFile("/proc/" + f[0] + "/environ")
+			if err == nil && strings.Contains("\x00"+string(data), "\x00"+env+"\x00") {
+				pid = uint32(p)
+				return true
+			}
+		}
+		return false
+	})
+	return pid
+}
+
+// taskPID is the host PID of container id's task.
+func taskPID(t *testing.T, n *nodeenv.Node, id string) uint32 {
+	t.Helper()
+	out, err := n.Command(n.Bins.Ctr, "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "tasks", "ls").Output()
+	if err != nil {
+		t.Fatalf("ctr tasks ls: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == id {
+			pid, err := strconv.ParseUint(f[1], 10, 32)
+			if err != nil {
+				t.Fatalf("ctr tasks ls: %q: %v", line, err)
+			}
+			return uint32(pid)
+		}
+	}
+	t.Fatalf("ctr tasks ls: no task %s in:\n%s", id, out)
+	return 0
+}
+
+// procUse is what one pod's processes hold on one GPU.
+type procUse struct {
+	uuid  string
+	bytes uint64
+}
+
+// processMemory is the agent's gpud_process_memory_used_bytes by pod.
+func processMemory(t *testing.T, addr string) map[string]procUse {
+	t.Helper()
+	mfs, err := monGather("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]procUse{}
+	for _, m := range mfs["gpud_process_memory_used_bytes"].GetMetric() {
+		if pod := label(m, "pod"); pod != "" {
+			u := out[pod]
+			u.uuid = label(m, "UUID")
+			u.bytes += uint64(m.GetGauge().GetValue())
+			out[pod] = u
+		}
+	}
+	return out
+}
+
+// waitPodEvent waits for an Event with reason on pod (namespace default)
+// in the API server and returns its note.
+func waitPodEvent(t *testing.T, k *k8senv.Env, pod, reason string) string {
+	t.Helper()
+	var note string
+	testwait.For(t, time.Minute, "Event "+reason+" on pod "+pod, func() bool {
+		list, err := k.Client.EventsV1().Events("default").List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Reason == reason && e.Regarding.Kind == "Pod" && e.Regarding.Name == pod {
+				note = e.Note
+				return true
+			}
+		}
+		return false
+	})
+	return note
 }
 
 // runBorrowingPod runs the probe as pod name with a claim of 20 GiB of
 // one GPU whose opaque GPUConfig sets memoryLimit 30Gi, and env added to
 // its container, and returns the running pod.
 func runBorrowingPod(t *testing.T, n *nodeenv.Node, name string, env []corev1.EnvVar) *corev1.Pod {
+	t.Helper()
+	return runFractionPod(t, n, name, fractionSpec{Limit: "30Gi", GPU: -1}, env)
+}
+
+// fractionSpec is a probe pod's claim on one GPU's memory.
+type fractionSpec struct {
+	// Request is the claim's memory ("" keeps fraction-20gi.yaml's 20Gi)
+	// and Limit its opaque GPUConfig memoryLimit ("": none, no
+	// borrowing).
+	Request, Limit string
+	// GPU is the index of the GPU the claim must take (a CEL selector on
+	// the "index" attribute); -1 takes any.
+	GPU int
+}
+
+// runFractionPod runs the probe as pod name with a claim from
+// fraction-20gi.yaml changed as f says, and env added to its container,
+// and returns the running pod.
+func runFractionPod(t *testing.T, n *nodeenv.Node, name string, f fractionSpec, env []corev1.EnvVar) *corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -157,13 +412,23 @@ func runBorrowingPod(t *testing.T, n *nodeenv.Node, name string, env []corev1.En
 		t.Fatal("fraction-20gi.yaml: no ResourceClaimTemplate")
 	}
 	tmpl.Name, tmpl.Namespace = name, "default"
-	tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{
-		Requests: []string{tmpl.Spec.Spec.Devices.Requests[0].Name},
-		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver:     dra.DriverName,
-			Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.gpud.io/v1alpha1","kind":"GPUConfig","memoryLimit":"30Gi"}`)},
-		}},
-	}}
+	req := tmpl.Spec.Spec.Devices.Requests[0].Exactly
+	if f.Request != "" {
+		req.Capacity.Requests["memory"] = resource.MustParse(f.Request)
+	}
+	if f.GPU >= 0 {
+		req.Selectors = append(req.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(`device.attributes["%s"].index == %d`, dra.DriverName, f.GPU)}})
+	}
+	if f.Limit != "" {
+		tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{
+			Requests: []string{tmpl.Spec.Spec.Devices.Requests[0].Name},
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver:     dra.DriverName,
+				Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.gpud.io/v1alpha1","kind":"GPUConfig","memoryLimit":"` + f.Limit + `"}`)},
+			}},
+		}}
+	}
 	if _, err := n.K8s.Client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,9 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		src.Health.OnXid(st.OnXid)
 		tasks = append(tasks, taskgroup.Task{Name: "stream", Run: st.Run})
 	}
-	enforceTasks, enforceStatus, err := newEnforceTasks(cfg, src, lib, metrics, src.Store.Current, log.With("component", "enforce"))
+	var limitModes map[string]string // set while enforcement is built, before the DRA driver runs
+	enforceTasks, enforceStatus, err := newEnforceTasks(cfg, src, lib, metrics, src.Store.Current,
+		func(m map[string]string) { limitModes = m }, log.With("component", "enforce"))
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +174,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		migctl.API{Service: migSvc, Metrics: migMetrics}.Routes(mux)
 		sharingctl.API{Runtime: src.Sharing}.Routes(mux)
 		if sim != nil {
-			simapi.API{Node: sim, Log: log.With("component", "sim")}.Routes(mux)
+			simapi.API{Node: sim, Log: log.With("component", "sim"), ProcRoot: cfg.procRoot}.Routes(mux)
 		}
 		srv := &adminapi.Server{Path: cfg.admin.socket, Handler: mux, Log: log.With("component", "admin")}
 		tasks = append(tasks, taskgroup.Task{Name: "admin", Run: srv.Run})
@@ -197,7 +199,8 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 	}
 	if draEnabled(&cfg.dra) {
 		drv, err := newDRADriver(&cfg.dra, draDeps{node: src.Node, inventory: src.Store, migState: migSvc.State, sim: sim, sharing: src.Sharing,
-			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root(), files: files, driverEdits: driverEdits, log: log.With("component", "dra")})
+			slices: mig.NewSlices(migSvc), cdiDir: cfg.dp.cdiDir, mpsRoot: mpsA.Root(), files: files, driverEdits: driverEdits, log: log.With("component", "dra"),
+			memoryLimitModes: func() map[string]string { return limitModes }})
 		if err != nil {
 			return nil, err
 		}

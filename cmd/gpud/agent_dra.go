@@ -192,6 +192,9 @@ type draDeps struct {
 	// holds its ResourceSlices, for /readyz (zero: dra's default, 10s;
 	// tests shorten it).
 	publishCheck time.Duration
+	// memoryLimitModes is each GPU's memory limit mode by UUID, for the
+	// memoryLimitMode attribute; nil: no attribute.
+	memoryLimitModes func() map[string]string
 }
 
 // newDRADriver builds the DRA driver on its sources and an API client.
@@ -233,6 +236,7 @@ func newDRADriver(o *draOptions, deps draDeps) (*dra.Driver, error) {
 	}
 	st := dra.NewNodeStateSource(dra.NodeStateConfig{
 		MIGCatalogs: migdra.Catalogs(deps.migState), PCIeRoot: pcieRoot, Sharing: deps.sharing, Log: deps.log,
+		MemoryLimitModes: deps.memoryLimitModes,
 	})
 	var changed func() <-chan struct{}
 	if deps.sharing != nil {

@@ -25,6 +25,7 @@ func (o *enforceOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.CPUAffinity, "cpu-affinity", enforceagent.CPUAffinityOff, "align: give each GPU container that the kubelet's CPU manager did not pin a cpuset on its GPUs' NUMA node(s) (all CPUs when its CPU request needs more); off: leave cpusets alone")
 	fs.DurationVar(&o.Interval, "enforce-interval", enforce.DefaultInterval, "how often the pod cgroup tree is read for new containers (at most 1s: a container is filtered within this long of its cgroup appearing)")
 	fs.StringVar(&o.ContainerLogsRoot, "container-logs-root", enforce.DefaultContainerLogsRoot, "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log), which map container IDs to names")
+	fs.StringVar(&o.MemoryLimits, "memory-limits", enforceagent.MemoryLimitsAuto, "auto: set driver-enforced GPU memory limits (NVML SetMemoryLimits_v1, r615+ drivers on cgroup v2, not MIG) on each fraction's container where the GPU's driver has them (soft = the request, hard = the claim's memoryLimit); off: set none, fractions are held by MPS limits and the watchdog only (each GPU's mode and why are in /readyz, gpud_memory_limit_mode and the ResourceSlice attribute memoryLimitMode)")
 	fs.StringVar(&o.NRISocket, "nri-socket", nriplugin.DefaultSocket, "the runtime's NRI socket: with it, cpusets are set at container creation and device filters attached before the container starts (the cgroup poll stays on as the fallback); absent is fine, empty disables NRI")
 }
 
@@ -34,9 +35,11 @@ func (o *enforceOptions) validate() []error { return splitErrors(o.Validate()) }
 type enforceStatus func() string
 
 // newEnforceTasks builds enforcement (see [enforceagent.Build]) on the
-// agent's flags.
-func newEnforceTasks(cfg *agentConfig, src *agentsrc.Sources, lib nvml.Interface, metrics prometheus.Registerer, inventory func() gpu.Inventory, log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
+// agent's flags; limitModes (nil: nobody) is told each GPU's memory limit
+// mode once decided.
+func newEnforceTasks(cfg *agentConfig, src *agentsrc.Sources, lib nvml.Interface, metrics prometheus.Registerer, inventory func() gpu.Inventory, limitModes func(map[string]string), log *slog.Logger) ([]taskgroup.Task, enforceStatus, error) {
 	o := cfg.enforce.Options
+	o.MemoryLimitModes = limitModes
 	o.ProcRoot, o.SysfsRoot, o.MPS = cfg.procRoot, cfg.dra.sysfsRoot, cfg.mps.enabled
 	o.Simulated, o.SimDevFiles = cfg.nvml.simulate != "", cfg.nvml.devRoot != ""
 	if draEnabled(&cfg.dra) {

@@ -76,7 +76,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 	c, src := enforceTestConfig(t)
-	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 		t.Fatalf("no mountinfo: tasks %v, status %v; want no task and a not-available status", tasks, status)
 	}
 	c, src = enforceTestConfig(t, "--cpu-affinity", "align")
-	if _, _, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
+	if _, _, err := newEnforceTasks(c, src, nil, nil, noInventory, nil, quietLog()); err == nil || !strings.Contains(err.Error(), "--cpu-affinity align") {
 		t.Fatalf("align without cgroups: %v, want an error naming --cpu-affinity", err)
 	}
 }
@@ -94,7 +94,7 @@ func TestNewEnforceTaskWithoutCgroups(t *testing.T) {
 // says so; --cpu-affinity align is refused naming the flag.
 func TestNewEnforceTaskSimulatedHost(t *testing.T) {
 	c, src := enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc/")
-	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,19 +104,19 @@ func TestNewEnforceTaskSimulatedHost(t *testing.T) {
 	// With its own device files, the simulated node is this node's GPUs
 	// (a kubelet's containers get them): isolation is not switched off.
 	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--sim-dev-root", t.TempDir())
-	_, status, err = newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	_, status, err = newEnforceTasks(c, src, nil, nil, noInventory, nil, quietLog())
 	if err == nil && status != nil && strings.Contains(status(), "simulated node") {
 		t.Fatalf("simulated with --sim-dev-root: status %q, want isolation tried", status())
 	}
 	c, src = enforceTestConfig(t, "--simulate", "dgx-h100", "--proc-root", "/proc", "--cpu-affinity", "align")
-	if _, _, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog()); err == nil || !strings.Contains(err.Error(), "cpu-affinity") {
+	if _, _, err := newEnforceTasks(c, src, nil, nil, noInventory, nil, quietLog()); err == nil || !strings.Contains(err.Error(), "cpu-affinity") {
 		t.Fatalf("align, simulated on the host's /proc: %v, want an error naming --cpu-affinity", err)
 	}
 }
 
 func TestNewEnforceTaskOff(t *testing.T) {
 	c, src := enforceTestConfig(t, "--isolate-devices=false")
-	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, nil, quietLog())
 	if err != nil || tasks != nil || status != nil {
 		t.Fatalf("all off: %v %v %v, want nothing", tasks, status, err)
 	}
@@ -131,7 +131,7 @@ func TestNewEnforceTaskDRA(t *testing.T) {
 		filepath.Join(c.procRoot, "self", "mountinfo"): "41 31 0:38 / " + cg + " rw,relatime - cgroup2 cgroup2 rw\n",
 		filepath.Join(c.procRoot, "devices"):           "Character devices:\n195 nvidia\n",
 	})
-	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestNewEnforceTaskMounts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(c.procRoot, "devices"), []byte("Character devices:\n195 nvidia\n508 nvidia-caps\n510 nvidia-uvm\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, quietLog())
+	tasks, status, err := newEnforceTasks(c, src, nil, nil, noInventory, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestNewEnforceTaskMemoryLimits(t *testing.T) {
 			n := simnode.NewBuiltin("dgx-h100", simnode.WithDriverVersion(tc.driver))
 			t.Cleanup(n.Close)
 			reg := prometheus.NewRegistry()
-			tasks, status, err := newEnforceTasks(c, src, n, reg, noInventory, quietLog())
+			tasks, status, err := newEnforceTasks(c, src, n, reg, noInventory, nil, quietLog())
 			if err != nil {
 				t.Fatal(err)
 			}

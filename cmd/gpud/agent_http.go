@@ -24,7 +24,7 @@ func (o *httpOptions) validate() []error {
 type adminOptions struct{ socket string }
 
 func (o *adminOptions) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.socket, "admin-socket", adminapi.DefaultSocket, "unix socket of the local admin API (gpud mig plan/apply, GET and PUT /v1/sharing; with --simulate, POST /v1/sim/xid to inject an Xid); mode 0600, root only; empty disables it")
+	fs.StringVar(&o.socket, "admin-socket", adminapi.DefaultSocket, "unix socket of the local admin API (gpud mig plan/apply, GET and PUT /v1/sharing; with --simulate, POST /v1/sim/xid to inject an Xid and POST /v1/sim/memory/alloc and /free to allocate GPU memory as a container's process); mode 0600, root only; empty disables it")
 }
 
 func (o *adminOptions) validate() []error {

@@ -136,6 +136,7 @@ func TestDriverOnRealKubernetes(t *testing.T) {
 	// The shipped example claims, one pod each, scheduled one at a time.
 	cases := []struct{ claim, template string }{
 		{"whole", "whole-gpu"}, {"frac-a", "fraction-20gi"}, {"frac-b", "fraction-20gi"}, {"nvlink", "two-gpus-nvlink"}, {"mig", "mig-1g10gb"},
+		{"borrow", "fraction-borrowing"},
 	}
 	allocated := map[string][]resourceapi.DeviceRequestAllocationResult{}
 	for _, tc := range cases {
@@ -177,6 +178,11 @@ func TestDriverOnRealKubernetes(t *testing.T) {
 	a, b := allocated["frac-a"], allocated["frac-b"]
 	if len(a) != 1 || len(b) != 1 || a[0].Device != b[0].Device || a[0].ShareID == nil || b[0].ShareID == nil {
 		t.Errorf("two 20Gi fractions not on one GPU: %+v %+v", a, b)
+	}
+	if r := allocated["borrow"]; len(r) != 1 || r[0].ShareID == nil {
+		t.Errorf("borrow: %+v, want one share", r)
+	} else if q := r[0].ConsumedCapacity["memory"]; q.String() != "20Gi" {
+		t.Errorf("borrow consumed %s, want its 20Gi request (the 40Gi memoryLimit is the driver's, not the scheduler's)", q.String())
 	}
 	if r := allocated["nvlink"]; len(r) != 2 || r[0].Device == r[1].Device {
 		t.Errorf("nvlink: %+v", r)

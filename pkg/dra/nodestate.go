@@ -29,6 +29,10 @@ type NodeStateConfig struct {
 	PCIeRoot func(gpu.GPU) (string, error)
 	// Sharing is the sharing config at run time; nil: no exclusive GPUs.
 	Sharing Sharing
+	// MemoryLimitModes returns each GPU's memory limit mode by UUID (the
+	// agent's enforcement decides them: "driver", "mps", "watchdog"); nil,
+	// or a GPU it leaves out: no memoryLimitMode attribute.
+	MemoryLimitModes func() map[string]string
 	// Log may be nil.
 	Log *slog.Logger
 }
@@ -62,6 +66,9 @@ func (s *NodeStateSource) NodeState(inv gpu.Inventory) NodeState {
 	st := NodeState{Inventory: inv, MIG: s.migCatalogs(inv), PCIeRoots: s.pcieRoots(inv)}
 	if s.cfg.Sharing != nil {
 		st.ExclusiveOnly = s.cfg.Sharing.Sharing().ExclusiveOnly(inv)
+	}
+	if s.cfg.MemoryLimitModes != nil {
+		st.MemoryLimitModes = s.cfg.MemoryLimitModes()
 	}
 	return st
 }

@@ -69,7 +69,20 @@ type NodeState struct {
 	// PCIeRoots maps a GPU UUID to its PCIe root complex ("pci0000:00");
 	// GPUs without one have no resource.kubernetes.io/pcieRoot attribute.
 	PCIeRoots map[string]string
+	// MemoryLimitModes maps a GPU UUID to how its fractions' memory is
+	// enforced ("driver": per-cgroup driver limits, under which a
+	// borrower above its request is evicted first under pressure; "mps";
+	// "watchdog"): the whole GPU's [AttrMemoryLimitMode]. GPUs without
+	// one have no such attribute.
+	MemoryLimitModes map[string]string
 }
+
+// AttrMemoryLimitMode is the whole-GPU attribute that says how the agent
+// holds fractions to their GPU memory there (see memlimit's modes): the
+// scheduler reads it to know where borrowers are evicted first, and a
+// claim may select on it (`device.attributes["gpu.gpud.io"].memoryLimitMode
+// == "driver"` asks for a limit the container cannot lift).
+const AttrMemoryLimitMode = "memoryLimitMode"
 
 // Published is the result of [Build].
 type Published struct {
@@ -141,6 +154,9 @@ func Build(nodeName string, st NodeState) (Published, error) {
 		}
 		if !g.MIGEnabled {
 			d, ref := wholeDevice(g, common, domains[g.UUID], !st.ExclusiveOnly[g.UUID], set)
+			if m := st.MemoryLimitModes[g.UUID]; m != "" {
+				d.Attributes[AttrMemoryLimitMode] = str(m)
+			}
 			whole = append(whole, d)
 			out.Devices[d.Name], out.Health[d.Name] = ref, health(g.Health)
 		}

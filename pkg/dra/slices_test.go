@@ -410,3 +410,26 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func boolStr(b bool) string { return strconv.FormatBool(b) }
 
 func counterValue(c resourceapi.Counter) int64 { return c.Value.Value() }
+
+// TestBuildMemoryLimitMode: a whole GPU with a memory limit mode carries
+// it as the memoryLimitMode attribute (the scheduler's sign that borrowers
+// there are evicted first); a GPU without one has none.
+func TestBuildMemoryLimitMode(t *testing.T) {
+	_, st, _ := buildSim(t, "dgx-h100")
+	st.MemoryLimitModes = map[string]string{st.Inventory.GPUs[0].UUID: "driver", st.Inventory.GPUs[1].UUID: "mps"}
+	pub, err := Build("dgx-h100", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResources(t, "dgx-h100", pub)
+	devs := allDevices(pub, "dgx-h100")
+	for name, want := range map[string]string{"gpu-0": "driver", "gpu-1": "mps", "gpu-2": ""} {
+		a, ok := devs[name].Attributes[AttrMemoryLimitMode]
+		switch {
+		case want == "" && ok:
+			t.Errorf("%s has memoryLimitMode %v, want none", name, a)
+		case want != "" && (a.StringValue == nil || *a.StringValue != want):
+			t.Errorf("%s memoryLimitMode = %v, want %q", name, a, want)
+		}
+	}
+}

@@ -40,6 +40,9 @@ type Config struct {
 	DriverVersion string
 	// MPS is true when fractions run under MPS daemons (--mps).
 	MPS bool
+	// Off turns driver limits off (--memory-limits=off): no GPU gets
+	// [ModeDriver], whatever its driver has.
+	Off bool
 	// Devices are the node's GPUs, whole-GPU handles.
 	Devices []Device
 }
@@ -77,11 +80,11 @@ func New(cfg Config) (*Manager, error) {
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("memlimit: GPU %d of %d: read UUID: %w", i, len(cfg.Devices), ret)
 		}
-		f := Facts{UUID: uuid, DriverVersion: cfg.DriverVersion, CgroupV2: cfg.CgroupRoot != "", MPS: cfg.MPS}
+		f := Facts{UUID: uuid, DriverVersion: cfg.DriverVersion, CgroupV2: cfg.CgroupRoot != "", MPS: cfg.MPS, Off: cfg.Off}
 		if cur, _, ret := dev.GetMigMode(); ret == nvml.SUCCESS {
 			f.MIG = cur == nvml.DEVICE_MIG_ENABLE
 		}
-		if f.CgroupV2 {
+		if f.CgroupV2 && !f.Off {
 			_, f.Probe = dev.GetMemoryLimits_v1(cfg.CgroupRoot)
 		}
 		d := Decide(f)
@@ -102,6 +105,16 @@ func New(cfg Config) (*Manager, error) {
 
 // Decisions returns each GPU's mode and reason, sorted by UUID.
 func (m *Manager) Decisions() []Decision { return append([]Decision(nil), m.decisions...) }
+
+// ModeNames returns each GPU's mode by UUID, as the strings the DRA
+// driver publishes (its memoryLimitMode attribute).
+func (m *Manager) ModeNames() map[string]string {
+	out := make(map[string]string, len(m.decisions))
+	for _, d := range m.decisions {
+		out[d.UUID] = string(d.Mode)
+	}
+	return out
+}
 
 // Fraction is a container's share of one GPU's memory.
 type Fraction struct {

@@ -38,6 +38,10 @@ func TestDecide(t *testing.T) {
 			want: ModeWatchdog, wantReason: "GetMemoryLimits_v1: " + nvml.ERROR_NOT_SUPPORTED.Error()},
 		{name: "cgroup mount not openable", facts: Facts{DriverVersion: "615.40.01", CgroupV2: true, Probe: nvml.ERROR_OPERATING_SYSTEM, MPS: true},
 			want: ModeMPS, wantReason: nvml.ERROR_OPERATING_SYSTEM.Error()},
+		{name: "r615 turned off, MPS", facts: Facts{DriverVersion: "615.40.01", CgroupV2: true, Probe: nvml.ERROR_NOT_FOUND, MPS: true, Off: true},
+			want: ModeMPS, wantReason: "turned off by --memory-limits=off"},
+		{name: "r615 turned off", facts: Facts{DriverVersion: "615.40.01", CgroupV2: true, Probe: nvml.ERROR_NOT_FOUND, Off: true},
+			want: ModeWatchdog, wantReason: "turned off by --memory-limits=off"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +97,7 @@ func TestModesOnSimulatedDrivers(t *testing.T) {
 		mig    []int
 		noV2   bool
 		mps    bool
+		off    bool
 		want   map[int]Mode
 		reason map[int]string
 	}{
@@ -106,6 +111,8 @@ func TestModesOnSimulatedDrivers(t *testing.T) {
 			want: map[int]Mode{0: ModeWatchdog}},
 		{name: "r615 on cgroup v1", driver: "615.40.01", noV2: true,
 			want: map[int]Mode{0: ModeWatchdog}, reason: map[int]string{0: "no cgroup v2"}},
+		{name: "r615 turned off", driver: "615.40.01", mps: true, off: true,
+			want: map[int]Mode{0: ModeMPS, 7: ModeMPS}, reason: map[int]string{0: "turned off by --memory-limits=off"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,10 +120,11 @@ func TestModesOnSimulatedDrivers(t *testing.T) {
 			if tc.noV2 {
 				root = ""
 			}
-			m, err := New(Config{CgroupRoot: root, DriverVersion: tc.driver, MPS: tc.mps, Devices: devs})
+			m, err := New(Config{CgroupRoot: root, DriverVersion: tc.driver, MPS: tc.mps, Off: tc.off, Devices: devs})
 			if err != nil {
 				t.Fatal(err)
 			}
+			names := m.ModeNames()
 			ds := m.Decisions()
 			if len(ds) != len(devs) {
 				t.Fatalf("%d decisions for %d GPUs", len(ds), len(devs))
@@ -129,6 +137,9 @@ func TestModesOnSimulatedDrivers(t *testing.T) {
 				d := byUUID[uuidOf(t, devs[i])]
 				if d.Mode != want || !strings.Contains(d.Reason, tc.reason[i]) {
 					t.Errorf("GPU %d: %s (%s), want %s with reason containing %q", i, d.Mode, d.Reason, want, tc.reason[i])
+				}
+				if got := names[d.UUID]; got != string(want) {
+					t.Errorf("GPU %d: ModeNames %q, want %q", i, got, want)
 				}
 			}
 		})

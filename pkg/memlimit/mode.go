@@ -60,6 +60,9 @@ type Facts struct {
 	Probe nvml.Return
 	// MPS is true when fractions of this GPU run under an MPS daemon.
 	MPS bool
+	// Off: the agent was told not to use driver limits
+	// (--memory-limits=off).
+	Off bool
 }
 
 // Decision is a GPU's mode and why.
@@ -96,6 +99,8 @@ func Decide(f Facts) Decision {
 func driverMissing(f Facts) string {
 	branch, known := driverBranch(f.DriverVersion)
 	switch {
+	case f.Off:
+		return "turned off by --memory-limits=off"
 	case f.MIG:
 		return "MIG mode on"
 	case !f.CgroupV2:

@@ -305,8 +305,11 @@ func (s *Scheduler) bindUnit(ctx context.Context, j bindJob, unit []plan.Bind) [
 		}
 		s.log.Info("pod bound", "pod", b.Pod.Key(), "node", b.Node, "gang", b.Gang, "claims", claimNames(b.Allocations),
 			"devices", deviceNames(written[i]))
-		s.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonScheduled, actionBinding,
-			"Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, b.Node)
+		msg := fmt.Sprintf("Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, b.Node)
+		if b.Note != "" {
+			msg += "; " + b.Note
+		}
+		s.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonScheduled, actionBinding, "%s", truncate(msg, maxNoteBytes))
 	}
 	return out
 }

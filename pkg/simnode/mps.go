@@ -104,16 +104,32 @@ func (n *Node) StartProcess(index int, p ProcessSpec) error {
 	if err != nil {
 		return err
 	}
-	proc, err := mpsClient(p)
+	proc, err := newProcess(index, p)
 	if err != nil {
-		return fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
-	}
-	proc.memBytes, proc.gi, proc.ci, proc.cgroup = p.MemoryBytes, -1, -1, p.Cgroup
-	if proc.limitBytes > 0 && p.MemoryBytes > proc.limitBytes {
-		return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, above its pinned MPS limit of %d: %w", index, p.PID, p.MemoryBytes, proc.limitBytes, nvml.ERROR_MEMORY)
+		return err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return d.startLocked(p, proc)
+}
+
+// newProcess is the process p starts as on GPU index: an MPS client of
+// the daemon its environment names, or a plain process.
+func newProcess(index int, p ProcessSpec) (process, error) {
+	proc, err := mpsClient(p)
+	if err != nil {
+		return process{}, fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
+	}
+	proc.memBytes, proc.gi, proc.ci, proc.cgroup = p.MemoryBytes, -1, -1, p.Cgroup
+	if proc.limitBytes > 0 && p.MemoryBytes > proc.limitBytes {
+		return process{}, fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, above its pinned MPS limit of %d: %w", index, p.PID, p.MemoryBytes, proc.limitBytes, nvml.ERROR_MEMORY)
+	}
+	return proc, nil
+}
+
+// startLocked admits proc (started as p) on d.
+func (d *Device) startLocked(p ProcessSpec, proc process) error {
+	index := d.index
 	if err := d.chargeLocked(p.Cgroup, p.MemoryBytes); err != nil {
 		return fmt.Errorf("simnode: gpu %d: pid %d: %w", index, p.PID, err)
 	}
@@ -153,29 +169,32 @@ func (n *Node) Allocate(pid uint32, bytes uint64) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, d := range n.devices {
-		p, ok := d.procs[pid]
-		if !ok {
-			continue
+		if p, ok := d.procs[pid]; ok {
+			return d.allocateLocked(pid, p, bytes)
 		}
-		if p.limitBytes > 0 && p.memBytes+bytes > p.limitBytes {
-			return fmt.Errorf("simnode: gpu %d: pid %d: %d more bytes would make %d, above its pinned MPS limit of %d: %w",
-				d.index, pid, bytes, p.memBytes+bytes, p.limitBytes, nvml.ERROR_MEMORY)
-		}
-		free := d.memoryLocked().Free
-		if p.gi >= 0 {
-			free = d.migFreeLocked(p.gi)
-		}
-		if err := d.chargeLocked(p.cgroup, bytes); err != nil {
-			return fmt.Errorf("simnode: gpu %d: pid %d: %w", d.index, pid, err)
-		}
-		if bytes > free && (p.gi >= 0 || !d.makeRoomLocked(pid, p.cgroup, bytes, free)) {
-			return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, %d free: %w", d.index, pid, bytes, free, nvml.ERROR_MEMORY)
-		}
-		p.memBytes += bytes
-		d.procs[pid] = p
-		return nil
 	}
 	return fmt.Errorf("simnode: allocate: no process %d", pid)
+}
+
+// allocateLocked is [Node.Allocate] of process p (pid) on d.
+func (d *Device) allocateLocked(pid uint32, p process, bytes uint64) error {
+	if p.limitBytes > 0 && p.memBytes+bytes > p.limitBytes {
+		return fmt.Errorf("simnode: gpu %d: pid %d: %d more bytes would make %d, above its pinned MPS limit of %d: %w",
+			d.index, pid, bytes, p.memBytes+bytes, p.limitBytes, nvml.ERROR_MEMORY)
+	}
+	free := d.memoryLocked().Free
+	if p.gi >= 0 {
+		free = d.migFreeLocked(p.gi)
+	}
+	if err := d.chargeLocked(p.cgroup, bytes); err != nil {
+		return fmt.Errorf("simnode: gpu %d: pid %d: %w", d.index, pid, err)
+	}
+	if bytes > free && (p.gi >= 0 || !d.makeRoomLocked(pid, p.cgroup, bytes, free)) {
+		return fmt.Errorf("simnode: gpu %d: pid %d: %d bytes requested, %d free: %w", d.index, pid, bytes, free, nvml.ERROR_MEMORY)
+	}
+	p.memBytes += bytes
+	d.procs[pid] = p
+	return nil
 }
 
 // migFreeLocked is the free memory of GPU instance gi.

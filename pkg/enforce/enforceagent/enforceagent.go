@@ -39,6 +39,16 @@ const (
 	CPUAffinityAlign = "align"
 )
 
+// The MemoryLimits settings (--memory-limits).
+const (
+	// MemoryLimitsAuto sets driver-enforced GPU memory limits on every
+	// GPU whose driver has them (the default; "" means it too).
+	MemoryLimitsAuto = "auto"
+	// MemoryLimitsOff sets none: fractions are held by MPS limits and the
+	// watchdog alone, as before r615.
+	MemoryLimitsOff = "off"
+)
+
 // Options are per-container enforcement's settings: device isolation (on
 // by default where the node supports it) and NUMA-aligned cpusets (off by
 // default: it writes cpusets the kubelet may also manage).
@@ -58,6 +68,13 @@ type Options struct {
 	// checkpoint there.
 	DRAPluginsDir string
 	MPS           bool // fractions run under MPS
+	// MemoryLimits is MemoryLimitsAuto ("" too) or MemoryLimitsOff.
+	MemoryLimits string
+	// MemoryLimitModes, when set, is told each GPU's memory limit mode
+	// ("driver", "mps", "watchdog") by UUID once Build has decided them
+	// (before it returns), for the DRA driver's memoryLimitMode attribute;
+	// it is not called when the modes could not be decided.
+	MemoryLimitModes func(map[string]string)
 }
 
 // Validate checks the settings, each error naming its flag.
@@ -67,6 +84,11 @@ func (o Options) Validate() error {
 	case CPUAffinityOff, CPUAffinityAlign:
 	default:
 		errs = append(errs, flagErr("cpu-affinity", "%s: want align or off", printable.Quote(o.CPUAffinity)))
+	}
+	switch o.MemoryLimits {
+	case "", MemoryLimitsAuto, MemoryLimitsOff:
+	default:
+		errs = append(errs, flagErr("memory-limits", "%s: want auto or off", printable.Quote(o.MemoryLimits)))
 	}
 	if o.Interval <= 0 || o.Interval > enforce.MaxInterval {
 		errs = append(errs, flagErr("enforce-interval", "%s: want more than 0 and at most %s", o.Interval, enforce.MaxInterval))
@@ -152,7 +174,7 @@ func Build(o Options, src *agentsrc.Sources, lib nvml.Interface, metrics prometh
 	}
 	limitsStatus := func() string { return "" }
 	if lib != nil {
-		ml, err := newMemoryLimits(lib, mounts.Unified, o.MPS, log)
+		ml, err := newMemoryLimits(lib, mounts.Unified, o.MPS, o.MemoryLimits == MemoryLimitsOff, log)
 		switch {
 		case err != nil:
 			log.Warn("gpu memory limits not available", "err", err)
@@ -168,6 +190,9 @@ func Build(o Options, src *agentsrc.Sources, lib nvml.Interface, metrics prometh
 				}
 			}
 			limitsStatus = ml.Status
+			if o.MemoryLimitModes != nil {
+				o.MemoryLimitModes(ml.ModeNames())
+			}
 		}
 	}
 	e, err := enforce.New(ecfg, log)
@@ -192,9 +217,9 @@ func Build(o Options, src *agentsrc.Sources, lib nvml.Interface, metrics prometh
 
 // newMemoryLimits builds the GPU memory limit manager on lib's GPUs and
 // the cgroup2 mount (empty: none, so no GPU gets driver limits), with
-// mps saying whether fractions run under MPS, and logs each GPU's mode
-// and why.
-func newMemoryLimits(lib nvml.Interface, unified string, mps bool, log *slog.Logger) (*memlimit.Manager, error) {
+// mps saying whether fractions run under MPS and off that driver limits
+// are turned off (--memory-limits=off), and logs each GPU's mode and why.
+func newMemoryLimits(lib nvml.Interface, unified string, mps, off bool, log *slog.Logger) (*memlimit.Manager, error) {
 	version, ret := lib.SystemGetDriverVersion()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("driver version: %w", ret)
@@ -211,7 +236,7 @@ func newMemoryLimits(lib nvml.Interface, unified string, mps bool, log *slog.Log
 		}
 		devs = append(devs, d)
 	}
-	m, err := memlimit.New(memlimit.Config{CgroupRoot: unified, DriverVersion: version, MPS: mps, Devices: devs})
+	m, err := memlimit.New(memlimit.Config{CgroupRoot: unified, DriverVersion: version, MPS: mps, Off: off, Devices: devs})
 	if err != nil {
 		return nil, err
 	}

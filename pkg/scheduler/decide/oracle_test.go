@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/gpud/gpud/pkg/gputel"
@@ -20,7 +21,10 @@ import (
 // unhealthy (or on its GPU), and new fractions on a reported GPU within
 // its real free memory (capacity less the larger of the requested and the
 // measured use; with overcommit, less the measured use and the margin
-// where that is less than the requests).
+// where that is less than the requests). On a GPU whose memoryLimitMode
+// is "driver", what borrowers (claims whose opaque memoryLimit is above
+// their request) use above their requests, as attributed, is not taken:
+// the driver evicts it for the new fractions.
 func oracle(t testing.TB, e *env, p plan.Plan, cfg Config) {
 	t.Helper()
 	type key struct{ pool, dev string }
@@ -32,6 +36,7 @@ func oracle(t testing.TB, e *env, p plan.Plan, cfg Config) {
 	}
 	var all []*resourceapi.AllocationResult
 	before := map[key]resource.Quantity{} // fraction memory bound before the cycle
+	borrowed := map[key]int64{}           // borrowers' attributed use above their requests, on driver-mode GPUs
 	for _, b := range e.bound {
 		for _, c := range b.Claims {
 			if c == nil || c.Status.Allocation == nil {
@@ -41,8 +46,17 @@ func oracle(t testing.TB, e *env, p plan.Plan, cfg Config) {
 				if r.ShareID != nil {
 					k := key{r.Pool, r.Device}
 					m := before[k]
-					m.Add(r.ConsumedCapacity["memory"])
+					q := r.ConsumedCapacity["memory"]
+					m.Add(q)
 					before[k] = m
+					d := devs[k]
+					if d == nil || d.Attributes["memoryLimitMode"].StringValue == nil || *d.Attributes["memoryLimitMode"].StringValue != "driver" {
+						continue
+					}
+					rep, _ := reported(e, r.Pool, d)
+					if used, ok := rep.ClaimMemoryBytes[string(c.UID)]; ok && specMemoryLimit(t, c) > q.Value() {
+						borrowed[k] += max(int64(used)-q.Value(), 0)
+					}
 				}
 			}
 		}
@@ -157,7 +171,7 @@ func oracle(t testing.TB, e *env, p plan.Plan, cfg Config) {
 			continue
 		}
 		b0 := before[k]
-		total, r0, used := c.Value(), b0.Value(), int64(rep.MemoryUsedBytes)
+		total, r0, used := c.Value(), b0.Value(), max(int64(rep.MemoryUsedBytes)-borrowed[k], 0)
 		taken := max(r0, used)
 		if pct := cfg.OvercommitMarginPercent; cfg.Overcommit && used < r0 {
 			if pct <= 0 {
@@ -217,4 +231,26 @@ func isFraction(c *resourceapi.ResourceClaim, req string) bool {
 		}
 	}
 	return false
+}
+
+// specMemoryLimit is the memoryLimit in bytes of claim c's opaque GPUConfig
+// (the last of driver gpu.gpud.io), 0 without one.
+func specMemoryLimit(t testing.TB, c *resourceapi.ResourceClaim) int64 {
+	var limit int64
+	for _, cfg := range c.Spec.Devices.Config {
+		if cfg.Opaque == nil || cfg.Opaque.Driver != view.DriverName {
+			continue
+		}
+		var g struct {
+			MemoryLimit *resource.Quantity `json:"memoryLimit"`
+		}
+		if err := json.Unmarshal(cfg.Opaque.Parameters.Raw, &g); err != nil {
+			t.Fatalf("oracle: claim %s: opaque config: %v", c.Name, err)
+		}
+		limit = 0
+		if g.MemoryLimit != nil {
+			limit = g.MemoryLimit.Value()
+		}
+	}
+	return limit
 }

@@ -132,7 +132,8 @@ func (c *cycle) commit(u *unit, pls []*placed) {
 	first := len(c.out.Binds)
 	for _, pl := range pls {
 		got[pl.pod] = true
-		b := plan.Bind{Pod: pl.pod, Node: pl.node, Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang()}
+		b := plan.Bind{Pod: pl.pod, Node: pl.node, Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang(),
+			Note: c.borrowNote(pl.allocs)}
 		if pl.as != pl.pod {
 			b.ExtendedResources = pl.as.ExtendedResources
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
@@ -14,7 +16,37 @@ func measure(cfg Config, s *plan.Snapshot) *view.Measured {
 	if s.Telemetry == nil || s.View == nil {
 		return nil
 	}
-	return s.View.Measure(s.Telemetry, view.MeasureConfig{Overcommit: cfg.Overcommit, MarginPercent: cfg.OvercommitMarginPercent})
+	// Running pods' claims tell the view which tenants borrow (use above
+	// their requests what the driver takes back first).
+	var claims []*resourceapi.ResourceClaim
+	for _, p := range s.Bound {
+		claims = append(claims, p.Claims...)
+	}
+	return s.View.Measure(s.Telemetry, view.MeasureConfig{Overcommit: cfg.Overcommit, MarginPercent: cfg.OvercommitMarginPercent, Claims: claims})
+}
+
+// borrowNote says which borrowers the driver will evict to give allocs'
+// fractions their memory (view.Measured.Evicts), as measured before this
+// cycle's other placements; "" when none.
+func (c *cycle) borrowNote(allocs []view.Allocation) string {
+	var b capped
+	for _, a := range allocs {
+		if a.Result == nil {
+			continue
+		}
+		for _, r := range a.Result.Devices.Results {
+			if r.Driver != view.DriverName || r.ShareID == nil {
+				continue
+			}
+			q := r.ConsumedCapacity[view.CapacityMemory]
+			if e := c.measured.Evicts(r.Pool, r.Device, q.Value()); e > 0 {
+				b.add(func() string { return fmt.Sprintf("%s on %s: up to %s", r.Device, r.Pool, gibString(e)) })
+			}
+		}
+	}
+	var out strings.Builder
+	b.write(&out, "the driver evicts borrowers (tenants above their memory request) to give this pod its memory: ", "; ", " (from telemetry)")
+	return out.String()
 }
 
 // measuredNow is the telemetry placements use now: without overcommit's

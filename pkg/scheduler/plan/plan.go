@@ -225,6 +225,10 @@ type Bind struct {
 	// that entry's: the mappings of the extended-resource claim among
 	// Allocations (nil: none is made on Node). Nil otherwise: the Pod's.
 	ExtendedResources []corev1.ContainerExtendedResourceRequest
+	// Note, when set, is what the placement does to other pods that the
+	// pod's Scheduled Event adds (the borrowers the driver will evict to
+	// give it its memory); "" for none.
+	Note string
 }
 
 // Eviction removes a running pod through the Eviction API.

@@ -20,6 +20,14 @@ type MeasureConfig struct {
 	// MarginPercent is the share of a GPU's memory that overcommit leaves
 	// free of the measured use; 0 is [DefaultMarginPercent].
 	MarginPercent int
+	// Claims are the allocated claims of running pods, to find borrowers:
+	// shares whose opaque GPUConfig memoryLimit is above the memory they
+	// requested. On a GPU whose memoryLimitMode attribute is "driver",
+	// what a borrower uses above its request (as measured per claim,
+	// gputel.Device.ClaimMemoryBytes) is reclaimable (the driver evicts
+	// borrowers first for a tenant within its request) and does not keep
+	// a fraction out; see [Measured.Evicts]. Nil: no borrowers known.
+	Claims []*resourceapi.ResourceClaim
 }
 
 // DefaultMarginPercent is overcommit's default safety margin: 10% of the
@@ -77,6 +85,7 @@ type MemoryExcess struct {
 // MIG device reported unhealthy goes down alone.
 func (v *View) Measure(tel map[string]*gputel.Node, cfg MeasureConfig) *Measured {
 	m := &Measured{v: v, nodes: make(map[string]bool, len(tel))}
+	borrow := v.borrowers(cfg.Claims)
 	margin := cfg.MarginPercent
 	if margin <= 0 {
 		margin = DefaultMarginPercent
@@ -99,7 +108,7 @@ func (v *View) Measure(tel map[string]*gputel.Node, cfg MeasureConfig) *Measured
 				if r.Unhealthy {
 					m.gpuDown(n, gp, r.HealthReason)
 				} else if d := gp.wholeDev; d != nil && d.Shareable {
-					m.measure(d, r, cfg.Overcommit, margin)
+					m.measure(d, r, cfg.Overcommit, margin, borrow[d.id])
 				}
 			}
 		}
@@ -154,14 +163,16 @@ func (m *Measured) setDown(d *Device, reason string, list bool) {
 }
 
 // measure records whole shareable device d's measurement and sets its
-// memory adjustment (see devMeasure.adjust).
-func (m *Measured) measure(d *Device, r gputel.Device, overcommit bool, marginPct int) {
+// memory adjustment (see devMeasure.adjust); borrow are the device's
+// borrowers' requests by claim UID (nil: none).
+func (m *Measured) measure(d *Device, r gputel.Device, overcommit bool, marginPct int, borrow map[string]int64) {
 	c, ok := d.Capacity[CapacityMemory]
 	if !ok || c.Value.Sign() <= 0 {
 		return
 	}
 	total := c.Value.Value()
-	dm := &devMeasure{used: int64(min(r.MemoryUsedBytes, uint64(maxMemoryBytes))), claims: r.ClaimMemoryBytes, overcommit: overcommit}
+	dm := &devMeasure{used: int64(min(r.MemoryUsedBytes, uint64(maxMemoryBytes))), claims: r.ClaimMemoryBytes, overcommit: overcommit,
+		total: total, borrow: borrow}
 	if overcommit {
 		dm.margin = total / 100 * int64(marginPct)
 	}
@@ -179,7 +190,7 @@ func (m *Measured) measure(d *Device, r gputel.Device, overcommit bool, marginPc
 	}
 	m.devs[d.id] = dm
 	m.adjust[d.id] = dm.adjust()
-	if dm.used > dm.req {
+	if dm.used-dm.borrowed() > dm.req { // borrowed memory is the driver's to take back
 		m.over = append(m.over, MemoryExcess{Node: d.node.Name, Device: d.Name, UsedBytes: dm.used, RequestedBytes: dm.req, MemoryBytes: total})
 	}
 }
@@ -193,14 +204,22 @@ type devMeasure struct {
 	overcommit      bool
 	margin          int64
 	relUsed, relReq int64
+	// total is the GPU's memory; borrow the requests of its borrowers by
+	// claim UID (a driver-mode GPU's; nil: none), released how many times
+	// what-ifs released each.
+	total    int64
+	borrow   map[string]int64
+	released map[string]int
 }
 
 // adjust is the bytes added to the requested memory (R) of the device's
-// shares for its measured use (M), both less what is released: max(R, M)
-// counts without overcommit; with it, max(M, min(R, M+margin)) (requests
-// count until the measurement plus the margin leaves room).
+// shares for its measured use (M), both less what is released, and M less
+// what borrowers use above their requests on a driver-mode GPU (the
+// driver takes that back): max(R, M) counts without overcommit; with it,
+// max(M, min(R, M+margin)) (requests count until the measurement plus the
+// margin leaves room).
 func (dm *devMeasure) adjust() int64 {
-	used, req := max(dm.used-dm.relUsed, 0), max(dm.req-dm.relReq, 0)
+	used, req := max(dm.used-dm.relUsed-dm.borrowed(), 0), max(dm.req-dm.relReq, 0)
 	if dm.overcommit && used < req {
 		return max(used, min(req, used+dm.margin)) - req
 	}
@@ -243,6 +262,14 @@ func (m *Measured) release(allocs []Allocation, sign int64) {
 			}
 			dm.relUsed += sign * used
 			dm.relReq += sign * req
+			if a.Claim != nil && dm.borrow != nil {
+				if _, ok := dm.borrow[string(a.Claim.UID)]; ok {
+					if dm.released == nil {
+						dm.released = map[string]int{}
+					}
+					dm.released[string(a.Claim.UID)] += int(sign)
+				}
+			}
 			m.adjust[d.id] = dm.adjust()
 		}
 	}

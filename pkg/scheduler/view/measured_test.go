@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpud/gpud/pkg/gputel"
 )
@@ -227,4 +228,171 @@ func TestMeasureMemory(t *testing.T) {
 	if _, err := place(t, v, o, claim("strict", fraction("gpu", mib(total-40*gib+gib), ""))); !errors.Is(err, ErrNoFit) {
 		t.Errorf("beyond the requests without overcommit: %v", err)
 	}
+}
+
+// driverMode gives the whole GPUs of node the memoryLimitMode attribute
+// mode, as the agent's DRA driver publishes it.
+func (c *cluster) driverMode(node, mode string) {
+	for i, sl := range c.in.Slices {
+		if sl.Spec.Pool.Name != node {
+			continue
+		}
+		sl = sl.DeepCopy()
+		for k := range sl.Spec.Devices {
+			d := &sl.Spec.Devices[k]
+			if t := d.Attributes["type"].StringValue; t != nil && *t == "gpu" {
+				m := mode
+				d.Attributes[attrMemoryLimitMode] = resourceapi.DeviceAttribute{StringValue: &m}
+			}
+		}
+		c.in.Slices[i] = sl
+	}
+}
+
+// borrowing is a fraction claim of mem whose opaque GPUConfig sets
+// memoryLimit limit.
+func borrowing(name, mem, limit string) *resourceapi.ResourceClaim {
+	c := claim(name, fraction("gpu", mem, ""))
+	c.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: DriverName, Parameters: runtime.RawExtension{
+			Raw: []byte(`{"apiVersion":"gpu.gpud.io/v1alpha1","kind":"GPUConfig","memoryLimit":"` + limit + `"}`)}},
+	}}}
+	return c
+}
+
+// TestMeasureBorrowers: on a GPU in driver mode, a borrower's measured use
+// above its request (20Gi asked, 70Gi limit, 60Gi used) does not keep out
+// a 40Gi fraction that fits the GPU by requests: the driver evicts the
+// borrower for it, which Evicts tells; Borrowing lists the GPU and Excess
+// does not. The same use counts as it is without the claims, in MPS mode,
+// and when the agent does not attribute it to the claim; and a fraction
+// past the requests is refused whatever is borrowed.
+func TestMeasureBorrowers(t *testing.T) {
+	setup := func(t *testing.T, mode string, open ...string) (*cluster, *View, string, string) {
+		c := newCluster(t)
+		if mode != "" {
+			c.driverMode("h100-a", mode)
+		}
+		v := c.build(t)
+		b, err := place(t, v, Options{NodeFilter: onlyNode("h100-a")}, borrowing("borrower", "20Gi", "70Gi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.commit(t, b)
+		v = c.build(t)
+		dev := b[0].Result.Devices.Results[0].Device
+		for _, gp := range v.Node("h100-a").GPUs { // only the borrower's GPU and open are
+			if gp.Whole != dev && !slices.Contains(open, gp.Whole) {
+				a := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+					{Request: "x", Driver: DriverName, Pool: "h100-a", Device: gp.Whole}}}}
+				if err := v.Assume(Allocation{Claim: claim("x-" + gp.Whole), Result: a}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return c, v, dev, uuidOf(t, v, "h100-a", dev)
+	}
+	used := 60 * gib
+	report := func(uuid string, attributed bool) map[string]*gputel.Node {
+		r := gputel.Device{MemoryUsedBytes: uint64(used)}
+		if attributed {
+			r.ClaimMemoryBytes = map[string]uint64{"uid-borrower": uint64(used)}
+		}
+		return nodesOf(map[string]map[string]gputel.Device{"h100-a": {uuid: r}})
+	}
+	fits := func(t *testing.T, v *View, m *Measured, mem string) error {
+		t.Helper()
+		_, err := place(t, v, Options{Measured: m, NodeFilter: onlyNode("h100-a")}, claim("new", fraction("gpu", mem, "")))
+		return err
+	}
+
+	t.Run("driver mode", func(t *testing.T) {
+		c, v, dev, uuid := setup(t, memoryLimitDriver)
+		m := v.Measure(report(uuid, true), MeasureConfig{Claims: c.in.Claims})
+		if err := fits(t, v, m, "40Gi"); err != nil {
+			t.Fatalf("40Gi next to a borrower using 60Gi of its 20Gi request: %v, want placed (the driver evicts the borrower)", err)
+		}
+		capQ := v.Node("h100-a").Devices[dev].Capacity[CapacityMemory].Value
+		total := capQ.Value()
+		if got, want := m.Evicts("h100-a", dev, 40*gib), used+40*gib-total; got != want {
+			t.Errorf("Evicts(40Gi) = %d, want %d (what the measured free memory lacks)", got, want)
+		}
+		if got := m.Evicts("h100-a", dev, 10*gib); got != 0 {
+			t.Errorf("Evicts(10Gi) = %d, want 0 (it fits the free memory)", got)
+		}
+		want := []BorrowedGPU{{Node: "h100-a", Device: dev, BorrowedBytes: 40 * gib, FreeBytes: total - used}}
+		if got := m.Borrowing(); !slices.Equal(got, want) {
+			t.Errorf("Borrowing() = %+v, want %+v", got, want)
+		}
+		if got := m.Excess(); len(got) != 0 {
+			t.Errorf("Excess() = %+v, want none: borrowed memory is reclaimable", got)
+		}
+		if err := fits(t, v, m, "61Gi"); !errors.Is(err, ErrNoFit) {
+			t.Errorf("61Gi (past the GPU's memory by requests): %v, want ErrNoFit", err)
+		}
+		// A what-if without the borrower gives its whole use back once.
+		alloc := Allocation{Claim: c.in.Claims[0], Result: c.in.Claims[0].Status.Allocation}
+		m.Release(alloc)
+		if got := m.Evicts("h100-a", dev, 40*gib); got != 0 {
+			t.Errorf("Evicts with the borrower released = %d, want 0", got)
+		}
+		m.Hold(alloc)
+		if got := m.Borrowing(); len(got) != 1 {
+			t.Errorf("Borrowing() after Hold = %+v, want the borrower back", got)
+		}
+	})
+	t.Run("a GPU without a borrower to evict first", func(t *testing.T) {
+		c, v, dev, uuid := setup(t, memoryLimitDriver, "gpu-7")
+		if dev == "gpu-7" {
+			t.Fatal("the borrower is on gpu-7, the GPU left open beside it")
+		}
+		m := v.Measure(report(uuid, true), MeasureConfig{Claims: c.in.Claims})
+		a, err := place(t, v, Options{Measured: m, NodeFilter: onlyNode("h100-a")}, claim("new", fraction("gpu", "40Gi", "")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a[0].Result.Devices.Results[0].Device; got != "gpu-7" {
+			t.Errorf("40Gi placed on %s, where the driver evicts the borrower; want gpu-7, where it evicts nobody", got)
+		}
+		// Where it fits the measured free memory, the borrower's GPU is as
+		// good as any.
+		if got := m.evicting(mustItem(t, v, claim("small", fraction("gpu", "10Gi", "")))); len(got) != 0 {
+			t.Errorf("a 10Gi fraction evicts on %v, want nowhere", got)
+		}
+	})
+	for _, tc := range []struct {
+		name, mode string
+		claims     bool
+		attributed bool
+	}{
+		{"no claims given", memoryLimitDriver, false, true},
+		{"mps mode", "mps", true, true},
+		{"no attribute", "", true, true},
+		{"use not attributed", memoryLimitDriver, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, v, dev, uuid := setup(t, tc.mode)
+			cfg := MeasureConfig{}
+			if tc.claims {
+				cfg.Claims = c.in.Claims
+			}
+			m := v.Measure(report(uuid, tc.attributed), cfg)
+			if err := fits(t, v, m, "40Gi"); !errors.Is(err, ErrNoFit) {
+				t.Errorf("40Gi with 60Gi used: %v, want ErrNoFit (nothing reclaimable)", err)
+			}
+			if got := m.Evicts("h100-a", dev, 40*gib); got != 0 {
+				t.Errorf("Evicts = %d, want 0", got)
+			}
+		})
+	}
+}
+
+// mustItem is the one item claim c demands of v.
+func mustItem(t *testing.T, v *View, c *resourceapi.ResourceClaim) *Item {
+	t.Helper()
+	items, _, err := v.Demand([]*resourceapi.ResourceClaim{c})
+	if err != nil || len(items) != 1 {
+		t.Fatalf("Demand(%s) = %v, %v; want one item", c.Name, items, err)
+	}
+	return items[0]
 }

@@ -150,8 +150,22 @@ func (v *View) placeItem(it *Item, u usage, j *undoLog, opt Options, banned map[
 	return nil, "", first
 }
 
+// placeShape places the item's current shape. A fraction goes first
+// where the driver evicts no borrower for it (see [Measured.Evicts]), and
+// only where none fits to a GPU where one is evicted: evicting kills a
+// running process, which no packing gain is worth.
 func (v *View) placeShape(it *Item, u usage, j *undoLog, opt Options, banned map[string]bool, pin string) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
-	excluded := map[gpuRef]bool{}
+	if avoid := opt.Measured.of(v).evicting(it); len(avoid) > 0 {
+		if res, n, err := v.placeShapeExcluding(it, u, j, opt, banned, pin, avoid); err == nil {
+			return res, n, nil
+		}
+	}
+	return v.placeShapeExcluding(it, u, j, opt, banned, pin, map[gpuRef]bool{})
+}
+
+// placeShapeExcluding places the item's current shape on GPUs other than
+// excluded, which it extends with the GPUs it tried and could not use.
+func (v *View) placeShapeExcluding(it *Item, u usage, j *undoLog, opt Options, banned map[string]bool, pin string, excluded map[gpuRef]bool) ([]resourceapi.DeviceRequestAllocationResult, string, error) {
 	var last error
 	for range maxGPUTries {
 		md, err := v.cluster(it, u, opt, banned, pin, excluded)

@@ -5,7 +5,12 @@
 // lost from then on (every NVML call but its identity answers
 // ERROR_GPU_IS_LOST until the agent restarts, as until a reboot). The
 // agent's health monitor, telemetry, stream, DRA taints and node taint then
-// see exactly what they would see on a real node.
+// see exactly what they would see on a real node. And it makes the
+// simulated driver allocate and free GPU memory as a process of the node
+// (a container's, by its PID): the driver's per-cgroup memory limits,
+// pinned MPS limits and borrower evictions then apply to it, and the
+// agent's per-process telemetry attributes it to the container, as a CUDA
+// program's cudaMalloc would be on a real node.
 //
 // The routes exist only on a simulated node: cmd/gpud mounts them with
 // --simulate and never on NVML. The admin socket's permissions (root and
@@ -58,13 +63,21 @@ type API struct {
 	Node *simnode.Node
 	// Log records each injected fault; nil discards.
 	Log *slog.Logger
+	// ProcRoot is the /proc the memory routes read a process's cgroup
+	// and environment under; empty is /proc.
+	ProcRoot string
+	// CgroupRoot is the cgroup2 mount the driver names cgroups under;
+	// empty: the one in <ProcRoot>/self/mountinfo.
+	CgroupRoot string
 }
 
 // Routes mounts POST /v1/sim/xid: 200 with an [XidResponse]; 400
 // "bad_request" for a malformed body, 400 "invalid" for an Xid out of
-// range, 404 "not_found" for a GPU the node lacks.
+// range, 404 "not_found" for a GPU the node lacks. And POST
+// /v1/sim/memory/alloc and /v1/sim/memory/free (see [MemoryRequest]).
 func (a API) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+XidRoute, a.xid)
+	a.memoryRoutes(mux)
 }
 
 func (a API) xid(w http.ResponseWriter, r *http.Request) {

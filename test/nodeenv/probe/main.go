@@ -32,6 +32,13 @@ type Report struct {
 }
 
 func main() {
+	// "probe env KEY=VALUE...": the probe as a process inside the
+	// container that sets its own environment before CUDA would start
+	// (tests exec it next to the first): it replaces itself with its
+	// environment changed, so /proc/<pid>/environ shows the new values.
+	if len(os.Args) > 2 && os.Args[1] == "env" {
+		reexec(os.Args[2:])
+	}
 	report()
 	var tick <-chan time.Time
 	if d, err := time.ParseDuration(os.Getenv("PROBE_INTERVAL")); err == nil && d > 0 {
@@ -104,4 +111,26 @@ func open(p string) string {
 	default:
 		return err.Error()
 	}
+}
+
+// reexec replaces the process with the probe (no arguments) whose
+// environment is this one with sets (KEY=VALUE) applied.
+func reexec(sets []string) {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for _, kv := range sets {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	list := make([]string, 0, len(env))
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	sort.Strings(list)
+	err := syscall.Exec("/proc/self/exe", []string{os.Args[0]}, list)
+	fmt.Fprintln(os.Stderr, "probe: re-exec with a changed environment:", err)
+	os.Exit(1)
 }

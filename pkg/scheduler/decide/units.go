@@ -167,10 +167,12 @@ func (c *cycle) order(units []*unit) func() *unit {
 	for _, u := range units {
 		byQueue[u.queue] = append(byQueue[u.queue], u)
 	}
+	var maxEst time.Duration // the longest pending estimate (the objectives' wait term)
+	for _, u := range units {
+		maxEst = max(maxEst, u.est)
+	}
 	for _, l := range byQueue {
-		slices.SortFunc(l, func(a, b *unit) int {
-			return cmp.Or(cmp.Compare(b.prio, a.prio), a.created.Compare(b.created), cmp.Compare(a.key, b.key))
-		})
+		slices.SortFunc(l, c.unitCmp)
 	}
 	pos := map[string]int{}
 	head := func(q string) *unit {
@@ -192,6 +194,22 @@ func (c *cycle) order(units []*unit) func() *unit {
 		}
 		return false
 	}
+	// next is the unit q's subtree gives next at prio, for the objectives'
+	// wait term and arrival order: a leaf's head, else the first of its
+	// children's by the queue's own unit order.
+	var next func(q string, prio int32) *unit
+	next = func(q string, prio int32) *unit {
+		if u := head(q); u != nil && u.prio == prio {
+			return u
+		}
+		var best *unit
+		for _, ch := range c.q.Children(q) {
+			if u := next(ch, prio); u != nil && (best == nil || c.unitCmp(u, best) < 0) {
+				best = u
+			}
+		}
+		return best
+	}
 	leaves := c.leaves()
 	return func() *unit {
 		prio, found := int32(0), false
@@ -206,13 +224,19 @@ func (c *cycle) order(units []*unit) func() *unit {
 		level := c.q.Roots()
 		for {
 			pick, pickUnder, pickShare := "", false, 0.0
+			var pickNext *unit
 			for _, q := range level {
 				if !has(q, prio) {
 					continue
 				}
-				under, share := c.q.UnderGuarantee(q), c.q.Share(q, c.capacity)
-				if pick == "" || (under && !pickUnder) || (under == pickUnder && share < pickShare) {
-					pick, pickUnder, pickShare = q, under, share
+				nu := next(q, prio)
+				under, share := c.q.UnderGuarantee(q), c.queueScore(q, c.q.Share(q, c.capacity), nu, maxEst)
+				better := pick == "" || (under && !pickUnder) || (under == pickUnder && share < pickShare)
+				if !better && under == pickUnder && share == pickShare && c.arrivalOrder(q) && c.arrivalOrder(pick) {
+					better = nu.created.Before(pickNext.created)
+				}
+				if better {
+					pick, pickUnder, pickShare, pickNext = q, under, share, nu
 				}
 			}
 			if pick == "" {

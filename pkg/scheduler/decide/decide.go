@@ -23,6 +23,12 @@
 // pod or gang as EASY does, trusting runtime estimates. Reservations keep
 // their nodes for their queue.
 //
+// The operator's objectives ([Config.Objective], a queue's own weights)
+// reweigh this: energy and cost choose GPU pods' nodes with
+// pkg/allocator/jobs' placement score, wait orders a queue's pods
+// shortest predicted runtime first, fair and wait weigh sibling queues;
+// the default weights are the policy above exactly.
+//
 // With telemetry (Snapshot.Telemetry, streamed by the nodes' agents),
 // devices an agent reports unhealthy take no new pod at once, before the
 // ResourceSlice taint arrives, and fractions are packed against measured

@@ -130,17 +130,19 @@ func (c *cycle) objectiveTiers(q string, items []*view.Item, filter func(*view.N
 		if !filter(n) {
 			continue
 		}
-		used := c.v.GPUUsedMilli(n)
+		var used []int64 // of the whole (not MIG) GPUs
 		free, idle, empty := int64(0), 0, true
-		for g, u := range used {
+		for g, u := range c.v.GPUUsedMilli(n) {
+			if u > 0 {
+				empty = false
+			}
 			if n.GPUs[g].Whole == "" {
 				continue
 			}
+			used = append(used, u)
 			free += allocator.MilliPerGPU - u
 			if u == 0 {
 				idle++
-			} else {
-				empty = false
 			}
 		}
 		podMilli, ok := int64(whole)*allocator.MilliPerGPU, idle >= whole
@@ -227,4 +229,11 @@ func (c *cycle) queueScore(q string, share float64, next *unit, maxEst time.Dura
 func (c *cycle) arrivalOrder(q string) bool {
 	o := c.obj.of(q)
 	return o != nil && o.Fair == 0 && o.Wait == 0
+}
+
+// needsNext reports whether order must know queue q's next unit: its
+// objective weighs wait, or takes siblings in arrival order.
+func (c *cycle) needsNext(q string) bool {
+	o := c.obj.of(q)
+	return o != nil && (o.Wait > 0 || (o.Fair == 0 && o.Wait == 0))
 }

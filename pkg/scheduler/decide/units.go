@@ -161,7 +161,9 @@ func (c *cycle) units() []*unit {
 // order returns an iterator over units: highest priority first; among
 // equal priority, at every level of the queue tree the child under its
 // guarantee, else with the lowest weighted DRF share (re-evaluated after
-// every unit, since binds change shares); within a queue, oldest first.
+// every unit, since binds change shares; with objectives, the lowest
+// queueScore); within a queue, oldest first (with a wait weight, shortest
+// predicted runtime first: unitCmp).
 func (c *cycle) order(units []*unit) func() *unit {
 	byQueue := map[string][]*unit{}
 	for _, u := range units {
@@ -229,7 +231,10 @@ func (c *cycle) order(units []*unit) func() *unit {
 				if !has(q, prio) {
 					continue
 				}
-				nu := next(q, prio)
+				var nu *unit
+				if c.needsNext(q) {
+					nu = next(q, prio)
+				}
 				under, share := c.q.UnderGuarantee(q), c.queueScore(q, c.q.Share(q, c.capacity), nu, maxEst)
 				better := pick == "" || (under && !pickUnder) || (under == pickUnder && share < pickShare)
 				if !better && under == pickUnder && share == pickShare && c.arrivalOrder(q) && c.arrivalOrder(pick) {

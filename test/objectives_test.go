@@ -24,12 +24,13 @@ import (
 // The objectives end-to-end test runs a real kube-apiserver with the
 // shipped Queue CRD and pkg/scheduler in-process with Queue objects as
 // cmd/gpud wires them, the scheduler's --objectives at its default
-// (util=1,fair=1). Two pairs of 8-GPU nodes, each pair a busy node (a pod
-// holds one GPU and 60 of its 64 CPUs) and an idle one: a 1-GPU, 4-CPU
-// pod of the default queue goes where today's policy puts it, the idle
-// node (the busy node's last CPUs would leave its 6 free GPUs without
-// CPU); the same pod of a queue with spec.objectives energy=1 goes to
-// the busy node, and its pair's idle node stays empty.
+// (util=1,fair=1). Two pairs of 8-GPU, 224-CPU nodes, each pair a busy
+// node (a pod holds one GPU and 200 CPUs) and an idle one: a 1-GPU,
+// 12-CPU pod of the default queue goes where today's policy puts it, the
+// idle node (on the busy one it would leave the free GPUs less CPU than
+// they need: stranded GPUs to gpud's policy); the same pod of a queue
+// with spec.objectives energy=1 goes to the busy node, and its pair's
+// idle node stays empty.
 
 const objectivesManifest = `
 apiVersion: scheduling.gpud.io/v1alpha1
@@ -84,7 +85,10 @@ func TestObjectivesEndToEnd(t *testing.T) {
 	for _, pair := range []string{"today", "energy"} {
 		for _, kind := range []string{"busy", "idle"} {
 			name := pair + "-" + kind
-			env.CreateNode(t, name, map[string]string{"pair": pair})
+			env.CreateNode(t, name, map[string]string{"pair": pair}, func(n *corev1.Node) {
+				n.Status.Capacity[corev1.ResourceCPU] = resource.MustParse("224")
+				n.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("224")
+			})
 			_, sl := schedtest.Publish(t, name, schedtest.SimState(t, "dgx-h100", name))
 			for _, s := range sl {
 				if _, err := c.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
@@ -111,20 +115,20 @@ func TestObjectivesEndToEnd(t *testing.T) {
 	testwait.Run(t, "queues", src.Run)
 	testwait.Run(t, "scheduler", s.Run)
 
-	// Each pair's busy node: one GPU and 60 of 64 CPUs taken.
+	// Each pair's busy node: one GPU and 200 of 224 CPUs taken.
 	for _, pair := range []string{"today", "energy"} {
-		createObjectivePod(t, env, "plain", pair+"-filler", "60", map[string]string{corev1.LabelHostname: pair + "-busy"})
+		createObjectivePod(t, env, "plain", pair+"-filler", "200", map[string]string{corev1.LabelHostname: pair + "-busy"})
 		if got := env.WaitForPodBound(t, "plain", pair+"-filler", queueTimeout); got != pair+"-busy" {
 			t.Fatalf("%s-filler bound to %s, want %s-busy", pair, got, pair)
 		}
 	}
 	// The default queue's pod: today's policy.
-	createObjectivePod(t, env, "plain", "default-pod", "4", map[string]string{"pair": "today"})
+	createObjectivePod(t, env, "plain", "default-pod", "12", map[string]string{"pair": "today"})
 	if got := env.WaitForPodBound(t, "plain", "default-pod", queueTimeout); got != "today-idle" {
 		t.Errorf("the default queue's pod bound to %s, want today-idle (today's policy)", got)
 	}
 	// The energy queue's pod: onto the busy node, the idle one stays empty.
-	createObjectivePod(t, env, "green", "green-pod", "4", map[string]string{"pair": "energy"})
+	createObjectivePod(t, env, "green", "green-pod", "12", map[string]string{"pair": "energy"})
 	if got := env.WaitForPodBound(t, "green", "green-pod", queueTimeout); got != "energy-busy" {
 		t.Errorf("the energy queue's pod bound to %s, want energy-busy (energy=1: the idle node stays asleep)", got)
 	}

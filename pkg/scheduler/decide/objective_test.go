@@ -23,16 +23,17 @@ func cpus(q string) podOpt {
 	}
 }
 
-// busyAndIdle is two 8-GPU nodes: busy runs a pod holding one GPU and all
-// but 4 of its CPUs, idle runs nothing. Today's policy keeps a 1-GPU,
-// 4-CPU pod off busy (its last CPUs would leave busy's 6 free GPUs
-// without CPU), so it wakes idle.
+// busyAndIdle is two 8-GPU, 224-CPU nodes: busy runs a pod holding one
+// GPU and 200 CPUs, idle runs nothing. Today's policy keeps a 1-GPU,
+// 12-CPU pod off busy (12 CPUs are more than a GPU's share there: busy's
+// free GPUs would be left with less CPU to feed them, which gpud's policy
+// counts as stranded GPUs), so it wakes idle.
 func busyAndIdle(t *testing.T) *env {
 	t.Helper()
 	e := newEnv(t)
 	e.node("busy", "dgx-h100", nil)
 	e.node("idle", "dgx-h100", nil)
-	e.pod("filler", reqs(gpus(1)), onNode("busy"), cpus("220"))
+	e.pod("filler", reqs(gpus(1)), onNode("busy"), cpus("200"))
 	e.apply(e.decide(Config{}))
 	if len(e.bound) != 1 {
 		t.Fatalf("filler not bound")
@@ -69,7 +70,7 @@ func TestObjectiveEnergy(t *testing.T) {
 			if tc.queue != "" {
 				opts = append(opts, queue(tc.queue))
 			}
-			e.pod("p", reqs(gpus(1)), append(opts, cpus("4"))...)
+			e.pod("p", reqs(gpus(1)), append(opts, cpus("12"))...)
 			p := e.decide(tc.cfg)
 			if got := bindsOf(p)["p"]; got != tc.want {
 				t.Fatalf("p bound to %q, want %q (pending: %+v)", got, tc.want, p.Pending)
@@ -82,7 +83,7 @@ func TestObjectiveEnergy(t *testing.T) {
 // open an idle node.
 func TestObjectiveEnergyFraction(t *testing.T) {
 	e := busyAndIdle(t)
-	e.pod("f", reqs(fraction("10Gi")), cpus("4"))
+	e.pod("f", reqs(fraction("10Gi")), cpus("12"))
 	if got := bindsOf(e.decide(Config{Objective: &jobs.Objective{Energy: 1}}))["f"]; got != "busy" {
 		t.Fatalf("fraction bound to %q, want busy", got)
 	}

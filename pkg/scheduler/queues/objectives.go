@@ -2,6 +2,7 @@ package queues
 
 import (
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -89,4 +90,20 @@ func (o *Objectives) objective() *jobs.Objective {
 		}
 	}
 	return out
+}
+
+// String is the objectives as gpud scheduler's --objectives writes them:
+// the positive weights as written, in the terms' order
+// ("util=0.5,energy=1"); "" for nil.
+func (o *Objectives) String() string {
+	if o == nil {
+		return ""
+	}
+	var parts []string
+	for _, t := range o.terms() {
+		if v, err := weightValue(t.w); err != nil || v > 0 {
+			parts = append(parts, t.name+"="+t.w.String())
+		}
+	}
+	return strings.Join(parts, ",")
 }

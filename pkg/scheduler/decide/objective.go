@@ -206,10 +206,14 @@ func estOrder(d time.Duration) time.Duration {
 // guarantees (lower first): today the weighted DRF share; with an
 // objective Fair·share + Wait·estimate, where estimate is the predicted
 // runtime of the queue's next unit over the longest pending one (1 when
-// unknown), as pkg/allocator/jobs orders them.
+// unknown), as pkg/allocator/jobs orders them. An objective that weighs
+// neither fair nor wait (energy=1 alone) keeps today's share: weights are
+// per queue here, and such a queue would otherwise always go before its
+// siblings (the replay, whose weights hold for every queue, takes
+// arrival order then).
 func (c *cycle) queueScore(q string, share float64, next *unit, maxEst time.Duration) float64 {
 	o := c.obj.of(q)
-	if o == nil {
+	if o == nil || (o.Fair == 0 && o.Wait == 0) {
 		return share
 	}
 	sc := o.Fair * share
@@ -223,17 +227,6 @@ func (c *cycle) queueScore(q string, share float64, next *unit, maxEst time.Dura
 	return sc
 }
 
-// arrivalOrder reports whether queue q's objective weighs neither fair
-// share nor wait: siblings that tie are then taken by their next unit's
-// age, as pkg/allocator/jobs does.
-func (c *cycle) arrivalOrder(q string) bool {
-	o := c.obj.of(q)
-	return o != nil && o.Fair == 0 && o.Wait == 0
-}
-
 // needsNext reports whether order must know queue q's next unit: its
-// objective weighs wait, or takes siblings in arrival order.
-func (c *cycle) needsNext(q string) bool {
-	o := c.obj.of(q)
-	return o != nil && (o.Wait > 0 || (o.Fair == 0 && o.Wait == 0))
-}
+// objective weighs wait.
+func (c *cycle) needsNext(q string) bool { return byWait(c.obj.of(q)) }

@@ -148,9 +148,10 @@ func TestObjectiveWait(t *testing.T) {
 	}
 }
 
-// fair weighs a queue's DRF share against its siblings': a queue whose
-// objective leaves fair out goes first though its share is higher, while
-// with fair (today) the queue with the lower share does.
+// fair weighs a queue's DRF share against its siblings': a queue with a
+// low fair weight goes first though its share is higher, while with fair
+// at 1 (today), or weights that leave fair and wait out, the queue with
+// the lower share does.
 func TestObjectiveFair(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -159,7 +160,8 @@ func TestObjectiveFair(t *testing.T) {
 	}{
 		{"today", nil, "b-pod"},
 		{"fair", &jobs.Objective{Util: 1, Fair: 1}, "b-pod"},
-		{"no fair", &jobs.Objective{Util: 1}, "a-pod"},
+		{"low fair", &jobs.Objective{Util: 1, Fair: 0.1}, "a-pod"},
+		{"energy alone keeps fair share", &jobs.Objective{Energy: 1}, "b-pod"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -216,8 +218,9 @@ func TestObjectiveDefaultsAreToday(t *testing.T) {
 				}
 			}
 			def := &jobs.Objective{Util: 1, Fair: 1}
-			e.queues = []jobs.Queue{{Name: "org"}, {Name: "q0", Parent: "org", Weight: 2}, {Name: "q1", Parent: "org"},
-				{Name: "q2", Objective: def}}
+			plain := []jobs.Queue{{Name: "org"}, {Name: "q0", Parent: "org", Weight: 2}, {Name: "q1", Parent: "org"}, {Name: "q2"}}
+			weighed := slices.Clone(plain) // q2 by its own weights, the others by the flag's
+			weighed[3].Objective = def
 			id := 0
 			for cycle := range 4 {
 				for range 4 + r.IntN(10) {
@@ -228,7 +231,9 @@ func TestObjectiveDefaultsAreToday(t *testing.T) {
 					}
 					e.pod(fmt.Sprint("p", id), reqs(randomRequest(r)), opts...)
 				}
+				e.queues = plain
 				today := e.decide(Config{})
+				e.queues = weighed
 				withDefaults := e.decide(Config{Objective: def})
 				if a, b := planSummary(today), planSummary(withDefaults); a != b {
 					t.Fatalf("cycle %d: the default weights decide differently:\n%s\n--- today:\n%s", cycle, b, a)

@@ -197,8 +197,8 @@ func (c *cycle) order(units []*unit) func() *unit {
 		return false
 	}
 	// next is the unit q's subtree gives next at prio, for the objectives'
-	// wait term and arrival order: a leaf's head, else the first of its
-	// children's by the queue's own unit order.
+	// wait term: a leaf's head, else the first of its children's by the
+	// queue's own unit order.
 	var next func(q string, prio int32) *unit
 	next = func(q string, prio int32) *unit {
 		if u := head(q); u != nil && u.prio == prio {
@@ -226,7 +226,6 @@ func (c *cycle) order(units []*unit) func() *unit {
 		level := c.q.Roots()
 		for {
 			pick, pickUnder, pickShare := "", false, 0.0
-			var pickNext *unit
 			for _, q := range level {
 				if !has(q, prio) {
 					continue
@@ -236,12 +235,8 @@ func (c *cycle) order(units []*unit) func() *unit {
 					nu = next(q, prio)
 				}
 				under, share := c.q.UnderGuarantee(q), c.queueScore(q, c.q.Share(q, c.capacity), nu, maxEst)
-				better := pick == "" || (under && !pickUnder) || (under == pickUnder && share < pickShare)
-				if !better && under == pickUnder && share == pickShare && c.arrivalOrder(q) && c.arrivalOrder(pick) {
-					better = nu.created.Before(pickNext.created)
-				}
-				if better {
-					pick, pickUnder, pickShare, pickNext = q, under, share, nu
+				if pick == "" || (under && !pickUnder) || (under == pickUnder && share < pickShare) {
+					pick, pickUnder, pickShare = q, under, share
 				}
 			}
 			if pick == "" {

@@ -8,20 +8,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/allocator/objective"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
-
-// cpus sets a test pod's CPU request.
-func cpus(q string) podOpt {
-	return func(x *plan.Pod) {
-		x.Pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse(q)
-	}
-}
 
 // busyAndIdle is two 8-GPU, 224-CPU nodes: busy runs a pod holding one
 // GPU and 200 CPUs, idle runs nothing. Today's policy keeps a 1-GPU,

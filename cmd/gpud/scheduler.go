@@ -342,7 +342,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	gangLabels, _ := splitLabels(o.gangTopologyLabels) // checked by validate
 	cfg := scheduler.Config{
 		Client: client, InformerClient: informerClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
-		Decider: decide.New(o.objectives.decideConfig(o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel, GangTopologyLabels: gangLabels}))),
+		Decider: decide.New(withObjectives(&o.objectives, o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel, GangTopologyLabels: gangLabels}))),
 		Groups:  groups.Groups, GroupsSynced: groups.Synced,
 		Log: log, Resync: o.resync, HealOff: !o.heal, Heal: o.healConfig(),
 	}

@@ -48,8 +48,8 @@ func (o *schedulerObjectiveOptions) validate() []error {
 	return errs
 }
 
-// decideConfig sets the objectives on cfg.
-func (o *schedulerObjectiveOptions) decideConfig(cfg decide.Config) decide.Config {
+// withObjectives sets the parsed --objectives and --gpu-models on cfg.
+func withObjectives(o *schedulerObjectiveOptions, cfg decide.Config) decide.Config {
 	cfg.Objective, cfg.Models = o.objective, o.models
 	return cfg
 }

@@ -184,7 +184,7 @@ func wireAgent(cfg *agentConfig, args []string, lib nvml.Interface, sim *simnode
 		return nil, err
 	}
 	tasks = append(tasks, labelTasks...)
-	taintTasks, err := newNodeTaintTasks(&cfg.nodeTaint, cfg, src, log.With("component", "node-taint"))
+	taintTasks, err := newNodeTaintTasks(&cfg.nodeTaint, cfg, src, metrics, log.With("component", "node-taint"))
 	if err != nil {
 		return nil, err
 	}

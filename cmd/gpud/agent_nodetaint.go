@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
@@ -24,6 +25,7 @@ type nodeTaintOptions struct {
 	window     time.Duration
 	gpus       int
 	clearAfter time.Duration
+	noExecute  time.Duration
 }
 
 func (o *nodeTaintOptions) register(fs *flag.FlagSet) {
@@ -31,10 +33,11 @@ func (o *nodeTaintOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.window, "node-taint-window", nodetaint.DefaultWindow, "how far back GPU failures count for --node-taint (1m to 720h)")
 	fs.IntVar(&o.gpus, "node-taint-gpus", nodetaint.DefaultMaxGPUs, "how many distinct GPUs failing within --node-taint-window taint the node (1 to 1024)")
 	fs.DurationVar(&o.clearAfter, "node-taint-clear-after", nodetaint.DefaultClearAfter, "how long every GPU must stay healthy before --node-taint's taint is removed (1m to 168h)")
+	fs.DurationVar(&o.noExecute, "node-taint-noexecute-after", 0, "with --node-taint: once the node has carried the NoSchedule taint this long with a GPU still unhealthy, add the NoExecute taint of the same key and value (pods without a toleration are evicted); both are removed together; 0 (the default) never, else 1m to 168h")
 }
 
 func nodeTaintConfig(o *nodeTaintOptions) nodetaint.Config {
-	return nodetaint.Config{Window: o.window, MaxGPUs: o.gpus, ClearAfter: o.clearAfter}
+	return nodetaint.Config{Window: o.window, MaxGPUs: o.gpus, ClearAfter: o.clearAfter, NoExecuteAfter: o.noExecute}
 }
 
 func (o *nodeTaintOptions) validate(dra *draOptions) []error {
@@ -43,7 +46,7 @@ func (o *nodeTaintOptions) validate(dra *draOptions) []error {
 	}
 	var errs []error
 	if err := nodeTaintConfig(o).Validate(); err != nil {
-		errs = append(errs, flagErr("node-taint", "--node-taint-window %s, --node-taint-gpus %d, --node-taint-clear-after %s: %w", o.window, o.gpus, o.clearAfter, err))
+		errs = append(errs, flagErr("node-taint", "--node-taint-window %s, --node-taint-gpus %d, --node-taint-clear-after %s, --node-taint-noexecute-after %s: %w", o.window, o.gpus, o.clearAfter, o.noExecute, err))
 	}
 	if !draEnabled(dra) && dra.kubeconfig == "" && !inClusterEnv() {
 		errs = append(errs, flagErr("node-taint", "true needs API access: set --kubeconfig, or run in a pod with its service account token"))
@@ -52,7 +55,7 @@ func (o *nodeTaintOptions) validate(dra *draOptions) []error {
 }
 
 // newNodeTaintTasks returns the node taint task, or none when it is off.
-func newNodeTaintTasks(o *nodeTaintOptions, cfg *agentConfig, src *agentsrc.Sources, log *slog.Logger) ([]taskgroup.Task, error) {
+func newNodeTaintTasks(o *nodeTaintOptions, cfg *agentConfig, src *agentsrc.Sources, metrics prometheus.Registerer, log *slog.Logger) ([]taskgroup.Task, error) {
 	if !o.on {
 		return nil, nil
 	}
@@ -69,7 +72,13 @@ func newNodeTaintTasks(o *nodeTaintOptions, cfg *agentConfig, src *agentsrc.Sour
 		return nil, fmt.Errorf("node taint: api client: %w", err)
 	}
 	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: src.Node, Inventory: src.Store, Tracker: nodeTaintConfig(o), Log: log,
-		OnChange: func(t nodetaint.Taint) { src.Events.NodeTaint(nodetaint.TaintKey, t.Value, t.Reason) }})
+		Metrics: metrics, OnChange: func(t nodetaint.Taint) {
+			if t.NoExecute {
+				src.Events.NodeTaintNoExecute(nodetaint.TaintKey, t.Value, t.Reason)
+				return
+			}
+			src.Events.NodeTaint(nodetaint.TaintKey, t.Value, t.Reason)
+		}})
 	if err != nil {
 		return nil, err
 	}

@@ -80,6 +80,7 @@ type schedulerOptions struct {
 	healBackoffMax time.Duration
 	healHomeTTL    time.Duration
 	learn          schedulerLearnOptions
+	objectives     schedulerObjectiveOptions
 	// podNamespace is POD_NAMESPACE, else defaultLeaseNamespace.
 	podNamespace string
 	// gangTopologyLabels is --gang-topology-labels, comma-separated.
@@ -176,6 +177,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.DurationVar(&o.healHomeTTL, "heal-home-ttl", heal.DefaultHomeTTL, "how long a healed gang's nodes are remembered, so that its new pods go back to their NVLink domain or rack first (0: the default; at most 1h)")
 	o.telemetry.register(fs)
 	o.learn.register(fs)
+	o.objectives.register(fs)
 	o.podNamespace = ns
 }
 
@@ -255,6 +257,7 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 		}
 	}
 	errs = append(errs, o.telemetry.validate()...)
+	errs = append(errs, o.objectives.validate()...)
 	if o.learn.on {
 		if err := learnConfig(o).Validate(); err != nil {
 			errs = append(errs, flagErr("learn-runtimes", "%w", err))
@@ -339,7 +342,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	gangLabels, _ := splitLabels(o.gangTopologyLabels) // checked by validate
 	cfg := scheduler.Config{
 		Client: client, InformerClient: informerClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
-		Decider: decide.New(o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel, GangTopologyLabels: gangLabels})),
+		Decider: decide.New(withObjectives(&o.objectives, o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel, GangTopologyLabels: gangLabels}))),
 		Groups:  groups.Groups, GroupsSynced: groups.Synced,
 		Log: log, Resync: o.resync, HealOff: !o.heal, Heal: o.healConfig(),
 	}

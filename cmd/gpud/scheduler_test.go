@@ -21,6 +21,13 @@ func TestSchedulerFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	badQueues := filepath.Join(dir, "bad.yaml")
+	models, badModels := filepath.Join(dir, "models.csv"), filepath.Join(dir, "bad.csv")
+	if err := os.WriteFile(models, []byte("model,price_per_gpu_hour\nH100,2.5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(badModels, []byte("model,busy_w\nH100,-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(badQueues, []byte("queues:\n  - name: a\n    parent: nowhere\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +79,13 @@ func TestSchedulerFlags(t *testing.T) {
 		{name: "heal home TTL", args: []string{"--heal-home-ttl", "30m"}},
 		{name: "heal home TTL too long", args: []string{"--heal-home-ttl", "2h"}, want: "--heal-home-ttl: 2h0m0s: want 0 (the default, 10m0s) to 1h"},
 		{name: "two errors at once", args: []string{"--policy", "x", "--resync-period", "1ms"}, want: "--resync-period"},
+		{name: "objectives", args: []string{"--objectives", "energy=1,util=0.5", "--gpu-models", models}},
+		{name: "objectives default", args: []string{"--objectives", "default"}},
+		{name: "objectives sweep", args: []string{"--objectives", "util=1;energy=1"}, want: "--objectives: invalid objective: \"util=1;energy=1\": one setting only"},
+		{name: "objectives unknown term", args: []string{"--objectives", "speed=1"}, want: `--objectives: line 1, setting "speed=1": invalid objective: unknown term "speed"`},
+		{name: "objectives all zero", args: []string{"--objectives", "util=0"}, want: "every weight is 0"},
+		{name: "missing GPU models", args: []string{"--gpu-models", filepath.Join(dir, "none.csv")}, want: "--gpu-models"},
+		{name: "bad GPU models", args: []string{"--gpu-models", badModels}, want: "bad.csv:2: invalid objective: column busy_w"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, _, _, err := parseSchedulerFlags(tc.args, tc.env, io.Discard)
@@ -91,6 +105,9 @@ func TestSchedulerFlags(t *testing.T) {
 	if err != nil || len(qs) != 2 || o.leaseNamespace != "gpud" || o.schedulerName != "gpud-scheduler" || o.policy != "gpud" || !o.leaderElect ||
 		!o.learn.on || learnConfig(o).Namespace != "gpud" || o.learn.configMap != "gpud-scheduler-runtimes" || o.learn.quantile != 0.9 || o.learn.minSamples != 5 {
 		t.Errorf("defaults: %+v, %d queues, %v", o, len(qs), err)
+	}
+	if ob := o.objectives.objective; ob == nil || ob.Util != 1 || ob.Fair != 1 || ob.Energy+ob.Cost+ob.Wait != 0 || o.objectives.models["H100"].BusyWatts != 700 {
+		t.Errorf("objectives defaults: %+v, H100 %+v; want util=1,fair=1 (today's policy) and the built-in table", ob, o.objectives.models["H100"])
 	}
 	if u := usageConfig(o).ForUsage(); !o.learn.usage.on || learnUsage(o) || u.Name != "gpud-scheduler-usage" || u.Namespace != "gpud" || u.Quantile != 0.95 || u.MinSamples != 5 {
 		t.Errorf("usage defaults: %+v (on %v, runs without a stream %v)", u, o.learn.usage.on, learnUsage(o))

@@ -25,6 +25,7 @@ const (
 	ReasonMIGLayoutChanged         = "MIGLayoutChanged"
 	ReasonNodeTainted              = "GPUNodeTainted"
 	ReasonNodeTaintRemoved         = "GPUNodeTaintRemoved"
+	ReasonNodeTaintedNoExecute     = "GPUNodeTaintedNoExecute"
 )
 
 // GPUHealth records a GPU's or MIG device's health change on the Node: a
@@ -139,6 +140,18 @@ func (r *Recorder) NodeTaint(key, value, reason string) {
 	}
 	r.emit(r.nodeRef(""), corev1.EventTypeWarning, ReasonNodeTainted, "Taint",
 		fmt.Sprintf("taint %s=%s:NoSchedule set: %s", key, value, reason))
+}
+
+// NodeTaintNoExecute records on the Node that the agent added the
+// NoExecute step of taint key=value (beside its NoSchedule one): the
+// node's GPUs still fail after the NoSchedule taint's grace period, and
+// the pods that do not tolerate it are evicted.
+func (r *Recorder) NodeTaintNoExecute(key, value, reason string) {
+	if r == nil {
+		return
+	}
+	r.emit(r.nodeRef(""), corev1.EventTypeWarning, ReasonNodeTaintedNoExecute, "Taint",
+		fmt.Sprintf("taint %s=%s:NoExecute set (its GPUs still fail; pods without a toleration are evicted): %s", key, value, reason))
 }
 
 // podOrNode is the violation's pod, or the node when the pod is not

@@ -190,6 +190,11 @@ func printQueues(w io.Writer, output string, s *Snapshot, objs []QueueObject, us
 				fmt.Fprintf(w, "%s: %s\n", cell(q.Name), cell(q.Message))
 			}
 		}
+		for _, q := range objs {
+			if q.Objectives != "" {
+				fmt.Fprintf(w, "%s: objectives %s\n", cell(q.Name), cell(q.Objectives))
+			}
+		}
 		if unknown := UnknownLabelQueues(s); len(unknown) > 0 {
 			fmt.Fprintf(w, "Namespaces whose %s label names no Queue object (a --queues file queue, if gpud scheduler's file defines it): %s\n",
 				queues.NamespaceLabel, cell(strings.Join(unknown, ", ")))

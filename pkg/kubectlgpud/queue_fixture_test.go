@@ -44,6 +44,7 @@ func testQueues(t testing.TB) []*queues.Queue {
 				Conditions: []metav1.Condition{accepted, cond(queues.ConditionOverGuarantee, metav1.ConditionTrue, queues.ReasonBorrowing,
 					"borrowing beyond the guarantee (preemptible by queues under theirs): gpuMilli 4000 used, 2000 guaranteed")}}),
 		q("serving", 2, queues.Spec{Parent: "org", Namespaces: []string{"team-b"}, Guaranteed: queues.Resources{GPUMilli: 2000, GPUMemoryMiB: 81920},
+			Objectives:      &queues.Objectives{Wait: queues.IntWeight(1), Energy: queues.DecimalWeight("0.5")},
 			ModelGuaranteed: map[string]int64{"NVIDIA A100-SXM4-40GB": 1000}},
 			queues.Status{ObservedGeneration: 1, Usage: queues.Resources{GPUMilli: 1000, GPUMemoryMiB: 51200, MIGSlices: 1}, PendingPods: 1,
 				Conditions: []metav1.Condition{accepted, within}}),

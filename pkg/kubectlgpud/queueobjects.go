@@ -101,7 +101,10 @@ type QueueObject struct {
 	// or a queue whose parent is not a Queue object).
 	Depth int `json:"depth"`
 	// Weight is spec.weight as written ("1" for the default).
-	Weight     string   `json:"weight,omitempty"`
+	Weight string `json:"weight,omitempty"`
+	// Objectives are spec.objectives' weights ("util=0.5,energy=1"); ""
+	// when the queue has none (gpud scheduler's --objectives).
+	Objectives string   `json:"objectives,omitempty"`
 	Namespaces []string `json:"namespaces,omitempty"`
 	// LabelledNamespaces are the namespaces bound to the queue by their
 	// gpud.io/queue label (read when RBAC lets the user list namespaces).
@@ -212,7 +215,7 @@ func namespacesCell(q QueueObject) string {
 }
 
 func queueObject(q *queues.Queue, depth int) QueueObject {
-	o := QueueObject{Name: q.Name, Parent: q.Spec.Parent, Depth: depth, Weight: queues.WeightString(q.Spec.Weight),
+	o := QueueObject{Name: q.Name, Parent: q.Spec.Parent, Depth: depth, Weight: queues.WeightString(q.Spec.Weight), Objectives: q.Spec.Objectives.String(),
 		Namespaces: slices.Clone(q.Spec.Namespaces), Guaranteed: q.Spec.Guaranteed, Limit: q.Spec.Limit,
 		ModelGuaranteed: q.Spec.ModelGuaranteed, ModelLimit: q.Spec.ModelLimit,
 		Usage: q.Status.Usage, PendingPods: q.Status.PendingPods,

@@ -4,7 +4,10 @@
 // value says which: [ValueRepeated] or [ValueMultiple]; the annotation
 // [ReasonAnnotation] says which GPUs and why), as NVIDIA's NVSentinel
 // cordons a node for remediation. The taint is removed once every GPU of
-// the node stayed healthy for ClearAfter.
+// the node stayed healthy for ClearAfter. Optionally (NoExecuteAfter), a
+// node tainted that long with a GPU still failing gets the NoExecute
+// taint of the same key and value too, evicting the pods left on it; it
+// goes with the NoSchedule one.
 //
 // A [Tracker] is the pure core (health observations and the time in, the
 // wanted taint out: no I/O, clock or goroutines); a [Syncer] runs it in

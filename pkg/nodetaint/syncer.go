@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,6 +53,10 @@ type SyncerConfig struct {
 	// OnChange, if set, is told each taint the Syncer wrote: the new one,
 	// or the zero Taint when it removed it (the agent records an Event).
 	OnChange func(Taint)
+	// Metrics, if set, gets gpud_node_taint: 1 for each effect of
+	// TaintKey the Syncer last wrote or found on the Node (NoSchedule,
+	// NoExecute), 0 otherwise.
+	Metrics prometheus.Registerer
 }
 
 // Syncer keeps [TaintKey] on the agent's Node as its [Tracker] decides.
@@ -59,6 +64,7 @@ type Syncer struct {
 	cfg     SyncerConfig
 	tr      *Tracker
 	resumed bool
+	tainted *prometheus.GaugeVec
 }
 
 // NewSyncer checks cfg and returns a Syncer.
@@ -79,7 +85,29 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Syncer{cfg: cfg, tr: tr}, nil
+	s := &Syncer{cfg: cfg, tr: tr, tainted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpud_node_taint",
+		Help: "1 while the agent's Node carries " + TaintKey + " with this effect (its GPUs keep failing), else 0."}, []string{"effect"})}
+	for _, e := range []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute} {
+		s.tainted.WithLabelValues(string(e)).Set(0)
+	}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(s.tainted); err != nil {
+			return nil, fmt.Errorf("nodetaint: register metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// report sets gpud_node_taint to t.
+func (s *Syncer) report(t Taint) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	s.tainted.WithLabelValues(string(corev1.TaintEffectNoSchedule)).Set(b(t.Value != ""))
+	s.tainted.WithLabelValues(string(corev1.TaintEffectNoExecute)).Set(b(t.Value != "" && t.NoExecute))
 }
 
 // Sync observes the GPUs' health now and puts the Node's taint in line
@@ -106,31 +134,42 @@ func (s *Syncer) Sync(ctx context.Context) (Taint, error) {
 		gpus = append(gpus, GPU{UUID: g.UUID, Unhealthy: g.Health != "" && g.Health != gpu.Healthy, Reason: g.HealthReason})
 	}
 	want := s.tr.Observe(gpus, now)
-	if current(node) == want {
+	if have := current(node); have == want {
+		s.report(have)
 		return want, nil
 	}
 	if err := s.write(ctx, node, want); err != nil {
 		return want, err
 	}
+	s.report(want)
 	if s.cfg.OnChange != nil {
 		s.cfg.OnChange(want)
 	}
-	if want.Value != "" {
+	switch {
+	case want.NoExecute:
+		s.cfg.Log.Warn("node tainted NoExecute: its GPUs still fail", "node", s.cfg.NodeName, "taint", TaintKey+"="+want.Value+":NoExecute", "reason", want.Reason)
+	case want.Value != "":
 		s.cfg.Log.Warn("node tainted: its GPUs keep failing", "node", s.cfg.NodeName, "taint", TaintKey+"="+want.Value+":NoSchedule", "reason", want.Reason)
-	} else {
+	default:
 		s.cfg.Log.Info("node taint removed: its GPUs stayed healthy", "node", s.cfg.NodeName, "taint", TaintKey)
 	}
 	return want, nil
 }
 
-// current is the taint the node carries.
+// current is the taint the node carries (NoExecute: with its NoExecute
+// step).
 func current(node *corev1.Node) Taint {
+	var out Taint
 	for _, t := range node.Spec.Taints {
-		if t.Key == TaintKey {
-			return Taint{Value: t.Value, Reason: node.Annotations[ReasonAnnotation]}
+		if t.Key != TaintKey {
+			continue
 		}
+		if out.Value == "" {
+			out = Taint{Value: t.Value, Reason: node.Annotations[ReasonAnnotation]}
+		}
+		out.NoExecute = out.NoExecute || t.Effect == corev1.TaintEffectNoExecute
 	}
-	return Taint{}
+	return out
 }
 
 // write patches the node's taints (every other taint kept, in order) and
@@ -139,7 +178,10 @@ func (s *Syncer) write(ctx context.Context, node *corev1.Node, want Taint) error
 	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == TaintKey })
 	if want.Value != "" {
 		now := metav1.NewTime(s.cfg.Now())
-		taints = append(taints, corev1.Taint{Key: TaintKey, Value: want.Value, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
+		taints = append(taints, corev1.Taint{Key: TaintKey, Value: want.Value, Effect: corev1.TaintEffectNoSchedule, TimeAdded: kept(node, corev1.TaintEffectNoSchedule, &now)})
+		if want.NoExecute {
+			taints = append(taints, corev1.Taint{Key: TaintKey, Value: want.Value, Effect: corev1.TaintEffectNoExecute, TimeAdded: kept(node, corev1.TaintEffectNoExecute, &now)})
+		}
 	}
 	type op struct {
 		Op    string `json:"op"`
@@ -175,6 +217,17 @@ func (s *Syncer) write(ctx context.Context, node *corev1.Node, want Taint) error
 		return fmt.Errorf("nodetaint: taint node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+// kept is when node's taint TaintKey of effect e was added, or now when it
+// has none (a rewrite keeps the time a taint was first added).
+func kept(node *corev1.Node, e corev1.TaintEffect, now *metav1.Time) *metav1.Time {
+	for _, t := range node.Spec.Taints {
+		if t.Key == TaintKey && t.Effect == e && t.TimeAdded != nil {
+			return t.TimeAdded
+		}
+	}
+	return now
 }
 
 func truncate(s string) string {

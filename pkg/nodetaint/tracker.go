@@ -41,6 +41,13 @@ type Config struct {
 	// ClearAfter is how long every GPU must stay healthy before the taint
 	// goes; default [DefaultClearAfter], 1m to 7 days.
 	ClearAfter time.Duration
+	// NoExecuteAfter, if set, adds the NoExecute taint (same key and
+	// value) once the node has carried the NoSchedule taint that long with
+	// a GPU still unhealthy, so that the pods left on it are evicted too
+	// (those that do not tolerate it); both go together when the GPUs stay
+	// healthy for ClearAfter. 0 (the default) never adds it; else 1m to 7
+	// days.
+	NoExecuteAfter time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -63,6 +70,9 @@ func (c Config) Validate() error {
 	if c.ClearAfter < time.Minute || c.ClearAfter > 7*24*time.Hour {
 		errs = append(errs, fmt.Errorf("nodetaint: clear after %s: want 1m to 168h", c.ClearAfter))
 	}
+	if c.NoExecuteAfter != 0 && (c.NoExecuteAfter < time.Minute || c.NoExecuteAfter > 7*24*time.Hour) {
+		errs = append(errs, fmt.Errorf("nodetaint: NoExecute after %s: want 0 (never) or 1m to 168h", c.NoExecuteAfter))
+	}
 	return errors.Join(errs...)
 }
 
@@ -74,8 +84,11 @@ type GPU struct {
 }
 
 // Taint is the taint the node should carry; Value "" means none.
+// NoExecute adds the NoExecute taint of the same key and value beside the
+// NoSchedule one.
 type Taint struct {
 	Value, Reason string
+	NoExecute     bool
 }
 
 // Tracker turns GPU health over time into the node's taint. Make it with
@@ -87,6 +100,10 @@ type Tracker struct {
 	// unhealthy (or the taint was set).
 	taint   Taint
 	lastBad time.Time
+	// since is when the taint was set (or resumed).
+	since time.Time
+	// anyBad: a GPU was unhealthy at the last observation.
+	anyBad bool
 }
 
 type gpuState struct {
@@ -112,7 +129,7 @@ func (t *Tracker) Resume(tn Taint, now time.Time) {
 	if tn.Value == "" || t.taint.Value != "" {
 		return
 	}
-	t.taint, t.lastBad = tn, now
+	t.taint, t.lastBad, t.since = tn, now, now
 }
 
 // Observe records the GPUs' health at now and returns the taint the node
@@ -159,9 +176,13 @@ func (t *Tracker) Observe(gpus []GPU, now time.Time) Taint {
 	if anyBad {
 		t.lastBad = now
 	}
+	t.anyBad = anyBad
+	if t.taint.Value == "" {
+		t.since = now
+	}
 	switch {
 	case len(repeated) > 0:
-		t.taint, t.lastBad = Taint{Value: ValueRepeated, Reason: strings.Join(repeated, "; ")}, now
+		t.taint, t.lastBad = Taint{Value: ValueRepeated, Reason: strings.Join(repeated, "; "), NoExecute: t.taint.NoExecute}, now
 	case len(multiple) > 0 && t.taint.Value == "":
 		t.taint, t.lastBad = Taint{Value: ValueMultiple, Reason: multiple[0]}, now
 	case t.taint.Value != "" && !anyBad && now.Sub(t.lastBad) >= t.cfg.ClearAfter:
@@ -171,15 +192,28 @@ func (t *Tracker) Observe(gpus []GPU, now time.Time) Taint {
 			s.failures, s.recovered = nil, false
 		}
 	}
+	if t.noExecuteDue() && !now.Before(t.since.Add(t.cfg.NoExecuteAfter)) {
+		t.taint.NoExecute = true
+	}
 	return t.taint
 }
 
-// Next is when the taint may clear if the GPUs stay healthy (zero when
-// there is no taint or a GPU is unhealthy): the caller observes again
-// then.
+// noExecuteDue reports whether the NoExecute step waits to be taken: it
+// is on, the node is tainted NoSchedule alone, and a GPU is unhealthy.
+func (t *Tracker) noExecuteDue() bool {
+	return t.cfg.NoExecuteAfter > 0 && t.taint.Value != "" && !t.taint.NoExecute && t.anyBad
+}
+
+// Next is when the taint may clear if the GPUs stay healthy, or, with a
+// GPU unhealthy, when the NoExecute step is due (zero when there is no
+// taint, or a GPU is unhealthy and no step is due): the caller observes
+// again then.
 func (t *Tracker) Next() time.Time {
 	if t.taint.Value == "" {
 		return time.Time{}
+	}
+	if t.noExecuteDue() {
+		return t.since.Add(t.cfg.NoExecuteAfter)
 	}
 	for _, s := range t.gpus {
 		if s.unhealthy {

@@ -103,9 +103,63 @@ func TestTrackerResume(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, c := range []Config{{Window: time.Second}, {MaxGPUs: -1}, {ClearAfter: 30 * 24 * time.Hour}} {
+	for _, c := range []Config{{Window: time.Second}, {MaxGPUs: -1}, {ClearAfter: 30 * 24 * time.Hour}, {NoExecuteAfter: 30 * time.Second}, {NoExecuteAfter: -time.Minute}} {
 		if _, err := NewTracker(c); err == nil {
 			t.Errorf("NewTracker(%+v) = nil error", c)
 		}
+	}
+}
+
+// The NoExecute step: after NoExecuteAfter tainted with a GPU still
+// unhealthy, the node gets NoExecute too; a node whose GPUs recovered in
+// time never does; both go together; 0 never adds it.
+func TestTrackerNoExecute(t *testing.T) {
+	type ne struct {
+		min       int
+		bad       []string
+		value     string
+		noExecute bool
+		next      int // minutes after t0 Next() says, -1 zero
+	}
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		steps []ne
+	}{
+		{name: "still failing", after: 10 * time.Minute, steps: []ne{
+			{0, []string{"GPU-1"}, "", false, -1}, {5, nil, "", false, -1},
+			{6, []string{"GPU-1"}, ValueRepeated, false, 16}, {15, []string{"GPU-1"}, ValueRepeated, false, 16},
+			{16, []string{"GPU-1"}, ValueRepeated, true, -1}, {20, nil, ValueRepeated, true, 46},
+			{45, nil, ValueRepeated, true, 46}, {46, nil, "", false, -1}}},
+		{name: "recovered in time", after: 10 * time.Minute, steps: []ne{
+			{0, []string{"GPU-1"}, "", false, -1}, {5, nil, "", false, -1},
+			{6, []string{"GPU-1"}, ValueRepeated, false, 16}, {8, nil, ValueRepeated, false, 36},
+			{20, nil, ValueRepeated, false, 36}, {36, nil, "", false, -1}}},
+		{name: "off", steps: []ne{
+			{0, []string{"GPU-1"}, "", false, -1}, {5, nil, "", false, -1},
+			{6, []string{"GPU-1"}, ValueRepeated, false, -1}, {600, []string{"GPU-1"}, ValueRepeated, false, -1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker(t, Config{MaxGPUs: 3, ClearAfter: 30 * time.Minute, NoExecuteAfter: tc.after})
+			for _, s := range tc.steps {
+				got := tr.Observe(gpus(s.bad...), t0.Add(time.Duration(s.min)*time.Minute))
+				if got.Value != s.value || got.NoExecute != s.noExecute {
+					t.Fatalf("at %dm with %v unhealthy: taint %+v, want value %q NoExecute %v", s.min, s.bad, got, s.value, s.noExecute)
+				}
+				want := time.Time{}
+				if s.next >= 0 {
+					want = t0.Add(time.Duration(s.next) * time.Minute)
+				}
+				if at := tr.Next(); !at.Equal(want) {
+					t.Fatalf("at %dm: Next() = %s, want %s", s.min, at, want)
+				}
+			}
+		})
+	}
+	// A restart finds both taints: the NoExecute one stays.
+	tr := newTracker(t, Config{ClearAfter: 10 * time.Minute, NoExecuteAfter: time.Hour})
+	tr.Resume(Taint{Value: ValueMultiple, NoExecute: true}, t0)
+	if got := tr.Observe(gpus("GPU-0"), t0.Add(time.Minute)); !got.NoExecute {
+		t.Fatalf("taint %+v after a restart, want NoExecute kept", got)
 	}
 }

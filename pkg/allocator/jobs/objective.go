@@ -104,42 +104,100 @@ func (o *Objective) Validate() error {
 	return nil
 }
 
-// objNode is a node's precomputed objective inputs.
-type objNode struct {
-	wake       float64 // idle − off watts of all its GPUs
-	deltaMilli float64 // mean busy − idle watts per milli-GPU
-	price      float64 // mean price per GPU-hour
+// NodePower is one node's power and price for the placement objective
+// ([Objective.PlacementScore]), from its GPUs' models ([PowerOf]).
+type NodePower struct {
+	// WakeWatts is what the node's GPUs draw idle above off (a node with
+	// nothing on it is power-managed down to off).
+	WakeWatts float64
+	// WattsPerMilli is the mean busy − idle watts per milli-GPU.
+	WattsPerMilli float64
+	// PricePerHour is the mean price per GPU-hour.
+	PricePerHour float64
+	// BusyWatts is every GPU's busy draw, the bound watts are normalised by.
+	BusyWatts float64
+	// Milli is the node's GPUs in milli-GPU, the bound free is normalised by.
+	Milli float64
+}
+
+// PowerOf is the power and price of a node whose GPUs are of the given
+// models' power (one entry per GPU).
+func PowerOf(gpus []ModelPower) NodePower {
+	var n NodePower
+	for _, p := range gpus {
+		n.WakeWatts += p.IdleWatts - p.OffWatts
+		n.WattsPerMilli += (p.BusyWatts - p.IdleWatts) / 1000
+		n.PricePerHour += p.PricePerHour
+		n.BusyWatts += max(p.BusyWatts, p.IdleWatts)
+	}
+	if k := float64(len(gpus)); k > 0 {
+		n.WattsPerMilli /= k
+		n.PricePerHour /= k
+		n.Milli = k * 1000
+	}
+	n.WakeWatts = max(n.WakeWatts, 0)
+	n.WattsPerMilli = max(n.WattsPerMilli, 0)
+	return n
+}
+
+// ScoreBounds normalise each term of [Objective.PlacementScore] to [0, 1]:
+// the largest node's milli-GPU, busy watts and price per GPU-hour in the
+// cluster.
+type ScoreBounds struct {
+	Milli, Watts, Price float64
+}
+
+// Bound widens b to cover n.
+func (b *ScoreBounds) Bound(n NodePower) {
+	b.Milli = max(b.Milli, n.Milli)
+	b.Watts = max(b.Watts, n.BusyWatts)
+	b.Price = max(b.Price, n.PricePerHour)
+}
+
+// PlacementScore is the objective's score of placing a pod of podMilli
+// milli-GPU on a node with power n and freeMilli milli-GPU unallocated;
+// empty says nothing runs on the node (placing there wakes it). Lower is
+// better:
+//
+//	Util·free/bounds.Milli + Energy·watts/bounds.Watts + Cost·price/bounds.Price
+//
+// with watts = n.WattsPerMilli·podMilli (+ n.WakeWatts when empty). Both
+// the replay (this package) and gpud scheduler (pkg/scheduler/decide)
+// score with it.
+func (o *Objective) PlacementScore(n NodePower, freeMilli, podMilli float64, empty bool, b ScoreBounds) float64 {
+	sc := 0.0
+	if o.Util > 0 && b.Milli > 0 {
+		sc += o.Util * freeMilli / b.Milli
+	}
+	if o.Energy > 0 && b.Watts > 0 {
+		w := n.WattsPerMilli * podMilli
+		if empty {
+			w += n.WakeWatts
+		}
+		sc += o.Energy * w / b.Watts
+	}
+	if o.Cost > 0 && b.Price > 0 {
+		sc += o.Cost * n.PricePerHour / b.Price
+	}
+	return sc
 }
 
 // objState is an [Objective] prepared for a cluster.
 type objState struct {
-	o                    Objective
-	nodes                []objNode
-	maxMilli, maxW, maxP float64
+	o      Objective
+	nodes  []NodePower
+	bounds ScoreBounds
 }
 
 func newObjState(o *Objective, c *cluster) *objState {
-	st := &objState{o: *o, nodes: make([]objNode, len(c.info))}
+	st := &objState{o: *o, nodes: make([]NodePower, len(c.info))}
 	for i, inf := range c.info {
-		var n objNode
-		busy := 0.0
-		for _, g := range inf.gpus {
-			p := o.Models[c.models[g.model]]
-			n.wake += p.IdleWatts - p.OffWatts
-			n.deltaMilli += (p.BusyWatts - p.IdleWatts) / 1000
-			n.price += p.PricePerHour
-			busy += max(p.BusyWatts, p.IdleWatts)
+		ps := make([]ModelPower, len(inf.gpus))
+		for k, g := range inf.gpus {
+			ps[k] = o.Models[c.models[g.model]]
 		}
-		if k := float64(len(inf.gpus)); k > 0 {
-			n.deltaMilli /= k
-			n.price /= k
-		}
-		n.wake = max(n.wake, 0)
-		n.deltaMilli = max(n.deltaMilli, 0)
-		st.nodes[i] = n
-		st.maxMilli = max(st.maxMilli, float64(len(inf.gpus))*1000)
-		st.maxW = max(st.maxW, busy)
-		st.maxP = max(st.maxP, n.price)
+		st.nodes[i] = PowerOf(ps)
+		st.bounds.Bound(st.nodes[i])
 	}
 	return st
 }
@@ -147,23 +205,8 @@ func newObjState(o *Objective, c *cluster) *objState {
 // score is the objective's placement score of one pod of d on node i:
 // lower is better.
 func (st *objState) score(c *cluster, i int, d *demand) float64 {
-	f, n := &c.free[i], &st.nodes[i]
-	podMilli := float64(d.milli) * float64(d.num)
-	sc := 0.0
-	if st.o.Util > 0 && st.maxMilli > 0 {
-		sc += st.o.Util * float64(f.milliFree) / st.maxMilli
-	}
-	if st.o.Energy > 0 && st.maxW > 0 {
-		w := n.deltaMilli * podMilli
-		if f.pods == 0 {
-			w += n.wake
-		}
-		sc += st.o.Energy * w / st.maxW
-	}
-	if st.o.Cost > 0 && st.maxP > 0 {
-		sc += st.o.Cost * n.price / st.maxP
-	}
-	return sc
+	f := &c.free[i]
+	return st.o.PlacementScore(st.nodes[i], float64(f.milliFree), float64(d.milli)*float64(d.num), f.pods == 0, st.bounds)
 }
 
 // lasLevel is j's attained-service queue at now.

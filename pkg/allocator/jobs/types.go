@@ -156,6 +156,11 @@ type Queue struct {
 	// Weight scales the queue's fair share against its siblings; 0 is 1.
 	Weight float64
 	Quota  Quota
+	// Objective, if set, weighs the policy's terms for this queue's pods
+	// in gpud scheduler (pkg/scheduler/decide; a Queue object's
+	// spec.objectives); nil takes the scheduler's default (--objectives).
+	// The replay ([Scheduler]) weighs every queue by [Options.Objective].
+	Objective *Objective
 }
 
 // Reservation holds Nodes for Queue during [Start, End). Other queues' jobs

@@ -273,3 +273,59 @@ func Jain(xs []float64) float64 {
 	}
 	return s * s / (float64(len(xs)) * s2)
 }
+
+// ParseSetting reads one setting, as [ParseSweep] reads each: [Default]
+// (nil: today's policy) or comma-separated term=weight pairs. It is what
+// gpud scheduler's --objectives takes.
+func ParseSetting(s string) (*jobs.Objective, error) {
+	if strings.ContainsAny(s, ";\n") {
+		return nil, fmt.Errorf("%w: %q: one setting only (no ';' or newline): give e.g. %q", ErrInvalid, s, "util=1,fair=1")
+	}
+	st, err := ParseSweep(s)
+	if err != nil {
+		return nil, err
+	}
+	return st[0].Objective, nil
+}
+
+// Match is m's entry for a GPU's product name (the ResourceSlice attribute
+// productName): the exact name; else the longest model of m that appears
+// in it as a word, ignoring case ("H100" in "NVIDIA H100 80GB HBM3", not
+// "L4" in "NVIDIA L40S"; ties: the first by name); else [Generic].
+func Match(m map[string]jobs.ModelPower, product string) jobs.ModelPower {
+	if p, ok := m[product]; ok {
+		return p
+	}
+	best := ""
+	lp := strings.ToLower(product)
+	for model := range m {
+		if model == "" || (len(model) < len(best)) || (len(model) == len(best) && model > best) {
+			continue
+		}
+		if hasWord(lp, strings.ToLower(model)) {
+			best = model
+		}
+	}
+	if best == "" {
+		return Generic
+	}
+	return m[best]
+}
+
+// hasWord reports whether w occurs in s between non-alphanumeric
+// characters or the ends.
+func hasWord(s, w string) bool {
+	alnum := func(b byte) bool { return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' }
+	for i := 0; i+len(w) <= len(s); i++ {
+		k := strings.Index(s[i:], w)
+		if k < 0 {
+			return false
+		}
+		i += k
+		end := i + len(w)
+		if (i == 0 || !alnum(s[i-1])) && (end == len(s) || !alnum(s[end])) {
+			return true
+		}
+	}
+	return false
+}

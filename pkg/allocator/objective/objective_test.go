@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gpud/gpud/pkg/allocator/jobs"
 )
 
 func TestParseSweep(t *testing.T) {
@@ -125,4 +127,39 @@ func FuzzParseModels(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParseSetting(t *testing.T) {
+	o, err := ParseSetting("util=1,fair=1")
+	if err != nil || o == nil || o.Util != 1 || o.Fair != 1 || o.Energy != 0 {
+		t.Fatalf("ParseSetting(util=1,fair=1) = %+v, %v", o, err)
+	}
+	if o, err := ParseSetting("default"); err != nil || o != nil {
+		t.Fatalf("default: %+v, %v; want nil (today's policy)", o, err)
+	}
+	for in, want := range map[string]string{"util=1;energy=1": "one setting only", "": "no setting", "speed=2": `unknown term "speed"`} {
+		if _, err := ParseSetting(in); err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSetting(%q) = %v, want %q", in, err, want)
+		}
+	}
+}
+
+// A GPU's productName finds its model as a word of it, the longest first.
+func TestMatch(t *testing.T) {
+	m := DefaultModels()
+	m["L40S"] = jobs.ModelPower{BusyWatts: 350, IdleWatts: 30}
+	for product, want := range map[string]jobs.ModelPower{
+		"H100":                  m["H100"],
+		"NVIDIA H100 80GB HBM3": m["H100"],
+		"A100-SXM4-40GB":        m["A100"],
+		"NVIDIA L40S":           m["L40S"],
+		"NVIDIA L4":             m["L4"],
+		"NVIDIA A10G":           Generic, // not A10
+		"Tesla V100-SXM2-16GB":  Generic, // the table's V100s are V100M16, V100M32
+		"":                      Generic,
+	} {
+		if got := Match(m, product); got != want {
+			t.Errorf("Match(%q) = %+v, want %+v", product, got, want)
+		}
+	}
 }

@@ -68,6 +68,8 @@ type cycle struct {
 	// devices is s.Devices, or noDevices when the snapshot has none, so
 	// assumes and releases need no nil check.
 	devices plan.Devices
+	// obj are the queues' objectives (objective.go).
+	obj *objectives
 }
 
 // noDevices is the structured allocator of a snapshot without one: it
@@ -100,6 +102,7 @@ func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 		c.strict = measure(strict, s)
 	}
 	c.buildQueues()
+	c.obj = newObjectives(cfg, s.Queues)
 	return c
 }
 

@@ -23,6 +23,12 @@
 // pod or gang as EASY does, trusting runtime estimates. Reservations keep
 // their nodes for their queue.
 //
+// The operator's objectives ([Config.Objective], a queue's own weights)
+// reweigh this: energy and cost choose GPU pods' nodes with
+// pkg/allocator/jobs' placement score, wait orders a queue's pods
+// shortest predicted runtime first, fair and wait weigh sibling queues;
+// the default weights are the policy above exactly.
+//
 // With telemetry (Snapshot.Telemetry, streamed by the nodes' agents),
 // devices an agent reports unhealthy take no new pod at once, before the
 // ResourceSlice taint arrives, and fractions are packed against measured
@@ -111,6 +117,18 @@ type Config struct {
 	// (10%: the sample is up to one stream interval old and tenants' use
 	// grows in bursts).
 	OvercommitMarginPercent int
+	// Objective (gpud scheduler --objectives) weighs the policy's terms
+	// for the pods of queues without their own weights (a Queue object's
+	// spec.objectives, or its nearest ancestor's): energy and cost choose
+	// GPU pods' nodes with pkg/allocator/jobs' placement score, wait
+	// orders a queue's pods shortest predicted runtime first, fair and
+	// wait weigh sibling queues. Nil is today's policy, as are the
+	// weights util=1,fair=1.
+	Objective *jobs.Objective
+	// Models are the GPU models' power and price for the objectives
+	// (gpud scheduler --gpu-models), matched to a GPU's productName by
+	// objective.Match; nil is objective.DefaultModels().
+	Models map[string]jobs.ModelPower
 }
 
 func (c Config) withDefaults() Config {

@@ -407,8 +407,9 @@ func (c *cycle) placeAs(u *unit, p *plan.Pod, only map[string]bool) (*placed, *f
 		return false
 	}
 	var prefer map[string]bool // with preferences: the best-ranked allowed nodes, tried first
+	var tier map[string]bool   // with an objective: the nodes of one score tier, tried first
 	filter := func(n *view.Node) bool {
-		if (pin != "" && n.Name != pin) || (only != nil && !only[n.Name]) || (prefer != nil && !prefer[n.Name]) {
+		if (pin != "" && n.Name != pin) || (only != nil && !only[n.Name]) || (prefer != nil && !prefer[n.Name]) || (tier != nil && !tier[n.Name]) {
 			return false
 		}
 		if r := c.nodes.refuse(n, p); r != "" {
@@ -458,7 +459,20 @@ func (c *cycle) placeAs(u *unit, p *plan.Pod, only map[string]bool) (*placed, *f
 	// The first item carries the pod's CPU and memory, so the policy
 	// weighs what the pod leaves to feed each node's GPUs.
 	items[0].Alloc.CPUMilli, items[0].Alloc.MemoryMiB = cpu, mem>>20
-	allocs, err := of.place(items, opt)
+	var allocs []view.Allocation
+	err = view.ErrNoFit
+	// The queue's objective (energy, cost) ranks the nodes first; the
+	// allocator policy chooses devices, and nodes when no tier holds it.
+	for _, t := range c.objectiveTiers(u.queue, items, filter) {
+		tier = t
+		if allocs, err = of.place(items, opt); err == nil {
+			break
+		}
+	}
+	tier = nil
+	if err != nil {
+		allocs, err = of.place(items, opt)
+	}
 	if err != nil && prefer != nil {
 		prefer = nil
 		allocs, err = of.place(items, opt)

@@ -161,16 +161,20 @@ func (c *cycle) units() []*unit {
 // order returns an iterator over units: highest priority first; among
 // equal priority, at every level of the queue tree the child under its
 // guarantee, else with the lowest weighted DRF share (re-evaluated after
-// every unit, since binds change shares); within a queue, oldest first.
+// every unit, since binds change shares; with objectives, the lowest
+// queueScore); within a queue, oldest first (with a wait weight, shortest
+// predicted runtime first: unitCmp).
 func (c *cycle) order(units []*unit) func() *unit {
 	byQueue := map[string][]*unit{}
 	for _, u := range units {
 		byQueue[u.queue] = append(byQueue[u.queue], u)
 	}
+	var maxEst time.Duration // the longest pending estimate (the objectives' wait term)
+	for _, u := range units {
+		maxEst = max(maxEst, u.est)
+	}
 	for _, l := range byQueue {
-		slices.SortFunc(l, func(a, b *unit) int {
-			return cmp.Or(cmp.Compare(b.prio, a.prio), a.created.Compare(b.created), cmp.Compare(a.key, b.key))
-		})
+		slices.SortFunc(l, c.unitCmp)
 	}
 	pos := map[string]int{}
 	head := func(q string) *unit {
@@ -192,6 +196,22 @@ func (c *cycle) order(units []*unit) func() *unit {
 		}
 		return false
 	}
+	// next is the unit q's subtree gives next at prio, for the objectives'
+	// wait term: a leaf's head, else the first of its children's by the
+	// queue's own unit order.
+	var next func(q string, prio int32) *unit
+	next = func(q string, prio int32) *unit {
+		if u := head(q); u != nil && u.prio == prio {
+			return u
+		}
+		var best *unit
+		for _, ch := range c.q.Children(q) {
+			if u := next(ch, prio); u != nil && (best == nil || c.unitCmp(u, best) < 0) {
+				best = u
+			}
+		}
+		return best
+	}
 	leaves := c.leaves()
 	return func() *unit {
 		prio, found := int32(0), false
@@ -210,7 +230,11 @@ func (c *cycle) order(units []*unit) func() *unit {
 				if !has(q, prio) {
 					continue
 				}
-				under, share := c.q.UnderGuarantee(q), c.q.Share(q, c.capacity)
+				var nu *unit
+				if c.needsNext(q) {
+					nu = next(q, prio)
+				}
+				under, share := c.q.UnderGuarantee(q), c.queueScore(q, c.q.Share(q, c.capacity), nu, maxEst)
 				if pick == "" || (under && !pickUnder) || (under == pickUnder && share < pickShare) {
 					pick, pickUnder, pickShare = q, under, share
 				}

@@ -38,7 +38,7 @@ func Convert(q *Queue) (jobs.Queue, []jobs.Reservation, error) {
 	out := jobs.Queue{Name: q.Name, Parent: s.Parent, Weight: w, Quota: jobs.Quota{
 		Guaranteed: s.Guaranteed.resources(), Limit: s.Limit.resources(),
 		ModelGuaranteed: cloneMap(s.ModelGuaranteed), ModelLimit: cloneMap(s.ModelLimit),
-	}}
+	}, Objective: s.Objectives.objective()}
 	var rs []jobs.Reservation
 	for _, r := range s.Reservations {
 		rs = append(rs, jobs.Reservation{Name: q.Name + "/" + r.Name, Queue: q.Name, Nodes: slices.Clone(r.Nodes),
@@ -135,6 +135,7 @@ func validate(q *Queue) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateReservations(spec.Child("reservations"), s.Reservations)...)
+	errs = append(errs, validateObjectives(spec.Child("objectives"), s.Objectives)...)
 	nsPath := spec.Child("namespaces")
 	if len(s.Namespaces) > MaxNamespaces {
 		errs = append(errs, field.TooMany(nsPath, len(s.Namespaces), MaxNamespaces))

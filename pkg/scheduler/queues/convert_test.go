@@ -72,6 +72,9 @@ func TestConvertRefusesNamingTheField(t *testing.T) {
 		}, "spec.reservations[0].nodes"},
 		{"bad namespace", func(s *Spec) { s.Namespaces = []string{"Team_A"} }, "spec.namespaces[0]"},
 		{"duplicate namespace", func(s *Spec) { s.Namespaces = []string{"a", "a"} }, "spec.namespaces[1]"},
+		{"objective weight", func(s *Spec) { s.Objectives = &Objectives{Energy: DecimalWeight("1.2345")} }, "spec.objectives.energy"},
+		{"negative objective weight", func(s *Spec) { s.Objectives = &Objectives{Cost: IntWeight(-1)} }, "spec.objectives.cost"},
+		{"objective weights all 0", func(s *Spec) { s.Objectives = &Objectives{Util: IntWeight(0)} }, "spec.objectives"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,5 +102,38 @@ func TestFromUnstructured(t *testing.T) {
 	u.Object["spec"] = map[string]any{"limit": "lots"}
 	if _, err := FromUnstructured(u); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a limit that is a string: %v, want ErrInvalid", err)
+	}
+}
+
+// spec.objectives become the queue's weights, decimals as spec.weight
+// takes them; without them the queue has none (the scheduler's
+// --objectives).
+func TestConvertObjectives(t *testing.T) {
+	got, _, err := Convert(queue("green", "", func(s *Spec) {
+		s.Objectives = &Objectives{Energy: IntWeight(2), Util: DecimalWeight("0.5"), Wait: DecimalWeight("0")}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (jobs.Objective{Util: 0.5, Energy: 2}); got.Objective == nil || !reflect.DeepEqual(*got.Objective, want) {
+		t.Fatalf("objective %+v, want %+v", got.Objective, want)
+	}
+	if err := got.Objective.Validate(); err != nil {
+		t.Fatalf("converted objective invalid: %v", err)
+	}
+	plain, _, err := Convert(queue("plain", ""))
+	if err != nil || plain.Objective != nil {
+		t.Fatalf("a queue without spec.objectives: %+v, %v; want no objective", plain.Objective, err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "scheduling.gpud.io/v1alpha1", "kind": "Queue", "metadata": map[string]any{"name": "a"},
+		"spec": map[string]any{"objectives": map[string]any{"energy": int64(1), "cost": "0.25"}},
+	}}
+	q, err := FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := Convert(q); err != nil || got.Objective.Energy != 1 || got.Objective.Cost != 0.25 {
+		t.Fatalf("decoded objectives %+v, %v; want energy 1, cost 0.25", got.Objective, err)
 	}
 }

@@ -74,6 +74,9 @@ type Spec struct {
 	// Namespaces are the namespaces whose pods this queue serves (a leaf
 	// queue's); a namespace may also be bound by its label gpud.io/queue.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// Objectives weigh the scheduler's terms for this queue's pods
+	// (README: Objectives); nil: the scheduler's --objectives.
+	Objectives *Objectives `json:"objectives,omitempty"`
 }
 
 // Resources count resources in the scheduler's exact units.

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -182,7 +181,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 }
 
 // healConfig is the healer's config from the flags.
-func (o *schedulerOptions) healConfig() heal.Config {
+func healConfig(o *schedulerOptions) heal.Config {
 	return heal.Config{Default: heal.Action(o.healAction), BackoffBase: o.healBackoff, BackoffMax: o.healBackoffMax, HomeTTL: o.healHomeTTL}
 }
 
@@ -252,7 +251,7 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 			errs = append(errs, flagErr("heal-action", "%w", err))
 		} else if o.healHomeTTL < 0 || o.healHomeTTL > time.Hour {
 			errs = append(errs, flagErr("heal-home-ttl", "%s: want 0 (the default, %s) to 1h", o.healHomeTTL, heal.DefaultHomeTTL))
-		} else if err := o.healConfig().Validate(); err != nil {
+		} else if err := healConfig(o).Validate(); err != nil {
 			errs = append(errs, flagErr("heal-backoff", "%s, --heal-backoff-max %s: %w", o.healBackoff, o.healBackoffMax, err))
 		}
 	}
@@ -270,10 +269,6 @@ func (o *schedulerOptions) validate() ([]jobs.Queue, []jobs.Reservation, []error
 	}
 	return queues, res, errs
 }
-
-// restConfig is the kubeconfig's client configuration, or the in-cluster
-// one when none is given.
-func (o *schedulerOptions) restConfig() (*rest.Config, error) { return kubeRESTConfig(o.kubeconfig) }
 
 // parseSchedulerFlags parses and validates `gpud scheduler` flags;
 // podNamespace is POD_NAMESPACE.
@@ -311,7 +306,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	// client-go (leader election, informers) logs through klog, at Info
 	// and above: its verbose levels would drown --log-level debug.
 	klog.SetSlogLogger(slog.New(loglevel.AtLeast(log.Handler(), slog.LevelInfo)).With("component", "client-go"))
-	restCfg, err := o.restConfig()
+	restCfg, err := kubeRESTConfig(o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -342,9 +337,9 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	gangLabels, _ := splitLabels(o.gangTopologyLabels) // checked by validate
 	cfg := scheduler.Config{
 		Client: client, InformerClient: informerClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
-		Decider: decide.New(withObjectives(&o.objectives, o.telemetry.decideConfig(decide.Config{RackLabel: o.rackLabel, GangTopologyLabels: gangLabels}))),
+		Decider: decide.New(withObjectives(&o.objectives, withOvercommit(&o.telemetry, decide.Config{RackLabel: o.rackLabel, GangTopologyLabels: gangLabels}))),
 		Groups:  groups.Groups, GroupsSynced: groups.Synced,
-		Log: log, Resync: o.resync, HealOff: !o.heal, Heal: o.healConfig(),
+		Log: log, Resync: o.resync, HealOff: !o.heal, Heal: healConfig(o),
 	}
 	autoGangs := "off"
 	var workloads *agwatch.Source

@@ -70,8 +70,8 @@ func (o *schedulerTelemetryOptions) validate() []error {
 	return errs
 }
 
-// decideConfig sets the decision flags on cfg.
-func (o *schedulerTelemetryOptions) decideConfig(cfg decide.Config) decide.Config {
+// withOvercommit sets --overcommit and its margin on cfg.
+func withOvercommit(o *schedulerTelemetryOptions, cfg decide.Config) decide.Config {
 	cfg.Overcommit, cfg.OvercommitMarginPercent = o.overcommit, o.overcommitPct
 	return cfg
 }

@@ -19,22 +19,9 @@ var flagMethods = map[string]bool{
 	"register": true, "validate": true,
 }
 
-// cmdDebt are the methods of cmd/gpud's flag option structs that do more
-// than flags today: the scheduler's, left while its flags are edited
-// elsewhere; each is to become the owning package's Config (heal.Config,
-// decide.Config, the stream server's) bound by the flags, or a function
-// of the wiring. The list only shrinks: an entry whose method is gone
-// fails the check until it is removed here.
-var cmdDebt = []string{
-	"schedulerOptions.healConfig",
-	"schedulerOptions.restConfig",
-	"schedulerTelemetryOptions.decideConfig",
-}
-
 // TestCmdOnlyWires applies the cmd-wires rule (see the package doc) to
 // the non-test files of cmd/gpud: every type declared there with methods
-// is a flag option struct, whose methods are all flagMethods, apart from
-// the methods listed in cmdDebt.
+// is a flag option struct, whose methods are all flagMethods.
 func TestCmdOnlyWires(t *testing.T) {
 	dir := filepath.Join("..", "..", "cmd", "gpud")
 	methods, err := cmdMethods(dir)
@@ -44,24 +31,13 @@ func TestCmdOnlyWires(t *testing.T) {
 	if len(methods) == 0 {
 		t.Fatalf("no methods found in %s: is the path right?", dir)
 	}
-	debt := map[string]bool{}
-	for _, m := range cmdDebt {
-		debt[m] = true
-	}
-	found := map[string]bool{}
 	for _, m := range methods {
-		found[m.name] = true
-		if flagMethods[m.method] || debt[m.name] {
+		if flagMethods[m.method] {
 			continue
 		}
 		t.Errorf("%s: %s is not a flag option struct's method (%s): cmd/gpud only wires; "+
 			"move %s into the package that owns it (a type with its own Config and Validate there), or make it a function of the wiring",
 			m.pos, m.name, strings.Join(slices.Sorted(mapKeys(flagMethods)), ", "), m.typ)
-	}
-	for _, m := range cmdDebt {
-		if !found[m] {
-			t.Errorf("cmdDebt lists %s, which cmd/gpud no longer has: remove it from the list", m)
-		}
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/nodetaint"
 	"github.com/gpud/gpud/pkg/simnode/simapi"

@@ -37,7 +37,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/gpud/gpud/internal/manifest"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/adminapi"
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/jobsim"

@@ -17,7 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/test/k8senv"
 	"github.com/gpud/gpud/test/nodeenv"

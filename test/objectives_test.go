@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpud/gpud/internal/schedtest"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/schedtest"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/allocator/objective"
 	"github.com/gpud/gpud/pkg/scheduler"
 	"github.com/gpud/gpud/pkg/scheduler/decide"

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/scheduler/evict"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/podgroup"

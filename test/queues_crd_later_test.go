@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/kubectlgpud"
 	"github.com/gpud/gpud/pkg/scheduler"
 	"github.com/gpud/gpud/pkg/scheduler/decide"

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/internal/openbdata"
-	"github.com/gpud/gpud/internal/testbuf"
+	"github.com/gpud/gpud/internal/testkit/testbuf"
 )
 
 // readmeCommandsNeedingANode are the README "Commands" lines this test does

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/scheduler/learn"
 	"github.com/gpud/gpud/pkg/stream"
 	"github.com/gpud/gpud/test/k8senv"

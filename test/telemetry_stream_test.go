@@ -35,7 +35,7 @@ import (
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
 	"github.com/gpud/gpud/internal/manifest"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/simnode"

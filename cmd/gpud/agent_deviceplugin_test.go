@@ -19,7 +19,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpud/gpud/internal/flagfile"
-	"github.com/gpud/gpud/internal/testbuf"
+	"github.com/gpud/gpud/internal/testkit/testbuf"
 	"github.com/gpud/gpud/pkg/deviceplugin"
 	"github.com/gpud/gpud/pkg/sharingfile"
 	"github.com/gpud/gpud/test/kubeletstub"

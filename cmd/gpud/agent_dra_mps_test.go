@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/mps"
 	"github.com/gpud/gpud/pkg/mps/mpsctl"

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/agenthttp"
 	"github.com/gpud/gpud/pkg/simnode"
 )

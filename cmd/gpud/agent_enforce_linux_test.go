@@ -13,8 +13,8 @@ import (
 
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/gpud/gpud/internal/cgrouptest"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/cgrouptest"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/simnode"

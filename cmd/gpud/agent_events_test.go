@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/gpud/gpud/internal/taskgroup"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/agentevents"
 	"github.com/gpud/gpud/test/k8senv"
 )

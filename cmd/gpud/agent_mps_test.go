@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/mps"
 	"github.com/gpud/gpud/pkg/mps/mpstest"

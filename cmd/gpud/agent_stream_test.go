@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/internal/taskgroup"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/stream"
 )
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/gpu"
 )
 

@@ -20,4 +20,10 @@
 // into the package that owns it, with its own Config or Options and
 // Validate there. Types without methods (the parsed config, the
 // wiring's dependency bundles) and test files are not checked.
+//
+// The layer rules: internal/testkit/... holds test kits (fakes, polling,
+// the promtool check), imported only by _test.go files, test/ and other
+// kits, so no binary links a test helper; the rest of internal/ is below
+// pkg/ (small helpers pkg/ builds on) and imports no pkg/ package, so
+// that dependencies point one way.
 package codelint

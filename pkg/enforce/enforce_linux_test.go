@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpud/gpud/internal/cgrouptest"
+	"github.com/gpud/gpud/internal/testkit/cgrouptest"
 	"github.com/gpud/gpud/pkg/cgroupfs"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/devcgroup"

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpud/gpud/internal/promtooltest"
+	"github.com/gpud/gpud/internal/testkit/promtooltest"
 	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"

@@ -6,7 +6,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpud/gpud/internal/schedtest"
+	"github.com/gpud/gpud/internal/testkit/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
 )
 

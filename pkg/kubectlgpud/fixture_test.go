@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/gpud/gpud/internal/schedtest"
+	"github.com/gpud/gpud/internal/testkit/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/scheduler/plan"

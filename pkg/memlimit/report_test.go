@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/gpud/gpud/internal/promtooltest"
+	"github.com/gpud/gpud/internal/testkit/promtooltest"
 )
 
 // TestStatusAndMetrics: on an r615 node with GPU 1 in MIG mode, /readyz

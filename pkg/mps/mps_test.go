@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpud/gpud/internal/testbuf"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testbuf"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/mps/mpstest"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/gpud/gpud/internal/cgrouptest"
+	"github.com/gpud/gpud/internal/testkit/cgrouptest"
 	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/usage"

@@ -16,8 +16,8 @@ import (
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/gpud/gpud/internal/testbuf"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testbuf"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/cpuaffinity"
 	"github.com/gpud/gpud/pkg/enforce"
 	"github.com/gpud/gpud/pkg/gpu"

@@ -10,7 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"github.com/gpud/gpud/pkg/scheduler/view"

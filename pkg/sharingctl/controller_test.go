@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpud/gpud/internal/testbuf"
+	"github.com/gpud/gpud/internal/testkit/testbuf"
 	"github.com/gpud/gpud/pkg/memwatch"
 	"github.com/gpud/gpud/pkg/timeslice"
 )

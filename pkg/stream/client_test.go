@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 )
 
 // serveOn serves a new server on addr (":0" for any port) and returns it,

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 )
 
 // pki is a test CA with files of a scheduler and agent certificates.

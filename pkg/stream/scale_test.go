@@ -17,7 +17,7 @@ import (
 	"time"
 
 	telemetryv1 "github.com/gpud/gpud/api/telemetry/v1"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 

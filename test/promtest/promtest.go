@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpud/gpud/internal/promtooltest"
+	"github.com/gpud/gpud/internal/testkit/promtooltest"
 )
 
 // Tool returns the path of a Prometheus binary (promtool, prometheus). Not

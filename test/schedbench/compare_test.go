@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gpud/gpud/internal/schedtest"
+	"github.com/gpud/gpud/internal/testkit/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/trace"
 	"github.com/gpud/gpud/test/k8senv"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gpud/gpud/internal/fileio"
-	"github.com/gpud/gpud/internal/testwait"
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/mig"
 	"github.com/gpud/gpud/pkg/nodelabels"
 	"github.com/gpud/gpud/pkg/simnode"

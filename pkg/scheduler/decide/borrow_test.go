@@ -8,7 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/gpud/gpud/internal/schedtest"
+	"github.com/gpud/gpud/internal/testkit/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gputel"
 	"github.com/gpud/gpud/pkg/scheduler/plan"

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/gpud/gpud/internal/schedtest"
+	"github.com/gpud/gpud/internal/testkit/schedtest"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/extres"
 	"github.com/gpud/gpud/pkg/scheduler/plan"

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/gpud/gpud/internal/promtooltest"
+	"github.com/gpud/gpud/internal/testkit/promtooltest"
 	"github.com/gpud/gpud/pkg/predict"
 )
 

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpud/gpud/internal/schedtest"
+	"github.com/gpud/gpud/internal/testkit/schedtest"
 	"github.com/gpud/gpud/pkg/dra"
 	"github.com/gpud/gpud/pkg/gpu"
 )

@@ -30,12 +30,7 @@ func TestNodeLabelsUnderDRARBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := simnode.NewBuiltin("dgx-a100")
-	t.Cleanup(n.Close)
-	store := discovery.NewStore(discovery.New(n, "dgx-a100", nil), nil)
-	if _, err := store.Rediscover(); err != nil {
-		t.Fatal(err)
-	}
+	store, _ := simStore(t, "dgx-a100")
 	updater := func(node string) *labelsync.Updater {
 		u, err := labelsync.New(labelsync.Config{Client: client, NodeName: node, Inventory: store})
 		if err != nil {
@@ -101,4 +96,18 @@ func TestNodeLabelsUnderDRARBAC(t *testing.T) {
 	if node, _ := env.Client.CoreV1().Nodes().Get(context.Background(), "gpu-b", metav1.GetOptions{}); node.Labels[nodelabels.Present] != "" {
 		t.Errorf("gpu-b labelled by gpu-a's agent: %v", node.Labels)
 	}
+}
+
+// simStore starts a simulated node of the built-in profile (closed with
+// the test) and its inventory store, discovered once.
+func simStore(t *testing.T, profile string) (*discovery.Store, gpu.Inventory) {
+	t.Helper()
+	n := simnode.NewBuiltin(profile)
+	t.Cleanup(n.Close)
+	store := discovery.NewStore(discovery.New(n, profile, nil), nil)
+	inv, err := store.Rediscover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, inv
 }

@@ -11,10 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpud/gpud/pkg/discovery"
 	"github.com/gpud/gpud/pkg/gpu"
 	"github.com/gpud/gpud/pkg/nodetaint"
-	"github.com/gpud/gpud/pkg/simnode"
 	"github.com/gpud/gpud/test/k8senv"
 )
 
@@ -33,13 +31,7 @@ func TestNodeTaintNoExecuteUnderDRARBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := simnode.NewBuiltin("dgx-a100")
-	t.Cleanup(n.Close)
-	store := discovery.NewStore(discovery.New(n, "dgx-a100", nil), nil)
-	inv, err := store.Rediscover()
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, inv := simStore(t, "dgx-a100")
 	now := time.Now()
 	s, err := nodetaint.NewSyncer(nodetaint.SyncerConfig{Client: client, NodeName: "gpu-a", Inventory: store, Now: func() time.Time { return now },
 		Tracker: nodetaint.Config{MaxGPUs: 3, ClearAfter: time.Minute, NoExecuteAfter: time.Minute}})

@@ -17,16 +17,19 @@ func TestMeasuredStateReleasing(t *testing.T) {
 	if m.now() != measured {
 		t.Fatal("no what-if: not the measured telemetry")
 	}
-	m.enter(2)
 	m.enter(1)
+	if m.now() != strict {
+		t.Fatal("releasing 1 pod: not the strict telemetry")
+	}
+	m.enter(2) // a what-if inside another (a preemption search in a backfill check)
 	if m.now() != strict {
 		t.Fatal("releasing 3 pods: not the strict telemetry")
 	}
-	m.leave(1)
-	if m.now() != strict {
-		t.Fatal("still releasing 2: not the strict telemetry")
-	}
 	m.leave(2)
+	if m.now() != strict {
+		t.Fatal("still releasing 1: not the strict telemetry")
+	}
+	m.leave(1)
 	if m.now() != measured || m.releasing != 0 {
 		t.Fatalf("after the what-ifs (releasing %d): not the measured telemetry", m.releasing)
 	}

@@ -135,7 +135,7 @@ func ShippedClasses(t testing.TB) []*resourceapi.DeviceClass {
 // this package was built from.
 func ShippedClassesPath() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "dra", "deviceclasses.yaml")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "dra", "deviceclasses.yaml")
 }
 
 // ReadClasses reads the DeviceClasses of a multi-document YAML file.

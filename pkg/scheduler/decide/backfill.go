@@ -9,6 +9,51 @@ import (
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 )
 
+// backfillState is the cycle's backfill: the head (the first unit that
+// waits for room and would fit with running pods gone) and its shadow,
+// which units bound behind it must not delay; tries counts the units
+// checked as head. Once there is a head, preemption stops for the cycle.
+type backfillState struct {
+	head   *unit
+	shadow *shadow
+	tries  int
+}
+
+// maxHeadTries caps the units a cycle checks as the backfill head.
+const maxHeadTries = 8
+
+// blocked reports whether a head waits (and the cycle backfills).
+func (b *backfillState) blocked() bool { return b.head != nil }
+
+// ensure computes the head's shadow, if there is a head.
+func (b *backfillState) ensure() {
+	if b.shadow != nil {
+		b.shadow.ensure()
+	}
+}
+
+// admit is shadow.admit, nil (admitted) when there is no head.
+func (b *backfillState) admit(u *unit, pls []*placed) *failure {
+	if b.shadow == nil {
+		return nil
+	}
+	return b.shadow.admit(u, pls)
+}
+
+// tryHead checks u as the head, while there is none and tries are left:
+// build makes u's shadow (ready); an active one makes u the head. A unit
+// whose shadow is inactive would not fit even with every running pod
+// gone, and blocks nobody.
+func (b *backfillState) tryHead(u *unit, build func(*unit) *shadow) {
+	if b.head != nil || b.tries >= maxHeadTries {
+		return
+	}
+	b.tries++
+	if sh := build(u); sh.active {
+		b.head, b.shadow = u, sh
+	}
+}
+
 // shadow is EASY backfill's view of the blocked head unit, as in
 // pkg/allocator/jobs: the earliest time it fits if running pods end at
 // their runtime estimates (start), and the releases that make it fit
@@ -139,4 +184,11 @@ func (b *shadow) admit(u *unit, pls []*placed) *failure {
 	}
 	return fail(jobs.CodeBackfill, "fits now but would delay blocked %s past its reserved start at %s (%s)",
 		b.head.name(), time.Unix(b.start, 0).UTC().Format(time.RFC3339), est)
+}
+
+// newShadow is u's shadow as the backfill head, computed.
+func (c *cycle) newShadow(u *unit) *shadow {
+	b := &shadow{c: c, head: u}
+	b.ensure()
+	return b
 }

@@ -2,9 +2,6 @@ package decide
 
 import (
 	"errors"
-	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,52 +16,34 @@ import (
 // when no queues are defined; it has no limits.
 const unqueued = "(unqueued)"
 
-// cycle is one Decide call in progress.
+// cycle is one Decide call in progress. It composes one state per
+// concern (queues, fit caches, preemption, backfill, measured telemetry),
+// each with the methods that read it alone, as kube-scheduler's plugins
+// keep their own cycle state; what needs several concerns is on cycle.
 type cycle struct {
 	cfg   Config
 	s     *plan.Snapshot
 	v     *view.View
 	nodes *nodeUse
-	q     *jobs.QueueTree
-	// capacity is the cluster's total for DRF shares.
-	capacity jobs.Resources
-	// gpuModels are the cluster's GPU models in node order.
-	gpuModels []string
-	out       plan.Plan
+	// fair is the queue tree and capacity DRF shares are taken of.
+	fair fairShare
+	// fit caches what the cycle learns about pods that do not fit.
+	fit fitCache
+	// pre is preemption's state: victims, budgets, nominated nodes.
+	pre preemptState
+	// back is the backfill head and its shadow.
+	back backfillState
+	// tel is the snapshot's telemetry as placements and what-ifs use it.
+	tel measuredState
+	out plan.Plan
 	// journal undoes what-ifs and assumed binds on the view at the end.
 	journal []journalEntry
 	items   map[*plan.Pod][]*view.Item
 	// others are each pod's claims gpud does not model (view.Other).
 	others map[*plan.Pod][]view.Other
-	// never caches neverFits by pod.
-	never   map[*plan.Pod]string
-	typical []allocator.Request
-	// victims are the running pods (gangs as one) preemption may pick,
-	// built on first use.
-	victims     []*victim
-	victimsOK   bool
-	preemptions int
-	pdbUsed     map[string]int
-	// head is the first unit that did not fit; bf protects it.
-	head      *unit
-	bf        *shadow
-	headTries int
-	// memo holds lone pods' failures by shape (shapeKey).
-	memo map[string]*failure
-	// nominated are the nodes a preemptor holds room on this cycle.
-	nominated map[string]bool
 	// anyDomain: gangs skip the topology levels (what-ifs ask only
 	// whether they fit).
 	anyDomain bool
-	// measured is the snapshot's telemetry on the view; nil without a
-	// telemetry listener. strict is it without overcommit (nil when
-	// overcommit is off), for what-ifs that release running pods: their
-	// measured use is not known per pod, so overcommit's room is not
-	// credited there.
-	measured, strict *view.Measured
-	// releasing counts the running pods (or victims) what-ifs under way
-	// have released.
-	releasing int
 	// devices is s.Devices, or noDevices when the snapshot has none, so
 	// assumes and releases need no nil check.
 	devices plan.Devices
@@ -90,18 +69,14 @@ type journalEntry struct {
 
 func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{},
-		others: map[*plan.Pod][]view.Other{}, never: map[*plan.Pod]string{}, pdbUsed: map[string]int{},
-		memo: map[string]*failure{}, nominated: map[string]bool{}, devices: s.Devices}
+		others: map[*plan.Pod][]view.Other{}, fit: newFitCache(), pre: newPreemptState(cfg.MaxPreemptionsPerCycle),
+		devices: s.Devices}
 	if c.devices == nil {
 		c.devices = noDevices{}
 	}
-	c.measured = measure(cfg, s)
-	if cfg.Overcommit && c.measured != nil {
-		strict := cfg
-		strict.Overcommit = false
-		c.strict = measure(strict, s)
-	}
-	c.buildQueues()
+	c.tel = newMeasuredState(cfg, s)
+	c.fair = newFairShare(c.v.Nodes(), s.Queues)
+	c.chargeBound()
 	c.obj = newObjectives(cfg, s.Queues)
 	return c
 }
@@ -151,38 +126,12 @@ func (c *cycle) restore() {
 	c.journal = nil
 }
 
-// buildQueues builds the queue tree (plus the unqueued queue), the
-// cluster capacity, and charges bound pods' usage.
-func (c *cycle) buildQueues() {
-	var models []string
-	seen := map[string]bool{}
-	for _, n := range c.v.Nodes() {
-		c.capacity.CPUMilli += n.CPUMilli
-		c.capacity.MemoryMiB += n.MemoryMiB
-		for _, g := range n.GPUs {
-			if !seen[g.Model] {
-				seen[g.Model] = true
-				models = append(models, g.Model)
-			}
-			c.capacity.GPUMemoryMiB += g.MemoryBytes >> 20
-			if g.Whole != "" {
-				c.capacity.GPUMilli += allocator.MilliPerGPU
-			} else {
-				c.capacity.MIGSlices += jobs.MIGSlicesPerGPU
-			}
-		}
-	}
-	qs := append(slices.Clone(c.s.Queues), jobs.Queue{Name: unqueued})
-	t, err := jobs.NewQueueTree(qs, models)
-	if err != nil {
-		// Malformed queues (the runtime validates --queues): one queue.
-		t, _ = jobs.NewQueueTree([]jobs.Queue{{Name: unqueued}}, models)
-	}
-	c.q = t
-	c.gpuModels = models
+// chargeBound charges bound pods' usage to their queues (a claim shared
+// by several pods once, with the first).
+func (c *cycle) chargeBound() {
 	charged := map[string]bool{}
 	for _, p := range c.s.Bound {
-		q, err := c.queueOf(p)
+		q, err := c.fair.queueOf(p)
 		if err != nil {
 			q = unqueued
 		}
@@ -195,20 +144,8 @@ func (c *cycle) buildQueues() {
 			results = append(results, cl.Status.Allocation)
 		}
 		use, models := c.usageOf(p, p.Pod.Spec.NodeName, results)
-		c.q.Charge(q, use, models, 1)
+		c.fair.tree.Charge(q, use, models, 1)
 	}
-}
-
-// queueOf is the queue a pod is accounted in: its label's leaf queue, or
-// the unqueued queue for no label or when no queues are defined.
-func (c *cycle) queueOf(p *plan.Pod) (string, error) {
-	if p.Queue == "" || len(c.s.Queues) == 0 {
-		return unqueued, nil
-	}
-	if !c.q.Leaf(p.Queue) {
-		return "", fmt.Errorf("label %s=%s names no leaf queue of --queues", plan.QueueLabel, p.Queue)
-	}
-	return p.Queue, nil
 }
 
 // usageOf is what a pod's allocations count against its queue: CPU and
@@ -234,7 +171,7 @@ func (c *cycle) usageOf(p *plan.Pod, node string, results []*resourceapi.Allocat
 		milli := p.PluginDevices * allocator.MilliPerGPU
 		r.GPUMilli += milli
 		if n := c.v.Node(node); n != nil && n.Labels[gfdProductLabel] != "" {
-			add(c.gfdModel(n.Labels[gfdProductLabel]), milli)
+			add(c.fair.gfdModel(n.Labels[gfdProductLabel]), milli)
 		}
 	}
 	for _, a := range results {
@@ -307,18 +244,6 @@ func resultsOf(allocs []view.Allocation) []*resourceapi.AllocationResult {
 // gfdProductLabel is GPU Feature Discovery's node label naming the GPU
 // model (the model of GPUs a device plugin serves).
 const gfdProductLabel = "nvidia.com/gpu.product"
-
-// gfdModel is the cluster's GPU model (the ResourceSlices' productName)
-// that GPU Feature Discovery's product label names (spaces as dashes),
-// else the label as it is.
-func (c *cycle) gfdModel(label string) string {
-	for _, m := range c.gpuModels {
-		if strings.ReplaceAll(m, " ", "-") == label {
-			return m
-		}
-	}
-	return label
-}
 
 // devicesOf is the pod whose devices stand for p where no node is chosen
 // yet (typical requests, preemption's estimate): the first entry of

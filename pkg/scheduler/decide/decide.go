@@ -179,8 +179,8 @@ func (g *Gpud) Decide(s *plan.Snapshot) plan.Plan {
 	if len(s.Queues) > 0 {
 		c.out.QueueUsage = make(map[string]jobs.Resources, len(s.Queues))
 		for _, q := range s.Queues {
-			if c.q.Has(q.Name) {
-				c.out.QueueUsage[q.Name] = c.q.Usage(q.Name)
+			if c.fair.tree.Has(q.Name) {
+				c.out.QueueUsage[q.Name] = c.fair.tree.Usage(q.Name)
 			}
 		}
 	}

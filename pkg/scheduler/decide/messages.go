@@ -66,7 +66,7 @@ func (c *cycle) noFitMessage(u *unit, items []*view.Item, err error, pin string,
 	b.WriteString(describe(items))
 	if len(blocked) > 0 {
 		var allowed []string
-		for _, m := range c.models() {
+		for _, m := range c.fair.models {
 			if _, no := blocked[m]; !no {
 				allowed = append(allowed, m)
 			}
@@ -201,7 +201,7 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 // memory than any node's allocatable. Such a pod is not worth preempting
 // for, and its owner must change it.
 func (c *cycle) neverFits(p *plan.Pod, items []*view.Item) string {
-	if msg, ok := c.never[p]; ok {
+	if msg, ok := c.fit.neverOf(p); ok {
 		return msg
 	}
 	msg := ""
@@ -231,6 +231,6 @@ func (c *cycle) neverFits(p *plan.Pod, items []*view.Item) string {
 			msg = fmt.Sprintf("never fits: the pod asks %dMiB of memory; the largest node has %dMiB allocatable", memBytes>>20, maxMiB)
 		}
 	}
-	c.never[p] = msg
+	c.fit.setNever(p, msg)
 	return msg
 }

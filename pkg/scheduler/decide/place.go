@@ -78,7 +78,7 @@ func (c *cycle) placeUnit(u *unit, quota bool) ([]*placed, *failure) {
 			use = use.Add(r)
 			models = mergeModels(models, m)
 		}
-		if e, over := c.q.Over(u.queue, use, models); over {
+		if e, over := c.fair.tree.Over(u.queue, use, models); over {
 			c.undo(pls)
 			code := jobs.CodeQuota
 			if e.Model != "" {
@@ -393,9 +393,9 @@ func (c *cycle) placeAs(u *unit, p *plan.Pod, only map[string]bool) (*placed, *f
 			return nil, fail(plan.CodeUnschedulable, "%s", why)
 		}
 	}
-	blocked := c.blockedModels(u.queue, items)
-	if len(blocked) > 0 && len(blocked) == len(c.models()) {
-		return nil, &failure{code: jobs.CodeModelQuota, msg: excessMessage(blocked[c.models()[0]], u)}
+	blocked := c.fair.blockedModels(u.queue, items)
+	if len(blocked) > 0 && len(blocked) == len(c.fair.models) {
+		return nil, &failure{code: jobs.CodeModelQuota, msg: excessMessage(blocked[c.fair.models[0]], u)}
 	}
 	why := map[string]int{}
 	refused := map[string]bool{} // nodes counted in why (the view asks again on retries)
@@ -430,8 +430,8 @@ func (c *cycle) placeAs(u *unit, p *plan.Pod, only map[string]bool) (*placed, *f
 		return true
 	}
 	reserve := reserveOnly(p)
-	opt := view.Options{Policy: c.s.Policy, Typical: c.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID, NodeUsed: c.nodes.used,
-		Measured: c.measuredNow()}
+	opt := view.Options{Policy: c.s.Policy, Typical: c.fit.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID, NodeUsed: c.nodes.used,
+		Measured: c.tel.now()}
 	cpu, mem := requests(p.Pod)
 	prefer = c.preferred(p, filter)
 	if len(items) == 0 {
@@ -488,7 +488,7 @@ func (c *cycle) placeAs(u *unit, p *plan.Pod, only map[string]bool) (*placed, *f
 			code = CodeReserved
 		}
 		msg := c.noFitMessage(u, items, err, pin, why, blocked)
-		if c.measured != nil && code != plan.CodeInvalid {
+		if c.tel.on() && code != plan.CodeInvalid {
 			msg += c.telemetryNotes(items, func(n *view.Node) bool {
 				return !n.Unschedulable && !refused[n.Name] && (pin == "" || n.Name == pin) && (only == nil || only[n.Name])
 			})
@@ -560,47 +560,13 @@ func reserveOnly(p *plan.Pod) []view.Allocation {
 	return out
 }
 
-// models lists the cluster's GPU models in node order.
-func (c *cycle) models() []string { return c.gpuModels }
-
-// blockedModels are the GPU models on which queue q has no room left for
-// items (per-model limits), with the limit each breaks.
-func (c *cycle) blockedModels(q string, items []*view.Item) map[string]jobs.QueueExcess {
-	milli := int64(0)
-	for _, it := range items {
-		switch it.Kind {
-		case view.Whole:
-			milli += int64(it.Count) * allocator.MilliPerGPU
-		case view.Fraction:
-			milli++
-		case view.MIG:
-			if i := allocator.MIGProfileIndex(it.Alloc.MIGProfile); i >= 0 {
-				milli += jobs.MIGModelMilli(allocator.MIGProfiles[i].Compute)
-			}
-		}
-	}
-	if milli == 0 {
-		return nil
-	}
-	var out map[string]jobs.QueueExcess
-	for _, m := range c.models() {
-		if e, over := c.q.ModelRoom(q, m, milli); over {
-			if out == nil {
-				out = map[string]jobs.QueueExcess{}
-			}
-			out[m] = e
-		}
-	}
-	return out
-}
-
 // reservedFor says why node is closed to u now ("" if it is not): a
 // reservation for another queue that is on, or that starts before u's
 // estimated end. Reservations for undefined queues are ignored.
 func (c *cycle) reservedFor(u *unit, node string) string {
 	now := unixSeconds(c.s.Now)
 	for _, r := range c.s.Reservations {
-		if !c.q.Has(r.Queue) || !slices.Contains(r.Nodes, node) || now >= r.End || c.q.Within(u.queue, r.Queue) {
+		if !c.fair.tree.Has(r.Queue) || !slices.Contains(r.Nodes, node) || now >= r.End || c.fair.tree.Within(u.queue, r.Queue) {
 			continue
 		}
 		if now < r.Start && u.est > 0 && now+int64(u.est.Seconds()) <= r.Start {
@@ -609,40 +575,4 @@ func (c *cycle) reservedFor(u *unit, node string) string {
 		return fmt.Sprintf("reserved for queue %s (%s)", r.Queue, r.Name)
 	}
 	return ""
-}
-
-// wholeGPUs is the whole GPUs the need smallest members of u ask.
-func (c *cycle) wholeGPUs(u *unit, need int) int {
-	var per []int
-	for _, p := range u.pods {
-		n := 0
-		items, _ := c.demand(p)
-		for _, it := range items {
-			if it.Kind == view.Whole {
-				n += it.Count
-			}
-		}
-		per = append(per, n)
-	}
-	slices.Sort(per)
-	total := 0
-	for _, n := range per[:min(need, len(per))] {
-		total += n
-	}
-	return total
-}
-
-// groupGPUs counts the whole-GPU devices on g's nodes.
-func (c *cycle) groupGPUs(g nodeGroup) int {
-	n := 0
-	for name := range g.nodes {
-		if node := c.v.Node(name); node != nil {
-			for _, gp := range node.GPUs {
-				if gp.Whole != "" {
-					n++
-				}
-			}
-		}
-	}
-	return n
 }

@@ -6,12 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
-
-	policyv1 "k8s.io/api/policy/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/gpud/gpud/pkg/allocator"
 	"github.com/gpud/gpud/pkg/allocator/jobs"
@@ -19,228 +13,20 @@ import (
 	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
-// victim is a running pod, or a gang's running pods, that preemption
-// evicts as one. The running members of an elastic gang (more running
-// than its minMember) are each a victim too, at the gang's priority: up
-// to spare of them may go alone, the gang keeping its minimum; beyond
-// that only the whole gang goes.
-type victim struct {
-	key   string
-	pods  []*plan.Pod
-	holds []relPod
-	// uses are what each pod (holds' order) counts against the queue.
-	uses  []podUse
-	prio  int32
-	queue string
-	ckpt  bool
-	start time.Time
-	// lost is the work eviction throws away: per pod the milli-GPUs it
-	// holds times the seconds since its last checkpoint (a checkpointable
-	// pod's), else since its start.
-	lost  int64
-	nodes []string
-	// pdb names a PodDisruptionBudget that forbids evicting it, "" none.
-	pdb string
-	// gone: evicted earlier in this cycle (for a gang: it or a member).
-	gone bool
-	// why it may go for the current preemptor.
-	why string
-	// whole, on a member of an elastic gang, is the gang's victim.
-	whole *victim
-	// members, on an elastic gang's victim, are its members' victims;
-	// spare is how many of them may still go alone (running members less
-	// minMember, less those evicted earlier in this cycle).
-	members []*victim
-	spare   int
-}
-
-// podUse is one victim pod's usage, charged back to its queue when a
-// what-if releases it.
-type podUse struct {
-	use   jobs.Resources
-	model []jobs.ModelMilli
-}
-
-// optional reports whether v is a member of an elastic gang beyond its
-// minimum: evicting it shrinks the gang without stopping it.
-func (v *victim) optional() bool { return v.whole != nil }
-
-// victimList builds the running pods preemption may pick: not terminating,
-// holding gpud devices through claims no pod outside the victim shares; a
-// gang's bound members form one victim, and an elastic gang's members are
-// each one too (see victim).
-func (c *cycle) victimList() []*victim {
-	if c.victimsOK {
-		return c.victims
-	}
-	c.victimsOK = true
-	refs := map[string]int{}
-	for _, pods := range [][]*plan.Pod{c.s.Bound, c.s.Pending} {
-		for _, p := range pods {
-			for _, cl := range p.Claims {
-				if cl != nil {
-					refs[view.ClaimID(cl)]++
-				}
-			}
-		}
-	}
-	byKey := map[string]*victim{}
-	var keys []string
-	holds := c.boundHolds()
-	for i, p := range c.s.Bound {
-		if p.Pod.DeletionTimestamp != nil {
-			continue
-		}
-		key := p.Key()
-		if p.Group != "" {
-			key = p.Group
-		}
-		v := byKey[key]
-		if v == nil {
-			q, err := c.queueOf(p)
-			if err != nil {
-				q = unqueued
-			}
-			v = &victim{key: key, prio: p.Priority, queue: q, ckpt: true}
-			byKey[key] = v
-			keys = append(keys, key)
-		}
-		c.addVictimPod(v, p, holds[i])
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v := byKey[k]
-		if !c.usableVictim(v, refs) {
-			continue
-		}
-		c.victims = append(c.victims, v)
-		g := c.s.Groups[k]
-		if v.pods[0].Group == "" || g == nil || g.Invalid != "" || len(v.pods) <= int(max(g.MinMember, 1)) {
-			continue
-		}
-		// An elastic gang: each member may go alone, at the gang's
-		// priority, while the gang keeps minMember running.
-		v.spare = len(v.pods) - int(max(g.MinMember, 1))
-		for i, p := range v.pods {
-			m := &victim{key: p.Key(), prio: v.prio, queue: v.queue, ckpt: true, whole: v}
-			c.addVictimPod(m, p, v.holds[i])
-			if c.usableVictim(m, refs) {
-				v.members = append(v.members, m)
-				c.victims = append(c.victims, m)
-			}
-		}
-	}
-	return c.victims
-}
-
-// addVictimPod adds bound pod p, holding h, to victim v.
-func (c *cycle) addVictimPod(v *victim, p *plan.Pod, h relPod) {
-	v.pods = append(v.pods, p)
-	v.holds = append(v.holds, h)
-	v.prio = max(v.prio, p.Priority)
-	v.ckpt = v.ckpt && p.Checkpointable
-	if st := startOf(p); st.After(v.start) {
-		v.start = st
-	}
-	if !slices.Contains(v.nodes, h.node) {
-		v.nodes = append(v.nodes, h.node)
-		slices.Sort(v.nodes)
-	}
-	r, m := c.usageOf(p, h.node, resultsOf(h.allocs))
-	v.uses = append(v.uses, podUse{use: r, model: m})
-	v.lost += c.lostWork(p, m)
-}
-
-// usableVictim reports whether evicting v frees gpud devices (through
-// claims, or a device plugin's GPUs) and takes no claim from a pod
-// outside v (refs counts each claim's pods).
-func (c *cycle) usableVictim(v *victim, refs map[string]int) bool {
-	own := map[string]int{}
-	gpu := false
-	for _, p := range v.pods {
-		for _, cl := range p.Claims {
-			if cl == nil {
-				continue
-			}
-			own[view.ClaimID(cl)]++
-			if cl.Status.Allocation != nil && slices.ContainsFunc(cl.Status.Allocation.Devices.Results, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Driver == view.DriverName }) {
-				gpu = true
-			}
-		}
-	}
-	// A pod holding GPUs through a device plugin (nvidia.com/gpu on a
-	// node that advertises it) frees them when evicted too.
-	gpu = gpu || slices.ContainsFunc(v.pods, func(p *plan.Pod) bool { return p.PluginDevices > 0 })
-	for ck, n := range own {
-		if refs[ck] > n {
-			return false
-		}
-	}
-	return gpu
-}
-
-// lostWork is the GPU-time, in milli-GPU-seconds, that evicting p throws
-// away: the milli-GPUs it holds (models: whole GPUs, fractions, MIG slices)
-// times the seconds since its last checkpoint if it is checkpointable and
-// reported one after its start (a checkpoint in the future counts as now),
-// else since its start.
-func (c *cycle) lostWork(p *plan.Pod, models []jobs.ModelMilli) int64 {
-	held := int64(0)
-	for _, m := range models {
-		held += m.Milli
-	}
-	since := startOf(p)
-	if p.Checkpointable && p.LastCheckpoint.After(since) {
-		since = p.LastCheckpoint
-	}
-	secs := int64(c.s.Now.Sub(since) / time.Second)
-	return held * max(secs, 0)
-}
-
-// pdbBlocking names the PodDisruptionBudget that forbids evicting v now
-// (its remaining disruptions, less this cycle's evictions, are fewer than
-// v's pods it covers), or "".
-func (c *cycle) pdbBlocking(v *victim) string {
-	for _, b := range c.s.PDBs {
-		if b == nil || b.Spec.Selector == nil {
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-		if err != nil || sel.Empty() {
-			continue
-		}
-		n := pdbCovers(b, sel, v.pods)
-		if n > 0 && int(b.Status.DisruptionsAllowed)-c.pdbUsed[b.Namespace+"/"+b.Name] < n {
-			return b.Namespace + "/" + b.Name
-		}
-	}
-	return ""
-}
-
-func pdbCovers(b *policyv1.PodDisruptionBudget, sel labels.Selector, pods []*plan.Pod) int {
-	n := 0
-	for _, p := range pods {
-		if p.Pod.Namespace == b.Namespace && sel.Matches(labels.Set(p.Pod.Labels)) {
-			n++
-		}
-	}
-	return n
-}
-
 // eligible says why v may be preempted for u ("" if it may not):
 // "priority" (lower priority, same queue or a queue over its guarantee),
 // "reclaim" (u's queue stays within its guarantee, v's is over it) or
 // "reservation" (v runs on a node reserved, now, for u's queue).
 func (c *cycle) eligible(u *unit, v *victim, uUse jobs.Resources) string {
-	if v.prio < u.prio && (v.queue == u.queue || c.q.OverGuarantee(v.queue, jobs.Resources{})) {
+	if v.prio < u.prio && (v.queue == u.queue || c.fair.tree.OverGuarantee(v.queue, jobs.Resources{})) {
 		return "priority"
 	}
-	if v.queue != u.queue && c.q.BelowGuarantee(u.queue, uUse) && c.q.OverGuarantee(v.queue, jobs.Resources{}) {
+	if v.queue != u.queue && c.fair.tree.BelowGuarantee(u.queue, uUse) && c.fair.tree.OverGuarantee(v.queue, jobs.Resources{}) {
 		return "reclaim"
 	}
 	now := unixSeconds(c.s.Now)
 	for _, r := range c.s.Reservations {
-		if now < r.Start || now >= r.End || !c.q.Within(u.queue, r.Queue) || c.q.Within(v.queue, r.Queue) {
+		if now < r.Start || now >= r.End || !c.fair.tree.Within(u.queue, r.Queue) || c.fair.tree.Within(v.queue, r.Queue) {
 			continue
 		}
 		for _, n := range v.nodes {
@@ -298,23 +84,23 @@ func (sr *search) free(vs []*victim) {
 	if sr.freed == nil {
 		sr.freed = map[*plan.Pod]int{}
 	}
-	sr.c.releasing += len(vs)
+	sr.c.tel.enter(len(vs))
 	for _, v := range vs {
 		for i, h := range v.holds {
 			if sr.freed[h.pod]++; sr.freed[h.pod] > 1 {
 				continue
 			}
 			sr.c.release(h.allocs...)
-			sr.c.releaseMeasured(h.allocs)
+			sr.c.tel.release(h.allocs)
 			sr.c.nodes.give(h.node, h.pod)
-			sr.c.q.Charge(v.queue, v.uses[i].use, v.uses[i].model, -1)
+			sr.c.fair.tree.Charge(v.queue, v.uses[i].use, v.uses[i].model, -1)
 		}
 	}
 }
 
 // hold takes back what free released.
 func (sr *search) hold(vs []*victim) {
-	sr.c.releasing -= len(vs)
+	sr.c.tel.leave(len(vs))
 	for i := len(vs) - 1; i >= 0; i-- {
 		v := vs[i]
 		for j := len(v.holds) - 1; j >= 0; j-- {
@@ -324,9 +110,9 @@ func (sr *search) hold(vs []*victim) {
 			}
 			delete(sr.freed, h.pod)
 			_ = sr.c.assume(h.allocs...)
-			sr.c.holdMeasured(h.allocs)
+			sr.c.tel.hold(h.allocs)
 			sr.c.nodes.take(h.node, h.pod)
-			sr.c.q.Charge(v.queue, v.uses[j].use, v.uses[j].model, 1)
+			sr.c.fair.tree.Charge(v.queue, v.uses[j].use, v.uses[j].model, 1)
 		}
 	}
 }
@@ -580,14 +366,13 @@ func (sr *search) find(cands []*victim) []*victim {
 // PodDisruptionBudget protects them). Nothing is evicted unless a what-if
 // with the victims gone places all of u within its queue's limits.
 func (c *cycle) preempt(u *unit) (done bool, f *failure) {
-	if c.preemptions >= c.cfg.MaxPreemptionsPerCycle {
+	if !c.pre.start() {
 		return false, nil
 	}
-	c.preemptions++
 	uUse := c.unitUse(u)
 	var cands, free []*victim
 	for _, v := range c.victimList() {
-		if v.gone || slices.ContainsFunc(v.nodes, func(n string) bool { return c.nominated[n] }) {
+		if v.gone || c.pre.held(v.nodes) {
 			continue // one preemptor per node a cycle: plans made side by side could collide
 		}
 		if v.why = c.eligible(u, v, uUse); v.why != "" {
@@ -608,7 +393,7 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 		cands = cands[:c.cfg.MaxVictimCandidates]
 	}
 	for _, v := range cands {
-		if v.pdb = c.pdbBlocking(v); v.pdb == "" {
+		if v.pdb = c.pre.pdbBlocking(c.s.PDBs, v.pods); v.pdb == "" {
 			free = append(free, v)
 		}
 	}
@@ -671,14 +456,7 @@ func (c *cycle) preempt(u *unit) (done bool, f *failure) {
 			n++
 			names = append(names, p.Key())
 			c.out.Evictions = append(c.out.Evictions, plan.Eviction{Victim: p, For: forPod, Why: v.why})
-			for _, b := range c.s.PDBs {
-				if b == nil || b.Spec.Selector == nil {
-					continue
-				}
-				if sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector); err == nil && !sel.Empty() && pdbCovers(b, sel, []*plan.Pod{p}) > 0 {
-					c.pdbUsed[b.Namespace+"/"+b.Name]++
-				}
-			}
+			c.pre.evicted(c.s.PDBs, p)
 			if node := p.Pod.Spec.NodeName; !slices.Contains(nodes, node) {
 				nodes = append(nodes, node)
 			}

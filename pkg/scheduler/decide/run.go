@@ -20,7 +20,7 @@ import (
 // for, backfilled or left pending.
 func (c *cycle) run() {
 	units := c.units()
-	c.typical = c.typicalRequests()
+	c.fit.typical = c.typicalRequests()
 	next := c.order(units)
 	considered := 0
 	for u := next(); u != nil; u = next() {
@@ -64,35 +64,31 @@ func (c *cycle) typicalRequests() []allocator.Request {
 // consider binds u, backfills it behind the blocked head, preempts for it,
 // or leaves it pending with the reason.
 func (c *cycle) consider(u *unit) {
-	if c.bf != nil {
-		c.bf.ensure()
-	}
+	c.back.ensure()
 	// A lone pod shaped as one that failed earlier in the cycle fails
 	// alike: binds only fill the view (what-ifs are undone).
 	key := c.shapeKey(u)
-	f, seen := c.memo[key]
+	f, seen := c.fit.failed(key)
 	if !seen {
 		var pls []*placed
 		pls, f = c.placeUnit(u, true)
 		if pls != nil {
-			if c.bf != nil {
-				if bf := c.bf.admit(u, pls); bf != nil {
-					c.undo(pls)
-					c.remember(key, bf)
-					c.pend(u, bf.code, bf.msg)
-					return
-				}
+			if bf := c.back.admit(u, pls); bf != nil {
+				c.undo(pls)
+				c.fit.remember(key, bf)
+				c.pend(u, bf.code, bf.msg)
+				return
 			}
 			c.commit(u, pls)
 			return
 		}
-		c.remember(key, f)
+		c.fit.remember(key, f)
 	}
 	if !f.room {
 		c.pend(u, f.code, f.msg)
 		return
 	}
-	if c.head == nil && c.preemptions < c.cfg.MaxPreemptionsPerCycle {
+	if !c.back.blocked() && c.pre.open() {
 		// Victims evicted earlier still terminating: wait for them rather
 		// than preempt again (as kube-scheduler does).
 		if at, n, ok := c.waitTerminating(u); ok {
@@ -112,18 +108,10 @@ func (c *cycle) consider(u *unit) {
 	// The first unit that waits for room becomes the head backfill
 	// protects (and preemption stops for the cycle), unless it would not
 	// fit even with every running pod gone: such a unit blocks nobody.
-	if c.head == nil && f.code != CodePDB && c.headTries < maxHeadTries {
-		c.headTries++
-		bf := &shadow{c: c, head: u}
-		bf.ensure()
-		if bf.active {
-			c.head, c.bf = u, bf
-		}
+	if f.code != CodePDB {
+		c.back.tryHead(u, c.newShadow)
 	}
 }
-
-// maxHeadTries caps the units a cycle checks as the backfill head.
-const maxHeadTries = 8
 
 // commit emits u's binds and charges its queue. Gang members that did not
 // place (beyond minMember) wait.
@@ -133,13 +121,13 @@ func (c *cycle) commit(u *unit, pls []*placed) {
 	for _, pl := range pls {
 		got[pl.pod] = true
 		b := plan.Bind{Pod: pl.pod, Node: pl.node, Allocations: append(slices.Clone(pl.allocs), pl.reserve...), Gang: u.gang(),
-			Note: c.borrowNote(pl.allocs)}
+			Note: c.tel.borrowNote(pl.allocs)}
 		if pl.as != pl.pod {
 			b.ExtendedResources = pl.as.ExtendedResources
 		}
 		c.out.Binds = append(c.out.Binds, b)
 		use, models := c.usageOf(pl.as, pl.node, resultsOf(pl.allocs))
-		c.q.Charge(u.queue, use, models, 1)
+		c.fair.tree.Charge(u.queue, use, models, 1)
 	}
 	if c.s.Decided != nil && len(c.out.Binds) > first {
 		c.s.Decided(slices.Clone(c.out.Binds[first:]))
@@ -206,17 +194,17 @@ const never = int64(1) << 62
 // without runs f with the holds released (their CPU and memory too) and
 // puts them back.
 func (c *cycle) without(holds []relPod, f func()) {
-	c.releasing++
-	defer func() { c.releasing-- }()
+	c.tel.enter(1)
+	defer c.tel.leave(1)
 	for _, h := range holds {
 		c.release(h.allocs...)
-		c.releaseMeasured(h.allocs)
+		c.tel.release(h.allocs)
 		c.nodes.give(h.node, h.pod)
 	}
 	f()
 	for i := len(holds) - 1; i >= 0; i-- {
 		_ = c.assume(holds[i].allocs...)
-		c.holdMeasured(holds[i].allocs)
+		c.tel.hold(holds[i].allocs)
 		c.nodes.take(holds[i].node, holds[i].pod)
 	}
 }
@@ -275,9 +263,9 @@ func (c *cycle) holdNominated(u *unit, pls []*placed) map[*plan.Pod]string {
 	at := map[*plan.Pod]string{}
 	for _, pl := range pls {
 		at[pl.pod] = pl.node
-		c.nominated[pl.node] = true
+		c.pre.nominate(pl.node)
 		use, models := c.usageOf(pl.as, pl.node, resultsOf(pl.allocs))
-		c.q.Charge(u.queue, use, models, 1)
+		c.fair.tree.Charge(u.queue, use, models, 1)
 	}
 	return at
 }
@@ -356,13 +344,4 @@ func (c *cycle) shapeKey(u *unit) string {
 		return ""
 	}
 	return string(raw)
-}
-
-// remember keeps a lone pod's failure for pods of the same shape. Invalid
-// claims are not kept (their messages name the claim).
-func (c *cycle) remember(key string, f *failure) {
-	if key == "" || f == nil || f.code == plan.CodeInvalid || strings.Contains(f.msg, "claim ") {
-		return
-	}
-	c.memo[key] = f
 }

@@ -25,10 +25,64 @@ func measure(cfg Config, s *plan.Snapshot) *view.Measured {
 	return s.View.Measure(s.Telemetry, view.MeasureConfig{Overcommit: cfg.Overcommit, MarginPercent: cfg.OvercommitMarginPercent, Claims: claims})
 }
 
+// measuredState is the snapshot's telemetry as the cycle's placements
+// use it: measured (nil without a telemetry listener) and, with
+// overcommit, strict, the same without overcommit's room. What-ifs that
+// release running pods count them in releasing and place against strict
+// meanwhile: a released pod's measured use is not known per pod, so
+// overcommit's room is not credited there.
+type measuredState struct {
+	measured, strict *view.Measured
+	// releasing counts the running pods (or victims) what-ifs under way
+	// have released.
+	releasing int
+}
+
+// newMeasuredState measures s's telemetry for cfg (strict only with
+// overcommit on).
+func newMeasuredState(cfg Config, s *plan.Snapshot) measuredState {
+	m := measuredState{measured: measure(cfg, s)}
+	if cfg.Overcommit && m.measured != nil {
+		strict := cfg
+		strict.Overcommit = false
+		m.strict = measure(strict, s)
+	}
+	return m
+}
+
+// on reports whether the cycle has telemetry.
+func (m *measuredState) on() bool { return m.measured != nil }
+
+// now is the telemetry placements use now: without overcommit's room
+// inside what-ifs that release running pods.
+func (m *measuredState) now() *view.Measured {
+	if m.releasing > 0 && m.strict != nil {
+		return m.strict
+	}
+	return m.measured
+}
+
+// enter and leave bracket a what-if that releases n running pods or
+// victims (their claims through release and hold).
+func (m *measuredState) enter(n int) { m.releasing += n }
+func (m *measuredState) leave(n int) { m.releasing -= n }
+
+// release takes running pods' claims out of the measurements for a
+// what-if without them; hold puts them back.
+func (m *measuredState) release(allocs []view.Allocation) {
+	m.measured.Release(allocs...)
+	m.strict.Release(allocs...)
+}
+
+func (m *measuredState) hold(allocs []view.Allocation) {
+	m.measured.Hold(allocs...)
+	m.strict.Hold(allocs...)
+}
+
 // borrowNote says which borrowers the driver will evict to give allocs'
 // fractions their memory (view.Measured.Evicts), as measured before this
 // cycle's other placements; "" when none.
-func (c *cycle) borrowNote(allocs []view.Allocation) string {
+func (m *measuredState) borrowNote(allocs []view.Allocation) string {
 	var b capped
 	for _, a := range allocs {
 		if a.Result == nil {
@@ -39,7 +93,7 @@ func (c *cycle) borrowNote(allocs []view.Allocation) string {
 				continue
 			}
 			q := r.ConsumedCapacity[view.CapacityMemory]
-			if e := c.measured.Evicts(r.Pool, r.Device, q.Value()); e > 0 {
+			if e := m.measured.Evicts(r.Pool, r.Device, q.Value()); e > 0 {
 				b.add(func() string { return fmt.Sprintf("%s on %s: up to %s", r.Device, r.Pool, gibString(e)) })
 			}
 		}
@@ -47,27 +101,6 @@ func (c *cycle) borrowNote(allocs []view.Allocation) string {
 	var out strings.Builder
 	b.write(&out, "the driver evicts borrowers (tenants above their memory request) to give this pod its memory: ", "; ", " (from telemetry)")
 	return out.String()
-}
-
-// measuredNow is the telemetry placements use now: without overcommit's
-// room inside what-ifs that release running pods (see cycle.strict).
-func (c *cycle) measuredNow() *view.Measured {
-	if c.releasing > 0 && c.strict != nil {
-		return c.strict
-	}
-	return c.measured
-}
-
-// releaseMeasured takes running pods' claims out of the measurements for
-// a what-if without them; holdMeasured puts them back.
-func (c *cycle) releaseMeasured(allocs []view.Allocation) {
-	c.measured.Release(allocs...)
-	c.strict.Release(allocs...)
-}
-
-func (c *cycle) holdMeasured(allocs []view.Allocation) {
-	c.measured.Hold(allocs...)
-	c.strict.Hold(allocs...)
 }
 
 // maxNotes caps the devices or nodes one telemetry note names.
@@ -91,7 +124,7 @@ func (c *cycle) telemetryNotes(items []*view.Item, open func(*view.Node) bool) s
 		return n != nil && open(n)
 	}
 	var down capped
-	for _, d := range c.measured.Down() {
+	for _, d := range c.tel.measured.Down() {
 		if (!d.MIG || mig) && isOpen(d.Node) {
 			down.add(func() string {
 				return fmt.Sprintf("%s on %s unhealthy (%s, from telemetry)", d.Device, d.Node, d.Reason)
@@ -103,7 +136,7 @@ func (c *cycle) telemetryNotes(items []*view.Item, open func(*view.Node) bool) s
 		return b.String()
 	}
 	var over capped
-	for _, x := range c.measured.Excess() {
+	for _, x := range c.tel.measured.Excess() {
 		if isOpen(x.Node) {
 			over.add(func() string {
 				return fmt.Sprintf("%s on %s: tenants use %s of %s, asked %s", x.Device, x.Node,
@@ -114,7 +147,7 @@ func (c *cycle) telemetryNotes(items []*view.Item, open func(*view.Node) bool) s
 	over.write(&b, "; ", "; ", " (from telemetry)")
 	var blind capped
 	for _, n := range c.v.Nodes() {
-		if len(n.GPUs) > 0 && !c.measured.Reported(n.Name) && open(n) {
+		if len(n.GPUs) > 0 && !c.tel.measured.Reported(n.Name) && open(n) {
 			blind.add(func() string { return n.Name })
 		}
 	}

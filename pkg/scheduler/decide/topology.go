@@ -248,3 +248,39 @@ func (c *cycle) requiredFailure(u *unit, last *failure) *failure {
 	f.msg = fmt.Sprintf("%s (%s)", last.msg, where)
 	return &f
 }
+
+// wholeGPUs is the whole GPUs the need smallest members of u ask.
+func (c *cycle) wholeGPUs(u *unit, need int) int {
+	var per []int
+	for _, p := range u.pods {
+		n := 0
+		items, _ := c.demand(p)
+		for _, it := range items {
+			if it.Kind == view.Whole {
+				n += it.Count
+			}
+		}
+		per = append(per, n)
+	}
+	slices.Sort(per)
+	total := 0
+	for _, n := range per[:min(need, len(per))] {
+		total += n
+	}
+	return total
+}
+
+// groupGPUs counts the whole-GPU devices on g's nodes.
+func (c *cycle) groupGPUs(g nodeGroup) int {
+	n := 0
+	for name := range g.nodes {
+		if node := c.v.Node(name); node != nil {
+			for _, gp := range node.GPUs {
+				if gp.Whole != "" {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}

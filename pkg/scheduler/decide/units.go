@@ -76,7 +76,7 @@ func (c *cycle) units() []*unit {
 			gangs[p.Group] = append(gangs[p.Group], p)
 			continue
 		}
-		q, err := c.queueOf(p)
+		q, err := c.fair.queueOf(p)
 		if err != nil {
 			c.pendPod(p, plan.CodeInvalid, err.Error())
 			continue
@@ -138,7 +138,7 @@ func (c *cycle) units() []*unit {
 				}
 			}
 		}
-		q, err := c.queueOf(pods[0])
+		q, err := c.fair.queueOf(pods[0])
 		if err != nil {
 			c.pend(u, plan.CodeInvalid, err.Error())
 			continue
@@ -189,7 +189,7 @@ func (c *cycle) order(units []*unit) func() *unit {
 		if u := head(q); u != nil && u.prio == prio {
 			return true
 		}
-		for _, ch := range c.q.Children(q) {
+		for _, ch := range c.fair.tree.Children(q) {
 			if has(ch, prio) {
 				return true
 			}
@@ -205,7 +205,7 @@ func (c *cycle) order(units []*unit) func() *unit {
 			return u
 		}
 		var best *unit
-		for _, ch := range c.q.Children(q) {
+		for _, ch := range c.fair.tree.Children(q) {
 			if u := next(ch, prio); u != nil && (best == nil || c.unitCmp(u, best) < 0) {
 				best = u
 			}
@@ -223,7 +223,7 @@ func (c *cycle) order(units []*unit) func() *unit {
 		if !found {
 			return nil
 		}
-		level := c.q.Roots()
+		level := c.fair.tree.Roots()
 		for {
 			pick, pickUnder, pickShare := "", false, 0.0
 			for _, q := range level {
@@ -234,7 +234,7 @@ func (c *cycle) order(units []*unit) func() *unit {
 				if c.needsNext(q) {
 					nu = next(q, prio)
 				}
-				under, share := c.q.UnderGuarantee(q), c.queueScore(q, c.q.Share(q, c.capacity), nu, maxEst)
+				under, share := c.fair.tree.UnderGuarantee(q), c.queueScore(q, c.fair.tree.Share(q, c.fair.capacity), nu, maxEst)
 				if pick == "" || (under && !pickUnder) || (under == pickUnder && share < pickShare) {
 					pick, pickUnder, pickShare = q, under, share
 				}
@@ -242,11 +242,11 @@ func (c *cycle) order(units []*unit) func() *unit {
 			if pick == "" {
 				return nil // unreachable: a head of prio exists
 			}
-			if u := head(pick); u != nil && u.prio == prio && c.q.Leaf(pick) {
+			if u := head(pick); u != nil && u.prio == prio && c.fair.tree.Leaf(pick) {
 				pos[pick]++
 				return u
 			}
-			level = c.q.Children(pick)
+			level = c.fair.tree.Children(pick)
 		}
 	}
 }
@@ -257,13 +257,13 @@ func (c *cycle) leaves() []string {
 	var walk func(qs []string)
 	walk = func(qs []string) {
 		for _, q := range qs {
-			if c.q.Leaf(q) {
+			if c.fair.tree.Leaf(q) {
 				out = append(out, q)
 				continue
 			}
-			walk(c.q.Children(q))
+			walk(c.fair.tree.Children(q))
 		}
 	}
-	walk(c.q.Roots())
+	walk(c.fair.tree.Roots())
 	return out
 }

@@ -161,11 +161,9 @@ func TestNodeMemoryLimits(t *testing.T) {
 	mem := memCaller{t: t, n: n, k: k, admin: admin}
 	t.Run("12 GiB into a 10 GiB limit fails, the neighbour keeps its memory", func(t *testing.T) {
 		mem.t = t
-		runFractionPod(t, n, "limited", fractionSpec{Request: "8Gi", Limit: "10Gi", GPU: 3}, nil)
-		runFractionPod(t, n, "neighbour", fractionSpec{Request: "20Gi", GPU: 3}, nil)
-		for _, name := range []string{"limited", "neighbour"} {
-			testwait.For(t, time.Minute, "the limits of pod "+name+" on /metrics", func() bool { return len(limitSeries(t, agent.HTTP, name)) == 2 })
-		}
+		runFractionPair(t, n, agent.HTTP,
+			"limited", fractionSpec{Request: "8Gi", Limit: "10Gi", GPU: 3},
+			"neighbour", fractionSpec{Request: "20Gi", GPU: 3})
 		if r := mem.call(simapi.AllocRoute, "neighbour", 3, 16*gib); r.Result != "SUCCESS" {
 			t.Fatalf("neighbour allocates 16 GiB of its 20 GiB: %+v", r)
 		}
@@ -206,11 +204,9 @@ func TestNodeMemoryLimits(t *testing.T) {
 	})
 	t.Run("a borrower is evicted when its neighbour claims its request", func(t *testing.T) {
 		mem.t = t
-		runFractionPod(t, n, "borrower", fractionSpec{Request: "20Gi", Limit: "70Gi", GPU: 4}, nil)
-		runFractionPod(t, n, "owner", fractionSpec{Request: "40Gi", GPU: 4}, nil)
-		for _, name := range []string{"borrower", "owner"} {
-			testwait.For(t, time.Minute, "the limits of pod "+name+" on /metrics", func() bool { return len(limitSeries(t, agent.HTTP, name)) == 2 })
-		}
+		runFractionPair(t, n, agent.HTTP,
+			"borrower", fractionSpec{Request: "20Gi", Limit: "70Gi", GPU: 4},
+			"owner", fractionSpec{Request: "40Gi", GPU: 4})
 		if r := mem.call(simapi.AllocRoute, "borrower", 4, 60*gib); r.Result != "SUCCESS" {
 			t.Fatalf("borrower allocates 60 GiB (request 20, limit 70): %+v", r)
 		}
@@ -382,6 +378,17 @@ func waitPodEvent(t *testing.T, k *k8senv.Env, pod, reason string) string {
 func runBorrowingPod(t *testing.T, n *nodeenv.Node, name string, env []corev1.EnvVar) *corev1.Pod {
 	t.Helper()
 	return runFractionPod(t, n, name, fractionSpec{Limit: "30Gi", GPU: -1}, env)
+}
+
+// runFractionPair runs two fraction pods on one node and waits until the
+// agent at addr shows both pods' memory limits (soft and hard) on /metrics.
+func runFractionPair(t *testing.T, n *nodeenv.Node, addr, a string, fa fractionSpec, b string, fb fractionSpec) {
+	t.Helper()
+	runFractionPod(t, n, a, fa, nil)
+	runFractionPod(t, n, b, fb, nil)
+	for _, name := range []string{a, b} {
+		testwait.For(t, time.Minute, "the limits of pod "+name+" on /metrics", func() bool { return len(limitSeries(t, addr, name)) == 2 })
+	}
 }
 
 // fractionSpec is a probe pod's claim on one GPU's memory.

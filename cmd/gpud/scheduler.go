@@ -165,7 +165,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", scheduler.DefaultRenewDeadline, "how long the leader keeps trying to renew before it gives up leading (and exits); less than the lease duration")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", scheduler.DefaultRetryPeriod, "how often replicas try to acquire or renew the lease")
 	fs.DurationVar(&o.resync, "resync-period", scheduler.DefaultResync, "period of decision cycles without API events (pending pods are also decided on every relevant change)")
-	fs.Float64Var(&o.qps, "kube-api-qps", 200, "API requests per second the scheduler may send (claim writes and Bindings come in bursts; client-go's default 5 would throttle a cycle of a few hundred pods for a minute)")
+	fs.Float64Var(&o.qps, "kube-api-qps", 200, "API requests per second the scheduler may send (claim writes and Bindings come in bursts; client-go's default 5 would throttle a cycle of a few hundred pods for a minute); Events and the leader lease have a budget of this size each, as kube-scheduler's clients do")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "API requests the scheduler may send at once above --kube-api-qps")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -318,9 +318,19 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	restCfg.QPS, restCfg.Burst = float32(o.qps), o.burst
+	// Three clientsets, three rate limiters, as kube-scheduler has: binds
+	// and claim writes, Events, the leader lease.
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("scheduler: API client: %w", err)
+	}
+	eventClient, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("scheduler: API client for events: %w", err)
+	}
+	leaseClient, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("scheduler: API client for the leader lease: %w", err)
 	}
 	// Informers read through a client that waits out API-server outages,
 	// so they resume within a second of its return (client-go's own
@@ -336,7 +346,7 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	gangLabels, _ := splitLabels(o.gangTopologyLabels) // checked by validate
 	cfg := scheduler.Config{
-		Client: client, InformerClient: informerClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
+		Client: client, InformerClient: informerClient, EventClient: eventClient, LeaseClient: leaseClient, SchedulerName: o.schedulerName, Policy: o.policy, Queues: queues, Reservations: res,
 		Decider: decide.New(withObjectives(&o.objectives, withOvercommit(&o.telemetry, decide.Config{RackLabel: o.rackLabel, GangTopologyLabels: gangLabels}))),
 		Groups:  groups.Groups, GroupsSynced: groups.Synced,
 		Log: log, Resync: o.resync, HealOff: !o.heal, Heal: healConfig(o),

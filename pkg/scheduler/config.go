@@ -49,6 +49,13 @@ type Config struct {
 	// through (cmd/gpud gives one whose reads wait out API-server outages:
 	// internal/apiwait); default Client.
 	InformerClient kubernetes.Interface
+	// EventClient and LeaseClient, if set, write Events and renew the
+	// leader lease under rate limits of their own, as kube-scheduler's
+	// event and leader-election clients do: binds that use all of
+	// Client's QPS then neither queue a lease renewal behind them nor
+	// share their budget with one Event per placement. Default Client.
+	EventClient kubernetes.Interface
+	LeaseClient kubernetes.Interface
 	// SchedulerName selects the pods (spec.schedulerName) this scheduler
 	// places and is the events' reporting controller; default
 	// [DefaultSchedulerName].

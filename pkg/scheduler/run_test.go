@@ -6,17 +6,21 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gpud/gpud/internal/testkit/testwait"
 	"github.com/gpud/gpud/pkg/scheduler/plan"
 )
 
@@ -288,4 +292,45 @@ func runQuiet(t *testing.T, cfg Config) context.Context {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return ctx
+}
+
+// TestRunClientsApart: with EventClient and LeaseClient set, the leader
+// lease and the Events go through them, not the bind client, so that
+// binds at the bind client's rate limit neither delay a lease renewal nor
+// share their budget with Events (kube-scheduler's three clients).
+func TestRunClientsApart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease and a cycle")
+	}
+	objs := append(l40sNode(t), wholeClaim("ns", "c", "gpu.gpud.io"), claimPod("ns", "p", t0, "c"))
+	ts := newTestScheduler(t, placeAll{}, objs...)
+	events, leases := fake.NewClientset(), fake.NewClientset()
+	s, err := New(Config{Client: ts.client, EventClient: events, LeaseClient: leases, Decider: placeAll{}, Now: ts.cfg.Now, Debounce: time.Millisecond,
+		LeaderElection: &LeaderElection{Namespace: "kube-system", Identity: "test", LeaseDuration: 2 * time.Second,
+			RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	testwait.For(t, 30*time.Second, "a Scheduled Event through EventClient", func() bool {
+		got, err := events.EventsV1().Events("ns").List(t.Context(), metav1.ListOptions{})
+		return err == nil && slices.ContainsFunc(got.Items, func(e eventsv1.Event) bool { return e.Reason == "Scheduled" && e.Regarding.Name == "p" })
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil after cancel", err)
+	}
+	if got, err := leases.CoordinationV1().Leases("kube-system").List(t.Context(), metav1.ListOptions{}); err != nil || len(got.Items) != 1 {
+		t.Errorf("leases through LeaseClient: %v, %v; want the scheduler's one", got, err)
+	}
+	for _, a := range ts.client.Actions() {
+		if r := a.GetResource().Resource; r == "events" || r == "leases" {
+			t.Errorf("bind client: %s %s, want none (EventClient and LeaseClient are set)", a.GetVerb(), r)
+		}
+	}
+	if !slices.ContainsFunc(ts.client.Actions(), func(a k8stesting.Action) bool { return a.GetSubresource() == "binding" }) {
+		t.Error("no Binding through Client")
+	}
 }

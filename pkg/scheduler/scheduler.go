@@ -237,7 +237,7 @@ func New(cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 
-	s.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: cfg.Client.EventsV1()})
+	s.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: cmp.Or(cfg.EventClient, cfg.Client).EventsV1()})
 	s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, cfg.SchedulerName)
 
 	if le := cfg.LeaderElection; le != nil {
@@ -245,7 +245,7 @@ func New(cfg Config) (*Scheduler, error) {
 		el, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: &resourcelock.LeaseLock{
 				LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
-				Client:     cfg.Client.CoordinationV1(),
+				Client:     cmp.Or(cfg.LeaseClient, cfg.Client).CoordinationV1(),
 				LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
 			},
 			LeaseDuration:   le.LeaseDuration,

@@ -62,12 +62,14 @@ func BenchmarkSnapshot(b *testing.B) {
 // (what sched-bench's feed latency is made of, without the API calls):
 // listing is left out; the snapshot, the placement rules over every node
 // and bound pod, and gpud's decision for one pending pod, on nodes×4 L40S
-// GPUs with nodes×2 bound pods holding a GPU each.
+// GPUs with nodes×2 bound pods holding a GPU each. 2,000 nodes is
+// make scale-bench's size where a cycle's rebuild, linear in nodes,
+// outgrows kube-scheduler's feed latency (docs/scale.md).
 //
 // pools=off is the same cycle parsing every pool afresh (no
 // view.PoolCache), the baseline of the pool cache.
 func BenchmarkCycle(b *testing.B) {
-	for _, nodes := range []int{64, 167} {
+	for _, nodes := range []int{64, 167, 2000} {
 		for _, pools := range []bool{true, false} {
 			b.Run(fmt.Sprintf("nodes=%d/pools=%s", nodes, map[bool]string{true: "on", false: "off"}[pools]), func(b *testing.B) { benchCycle(b, nodes, pools) })
 		}

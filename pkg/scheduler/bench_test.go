@@ -71,12 +71,18 @@ func BenchmarkSnapshot(b *testing.B) {
 func BenchmarkCycle(b *testing.B) {
 	for _, nodes := range []int{64, 167, 2000} {
 		for _, pools := range []bool{true, false} {
-			b.Run(fmt.Sprintf("nodes=%d/pools=%s", nodes, map[bool]string{true: "on", false: "off"}[pools]), func(b *testing.B) { benchCycle(b, nodes, pools) })
+			b.Run(fmt.Sprintf("nodes=%d/pools=%s", nodes, map[bool]string{true: "on", false: "off"}[pools]), func(b *testing.B) { benchCycle(b, nodes, 1, pools) })
 		}
 	}
 }
 
-func benchCycle(b *testing.B, nodes int, pools bool) {
+// BenchmarkBurst measures a cycle that places 50 pods at once, as in
+// make scale-bench's burst, on 3,500 nodes: the cost of a placement.
+func BenchmarkBurst(b *testing.B) {
+	b.Run("nodes=3500/pending=50", func(b *testing.B) { benchCycle(b, 3500, 50, true) })
+}
+
+func benchCycle(b *testing.B, nodes, pending int, pools bool) {
 	{
 		{
 			in := inputs{classes: []*resourceapi.DeviceClass{gpuClass()}}
@@ -87,7 +93,7 @@ func benchCycle(b *testing.B, nodes int, pools bool) {
 				in.nodes = append(in.nodes, n)
 				in.slices = append(in.slices, nodeSlices(b, "pcie-l40s", name)...)
 			}
-			for i := range nodes*2 + 1 {
+			for i := range nodes*2 + pending {
 				c := wholeClaim("ns", fmt.Sprintf("c%d", i), "gpu.gpud.io")
 				p := claimPod("ns", fmt.Sprintf("p%d", i), t0, c.Name)
 				if i < nodes*2 {
@@ -119,7 +125,7 @@ func benchCycle(b *testing.B, nodes int, pools bool) {
 					b.Fatal(err)
 				}
 				sn.Rules = rc
-				if p := s.cfg.Decider.Decide(sn.Snapshot); len(p.Binds) != 1 {
+				if p := s.cfg.Decider.Decide(sn.Snapshot); len(p.Binds) != pending {
 					b.Fatalf("binds %d, pending %+v", len(p.Binds), p.Pending)
 				}
 			}

@@ -408,11 +408,22 @@ func (c *cycle) placeAs(u *unit, p *plan.Pod, only map[string]bool) (*placed, *f
 	}
 	var prefer map[string]bool // with preferences: the best-ranked allowed nodes, tried first
 	var tier map[string]bool   // with an objective: the nodes of one score tier, tried first
+	// The rules' verdict on a node (kube-scheduler's filter plugins, the
+	// costliest check) holds for the whole placement: the cycle's node use
+	// changes only when the pod is taken, at the end. The preference
+	// ranking, the objective's tiers and each try ask for it; it is run
+	// once per node.
+	nodeWhy := make(map[string]string, len(c.v.Nodes()))
 	filter := func(n *view.Node) bool {
 		if (pin != "" && n.Name != pin) || (only != nil && !only[n.Name]) || (prefer != nil && !prefer[n.Name]) || (tier != nil && !tier[n.Name]) {
 			return false
 		}
-		if r := c.nodes.refuse(n, p); r != "" {
+		r, ok := nodeWhy[n.Name]
+		if !ok {
+			r = c.nodes.refuse(n, p)
+			nodeWhy[n.Name] = r
+		}
+		if r != "" {
 			return refuse(n, r)
 		}
 		if r := c.devices.AllocatedFits(n.Name, p.Claims); r != "" {

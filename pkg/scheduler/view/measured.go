@@ -271,6 +271,7 @@ func (m *Measured) release(allocs []Allocation, sign int64) {
 				}
 			}
 			m.adjust[d.id] = dm.adjust()
+			touch(d.node)
 		}
 	}
 }

@@ -332,7 +332,11 @@ func TestMeasureBorrowers(t *testing.T) {
 		}
 		// A what-if without the borrower gives its whole use back once.
 		alloc := Allocation{Claim: c.in.Claims[0], Result: c.in.Claims[0].Status.Allocation}
+		ver := v.Node("h100-a").usageVer
 		m.Release(alloc)
+		if v.Node("h100-a").usageVer == ver {
+			t.Error("Release left the node's usage version: the models kept from the placements above would not see the memory it gives back")
+		}
 		if got := m.Evicts("h100-a", dev, 40*gib); got != 0 {
 			t.Errorf("Evicts with the borrower released = %d, want 0", got)
 		}

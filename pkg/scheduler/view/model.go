@@ -5,6 +5,9 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"unsafe"
+
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpud/gpud/pkg/allocator"
 )
@@ -32,6 +35,11 @@ type model struct {
 	// held[i] those of them the cluster took (a bind that fails means the
 	// state is over-allocated, and a fresh build skips it too).
 	want, held [][]bind
+	// seen[i] is what sync last bound node i from; usageID and measured
+	// the usage (its device map) and measurement it read.
+	seen     []synced
+	usageID  unsafe.Pointer
+	measured *Measured
 }
 
 // bind is one [allocator.Cluster.Bind].
@@ -75,20 +83,96 @@ func fnvString(h uint64, s string) uint64 {
 // their own, so that pods whose filters differ (their CPU and memory left
 // on each node, affinity, taints) share one. refs[i] is cluster node i. The
 // allocator breaks ties with opt.Rand.
+//
+// Placements of one cycle mostly differ from the last by the node the last
+// one took: the node list is kept per kind of item (nodeList) and only the
+// nodes whose usage changed since the model last saw them are bound anew
+// (model.sync), so a placement costs a pass over the nodes' masks, not a
+// pass over every GPU.
 func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, pin string, excluded map[gpuRef]bool) (*model, error) {
 	m := opt.Measured.of(v)
-	// The node list is built in the view's scratch space: most calls find
-	// their model, and only a new model keeps a copy.
+	nl := v.nodeList(it, m, excluded)
+	allowed := make([]bool, 0, len(nl.refs)) // the allocator keeps it
+	anyAllowed := false
+	for _, n := range nl.refs {
+		ok := !banned[n.Name] && (pin == "" || n.Name == pin) && (opt.NodeFilter == nil || opt.NodeFilter(n))
+		allowed = append(allowed, ok)
+		anyAllowed = anyAllowed || ok
+	}
+	if !anyAllowed {
+		return nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
+	}
+	md := nl.md
+	if md == nil || !slices.Contains(v.models, md) || md.policy != opt.Policy || !sameSlice(md.typical, opt.Typical) {
+		var err error
+		if md, err = v.modelFor(nl.key, nl.nodes, nl.refs, opt, nl.cached); err != nil {
+			return nil, err
+		}
+		nl.md = md
+	}
+	md.refs = nl.refs
+	md.sync(it, u, m, opt.NodeUsed, allowed)
+	md.alloc.SetRand(opt.Rand)
+	if err := md.alloc.SetCandidates(allowed); err != nil {
+		return nil, err
+	}
+	return md, nil
+}
+
+// nodeList is the node list of a model: the schedulable nodes with a
+// device an item may use (refs), as allocator nodes whose unusable GPUs are
+// marked unhealthy, and their hash. It depends on the item's kind, shape,
+// selectors and capacities, the measurement (GPUs reported down) and the
+// excluded GPUs, not on usage, so items alike share one for the view's
+// life.
+type nodeList struct {
+	nodes []allocator.Node
+	refs  []*Node
+	key   uint64
+	md    *model
+	// cached lists are kept in View.lists and own their nodes; the others
+	// are built in the view's scratch space.
+	cached bool
+}
+
+// listKey is what decides a node list, for the items that may share one:
+// no excluded GPUs and no device tolerations (whose comparison would cost
+// more than the walk).
+type listKey struct {
+	sel      *selection // nil: an item without devices
+	kind     Kind
+	shape    [2]int
+	caps     uint8
+	match    resourceapi.FullyQualifiedName
+	measured *Measured
+}
+
+// maxLists bounds View.lists; past it the lists are dropped.
+const maxLists = 64
+
+// nodeList returns it's node list (see [nodeList]), from the view's lists
+// when an item alike made one.
+func (v *View) nodeList(it *Item, m *Measured, excluded map[gpuRef]bool) *nodeList {
+	var k listKey
+	cacheable := len(excluded) == 0 && (it == nil || (it.sel != nil && len(it.tolerations) == 0))
+	if cacheable {
+		k.measured = m
+		if it != nil {
+			k = listKey{sel: it.sel, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute, measured: m}
+		}
+		if nl := v.lists[k]; nl != nil {
+			return nl
+		}
+	}
+	// The node list is built in the view's scratch space: a list kept or a
+	// new model keeps a copy.
 	nodes := v.scratch[:0]
 	var refs []*Node
-	var allowed []bool
-	anyAllowed := false
 	key := uint64(fnvOffset)
 	for _, n := range v.nodes {
 		if n.Unschedulable {
 			continue
 		}
-		ok := !banned[n.Name] && (pin == "" || n.Name == pin) && (opt.NodeFilter == nil || opt.NodeFilter(n))
 		var gpus []allocator.GPU
 		if k := len(nodes); k < cap(nodes) {
 			gpus = nodes[:k+1][k].GPUs
@@ -116,62 +200,38 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 			key = fnvString(key, n.Name)
 			nodes = append(nodes, an)
 			refs = append(refs, n)
-			allowed = append(allowed, ok)
-			anyAllowed = anyAllowed || ok
 		}
-	}
-	if !anyAllowed {
-		return nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
 	}
 	v.scratch = nodes
 	if it.isMIG() {
 		key = (key ^ 3) * fnvPrime
 	}
-	md, err := v.modelFor(key, nodes, refs, opt)
-	if err != nil {
-		return nil, err
-	}
-	var want []bind
-	for i, n := range refs {
-		if !allowed[i] {
-			continue // brought up to date when a placement may use it
+	nl := &nodeList{nodes: nodes, refs: refs, key: key, cached: cacheable}
+	if cacheable {
+		nl.nodes = cloneNodes(nodes)
+		if len(v.lists) >= maxLists {
+			clear(v.lists)
 		}
-		want = want[:0]
-		for g := range n.GPUs {
-			if !nodes[i].GPUs[g].Unhealthy {
-				var adj int64
-				if it != nil && it.Kind == Fraction {
-					adj = m.memAdjust(n.GPUs[g].wholeDev)
-				}
-				want = usedBinds(want, i, n, g, it.isMIG(), u, adj)
-			}
+		if v.lists == nil {
+			v.lists = map[listKey]*nodeList{}
 		}
-		if opt.NodeUsed != nil {
-			want = nodeUsedBind(want, i, n, opt.NodeUsed)
-		}
-		md.update(i, want)
+		v.lists[k] = nl
 	}
-	md.alloc.SetRand(opt.Rand)
-	if err := md.alloc.SetCandidates(allowed); err != nil {
-		return nil, err
-	}
-	return md, nil
+	return nl
 }
 
 // modelFor returns the view's model built from nodes (whose hash is key)
 // with opt's policy and typical workload, building it when the view has
-// none.
-func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Options) (*model, error) {
+// none. A new model keeps nodes if owned, else a copy.
+func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Options, owned bool) (*model, error) {
 	for _, md := range v.models {
 		if md.key == key && md.policy == opt.Policy && sameSlice(md.typical, opt.Typical) && slices.EqualFunc(md.nodes, nodes, sameNode) {
 			md.refs = refs
 			return md, nil
 		}
 	}
-	// nodes is the view's scratch space: the model keeps its own copy.
-	nodes = slices.Clone(nodes)
-	for i := range nodes {
-		nodes[i].GPUs = slices.Clone(nodes[i].GPUs)
+	if !owned {
+		nodes = cloneNodes(nodes)
 	}
 	cl, err := allocator.NewCluster(nodes)
 	if err != nil {
@@ -188,6 +248,57 @@ func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Op
 	}
 	v.models = append(v.models, md)
 	return md, nil
+}
+
+// synced is what model.sync last bound node i from: the node's usage
+// version, the CPU and memory pods take there, and whether fractions'
+// memory adjustments applied.
+type synced struct {
+	ver      uint64
+	cpu, mem int64
+	adjusted bool
+	ok       bool
+}
+
+// sync brings the candidate nodes up to date with u, m and used: a node
+// whose usage version, pod use and mode are as the model last saw them is
+// left alone (its binds would come out the same); the others get their
+// binds again (update). The record is dropped when u or m is another's.
+func (md *model) sync(it *Item, u usage, m *Measured, used func(*Node) (int64, int64), allowed []bool) {
+	if id := reflect.ValueOf(u.dev).UnsafePointer(); id != md.usageID || m != md.measured || len(md.seen) != len(md.refs) {
+		md.usageID, md.measured = id, m
+		md.seen = make([]synced, len(md.refs))
+	}
+	adjusted := it != nil && it.Kind == Fraction
+	mig := it.isMIG()
+	var want []bind
+	for i, n := range md.refs {
+		if !allowed[i] {
+			continue // brought up to date when a placement may use it
+		}
+		now := synced{ver: n.usageVer, adjusted: adjusted, ok: true}
+		if used != nil {
+			now.cpu, now.mem = used(n)
+		}
+		if md.seen[i] == now {
+			continue
+		}
+		want = want[:0]
+		for g := range n.GPUs {
+			if !md.nodes[i].GPUs[g].Unhealthy {
+				var adj int64
+				if adjusted {
+					adj = m.memAdjust(n.GPUs[g].wholeDev)
+				}
+				want = usedBinds(want, i, n, g, mig, u, adj)
+			}
+		}
+		if used != nil {
+			want = nodeUsedBind(want, i, n, used)
+		}
+		md.update(i, want)
+		md.seen[i] = now
+	}
 }
 
 // update makes node i hold want: when it differs from what the node was
@@ -213,6 +324,15 @@ func (md *model) update(i int, want []bind) {
 	}
 	md.held[i] = held
 	md.want[i] = cloneBinds(want)
+}
+
+// cloneNodes copies nodes and their GPU lists (the labels are shared).
+func cloneNodes(nodes []allocator.Node) []allocator.Node {
+	nodes = slices.Clone(nodes)
+	for i := range nodes {
+		nodes[i].GPUs = slices.Clone(nodes[i].GPUs)
+	}
+	return nodes
 }
 
 func cloneBinds(bs []bind) []bind {

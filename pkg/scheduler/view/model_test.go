@@ -167,6 +167,7 @@ func TestModelKeptAcrossPlacements(t *testing.T) {
 	}
 	md := v.models[0]
 	before := slices.Clone(md.want)
+	seen := slices.Clone(md.seen)
 	allocs, err := place(t, v, Options{}, claim("last", fraction("gpu", "10Gi", "")))
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +189,20 @@ func TestModelKeptAcrossPlacements(t *testing.T) {
 	}
 	if changed != 1 {
 		t.Fatalf("%d nodes re-bound after one placement, want 1", changed)
+	}
+	// Only that node's binds were worked out again; the others' usage
+	// versions told the model they had not changed.
+	redone := 0
+	for i := range md.seen {
+		if md.seen[i] != seen[i] {
+			redone++
+		}
+	}
+	if redone != 1 {
+		t.Fatalf("%d nodes' binds worked out again after one placement, want 1", redone)
+	}
+	if len(v.lists) != 1 {
+		t.Fatalf("%d node lists for placements of one kind, want 1", len(v.lists))
 	}
 }
 

@@ -68,9 +68,10 @@ type Item struct {
 	class       *resourceapi.DeviceClass
 	selectors   []resourceapi.DeviceSelector
 	tolerations []resourceapi.DeviceToleration
-	// eligible is shared by the view's items with the same selectors;
-	// index it by Device.id.
+	// eligible is shared by the view's items with the same selectors
+	// (sel's); index it by Device.id.
 	eligible []bool
+	sel      *selection
 	// caps are the capacities Capacity requests (capBits).
 	caps uint8
 	// shapes are a MIG item's (compute, memory) slice shapes, smallest
@@ -236,7 +237,7 @@ func (v *View) item(c *resourceapi.ResourceClaim, r *resourceapi.DeviceRequest) 
 	if err != nil {
 		return nil, err
 	}
-	it.eligible = sel.eligible
+	it.eligible, it.sel = sel.eligible, sel
 	gpus, migs := sel.gpus, sel.migs
 	switch {
 	case gpus == 0 && migs == 0:

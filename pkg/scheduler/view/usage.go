@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -61,6 +62,14 @@ func (u usage) clone() usage {
 // migBusy reports whether one of gp's MIG devices is allocated.
 func (u usage) migBusy(gp *GPU) bool { return u.migs[gp] > 0 }
 
+// usageClock numbers usage changes, across views: [touch] gives a node
+// the next number, so a number a model saw is never given again.
+var usageClock atomic.Uint64
+
+// touch records that what n's devices hold (or what the measurement
+// adjusts on them) changed: models bring n up to date again (model.sync).
+func touch(n *Node) { n.usageVer = usageClock.Add(1) }
+
 // undoLog keeps usage entries as they were before their first change, so
 // that a what-if (a Place) can be taken back exactly without copying the
 // whole usage. nil records nothing.
@@ -68,6 +77,8 @@ type undoLog struct {
 	// saved holds the entries' earlier values; nil: absent.
 	saved map[int32]*devUse
 	migs  map[*GPU]int
+	// nodes are the nodes of the saved entries, touched again on restore.
+	nodes []*Node
 }
 
 func (j *undoLog) save(u usage, d *Device) {
@@ -79,6 +90,9 @@ func (j *undoLog) save(u usage, d *Device) {
 	}
 	if _, done := j.saved[d.id]; !done {
 		j.saved[d.id] = u.dev[d.id].clone()
+		if !slices.Contains(j.nodes, d.node) {
+			j.nodes = append(j.nodes, d.node)
+		}
 	}
 	if gp := &d.node.GPUs[d.GPU]; d.MIG {
 		if _, done := j.migs[gp]; !done {
@@ -103,8 +117,12 @@ func (j *undoLog) restore(u usage) {
 			u.migs[gp] = n
 		}
 	}
+	for _, n := range j.nodes {
+		touch(n)
+	}
 	clear(j.saved)
 	clear(j.migs)
+	j.nodes = j.nodes[:0]
 }
 
 // add records an allocation's gpud devices. Admin-access results take
@@ -123,6 +141,7 @@ func (u usage) add(v *View, a *resourceapi.AllocationResult, j *undoLog) error {
 			continue
 		}
 		j.save(u, dev)
+		touch(dev.node)
 		d := u.dev[dev.id]
 		if d == nil {
 			d = &devUse{}
@@ -166,6 +185,7 @@ func (u usage) sub(v *View, a *resourceapi.AllocationResult, j *undoLog) {
 			continue // an unknown device add left out
 		}
 		j.save(u, dev)
+		touch(dev.node)
 		d := u.dev[dev.id]
 		if dev.MIG {
 			u.migs[&dev.node.GPUs[dev.GPU]]--

@@ -109,6 +109,8 @@ type Node struct {
 	// devs are the node's devices in publication order (slices by name);
 	// their ids are consecutive.
 	devs []*Device
+	// usageVer changes whenever what the node's devices hold does (touch).
+	usageVer uint64
 }
 
 // View is the cluster as gpud's scheduler sees it: nodes, devices, classes
@@ -136,6 +138,9 @@ type View struct {
 	// scratch is where [View.cluster] builds a node list.
 	models  []*model
 	scratch []allocator.Node
+	// lists are the node lists cluster made, by what decides them
+	// (listKey).
+	lists map[listKey]*nodeList
 }
 
 type gpuLabelKey struct {

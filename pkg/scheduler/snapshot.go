@@ -59,6 +59,7 @@ type snapshotter struct {
 	assumed       *assumeCache
 	matches       *view.MatchCache
 	pools         *view.PoolCache
+	models        *view.ModelCache
 	cel           *cel.Cache
 	// backoff, if set, keeps pods that earlier cycles left pending out
 	// while they back off, and marks the ones tried before (plan.Pod.Retry).
@@ -108,7 +109,7 @@ type snapshot struct {
 
 func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
 	return &snapshotter{schedulerName: cfg.SchedulerName, policy: cfg.Policy, maxPending: cfg.MaxPending,
-		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), pools: view.NewPoolCache(), autoGroups: cfg.AutoGroups, queueSet: cfg.QueueSet,
+		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), pools: view.NewPoolCache(), models: view.NewModelCache(), autoGroups: cfg.AutoGroups, queueSet: cfg.QueueSet,
 		cel: cel.NewCache(256, cel.Features{EnableConsumableCapacity: true})}
 }
 
@@ -119,7 +120,7 @@ var _ plan.Devices = (*anydevice.State)(nil)
 // build makes the snapshot of one cycle at now.
 func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,
-		CEL: s.cel, Matches: s.matches, Pools: s.pools})
+		CEL: s.cel, Matches: s.matches, Pools: s.pools, Models: s.models})
 	devs := anydevice.New(anydevice.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes})
 	queues, reservations, queueOf := s.cycleQueues()
 	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Devices: devs, Groups: in.groups, PDBs: in.pdbs,

@@ -50,6 +50,8 @@ const DefaultMarginPercent = 10
 // use.
 type Measured struct {
 	v *View
+	// id tells measurements apart (models remember the one they read).
+	id uint64
 	// down holds a reason by device id for devices reported unhealthy;
 	// nil when none is.
 	down []string
@@ -84,7 +86,7 @@ type MemoryExcess struct {
 // uuid is reported unhealthy takes all its devices (whole, MIG) down; a
 // MIG device reported unhealthy goes down alone.
 func (v *View) Measure(tel map[string]*gputel.Node, cfg MeasureConfig) *Measured {
-	m := &Measured{v: v, nodes: make(map[string]bool, len(tel))}
+	m := &Measured{v: v, id: usageClock.Add(1), nodes: make(map[string]bool, len(tel))}
 	borrow := v.borrowers(cfg.Claims)
 	margin := cfg.MarginPercent
 	if margin <= 0 {

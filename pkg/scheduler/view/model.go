@@ -5,7 +5,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"unsafe"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -24,13 +23,16 @@ import (
 type model struct {
 	// key hashes nodes (names, usable GPUs, grouping values) to tell
 	// models apart before comparing them.
-	key     uint64
-	nodes   []allocator.Node // what the cluster was built from
-	refs    []*Node
-	policy  string
-	typical []allocator.Request // the caller's slice (compared by identity)
-	cl      *allocator.Cluster
-	alloc   *allocator.Allocator
+	key    uint64
+	nodes  []allocator.Node // what the cluster was built from
+	refs   []*Node
+	policy string
+	// typical is the workload the policy was built for (a copy);
+	// typicalOf the caller's slice it last served, compared by identity
+	// before by content.
+	typical, typicalOf []allocator.Request
+	cl                 *allocator.Cluster
+	alloc              *allocator.Allocator
 	// want[i] are the binds node i was last asked to hold, in order;
 	// held[i] those of them the cluster took (a bind that fails means the
 	// state is over-allocated, and a fresh build skips it too).
@@ -38,8 +40,8 @@ type model struct {
 	// seen[i] is what sync last bound node i from; usageID and measured
 	// the usage (its device map) and measurement it read.
 	seen     []synced
-	usageID  unsafe.Pointer
-	measured *Measured
+	usageID  uint64
+	measured uint64
 }
 
 // bind is one [allocator.Cluster.Bind].
@@ -49,12 +51,14 @@ type bind struct {
 }
 
 func (b bind) equal(o bind) bool {
-	x, y := &b.r, &o.r
-	same := x.CPUMilli == y.CPUMilli && x.MemoryMiB == y.MemoryMiB && x.NumGPU == y.NumGPU && x.GPUMilli == y.GPUMilli &&
+	return sameRequest(&b.r, &o.r) && b.d.Node == o.d.Node && b.d.MIGStart == o.d.MIGStart &&
+		b.d.MilliPerGPU == o.d.MilliPerGPU && slices.Equal(b.d.GPUs, o.d.GPUs)
+}
+
+func sameRequest(x, y *allocator.Request) bool {
+	return x.CPUMilli == y.CPUMilli && x.MemoryMiB == y.MemoryMiB && x.NumGPU == y.NumGPU && x.GPUMilli == y.GPUMilli &&
 		slices.Equal(x.Models, y.Models) && x.GPUMemoryMiB == y.GPUMemoryMiB && x.GPUCoresPct == y.GPUCoresPct &&
 		x.MIGProfile == y.MIGProfile && x.MinGPUMemoryMiB == y.MinGPUMemoryMiB && x.MinComputeCapability == y.MinComputeCapability
-	return same && b.d.Node == o.d.Node && b.d.MIGStart == o.d.MIGStart &&
-		b.d.MilliPerGPU == o.d.MilliPerGPU && slices.Equal(b.d.GPUs, o.d.GPUs)
 }
 
 // maxModels bounds the models a view keeps; past it the oldest goes. Items
@@ -103,7 +107,7 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 		return nil, fmt.Errorf("no schedulable node has a device the request may use: %w", ErrNoFit)
 	}
 	md := nl.md
-	if md == nil || !slices.Contains(v.models, md) || md.policy != opt.Policy || !sameSlice(md.typical, opt.Typical) {
+	if md == nil || !slices.Contains(v.models.list, md) || !md.serves(opt) {
 		var err error
 		if md, err = v.modelFor(nl.key, nl.nodes, nl.refs, opt, nl.cached); err != nil {
 			return nil, err
@@ -144,7 +148,7 @@ type listKey struct {
 	shape    [2]int
 	caps     uint8
 	match    resourceapi.FullyQualifiedName
-	measured *Measured
+	measured uint64 // Measured.id; 0 none
 }
 
 // maxLists bounds View.lists; past it the lists are dropped.
@@ -156,9 +160,11 @@ func (v *View) nodeList(it *Item, m *Measured, excluded map[gpuRef]bool) *nodeLi
 	var k listKey
 	cacheable := len(excluded) == 0 && (it == nil || (it.sel != nil && len(it.tolerations) == 0))
 	if cacheable {
-		k.measured = m
 		if it != nil {
-			k = listKey{sel: it.sel, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute, measured: m}
+			k = listKey{sel: it.sel, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute}
+		}
+		if m != nil {
+			k.measured = m.id
 		}
 		if nl := v.lists[k]; nl != nil {
 			return nl
@@ -186,7 +192,12 @@ func (v *View) nodeList(it *Item, m *Measured, excluded map[gpuRef]bool) *nodeLi
 			gp := &n.GPUs[g]
 			use := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
 			domain := it.domain(n, gp)
-			labels := v.gpuLabels(domain, it.isMIG())
+			var labels map[string]string
+			if it == nil || it.MatchAttribute == "" {
+				labels = v.domainLabels(gp, it.isMIG())
+			} else {
+				labels = v.gpuLabels(domain, it.isMIG())
+			}
 			if use {
 				key = fnvString((key^1)*fnvPrime, domain)
 			} else {
@@ -220,13 +231,36 @@ func (v *View) nodeList(it *Item, m *Measured, excluded map[gpuRef]bool) *nodeLi
 	return nl
 }
 
+// ModelCache keeps the allocator models of views (see [model]) for the
+// next views: a cycle whose nodes are those of the last (their GPUs, what
+// an item may use) starts from the last cycle's models and re-binds only
+// the nodes whose usage differs, instead of building a cluster and
+// scoring every node again. It is not safe for concurrent use: one
+// scheduler loop builds its views in turn.
+type ModelCache struct {
+	// list is oldest first; a model found moves to the end.
+	list []*model
+	// labels are the allocator GPU labels by grouping value and MIG mode,
+	// shared by the models (the allocator only reads them) so that nodes
+	// compare by map identity.
+	labels map[gpuLabelKey]map[string]string
+}
+
+// maxLabels bounds ModelCache.labels (one per NVLink domain or
+// matchAttribute value, and MIG mode); past it they are dropped.
+const maxLabels = 1 << 16
+
+// NewModelCache returns an empty cache for [Inputs.Models].
+func NewModelCache() *ModelCache { return &ModelCache{} }
+
 // modelFor returns the view's model built from nodes (whose hash is key)
 // with opt's policy and typical workload, building it when the view has
 // none. A new model keeps nodes if owned, else a copy.
 func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Options, owned bool) (*model, error) {
-	for _, md := range v.models {
-		if md.key == key && md.policy == opt.Policy && sameSlice(md.typical, opt.Typical) && slices.EqualFunc(md.nodes, nodes, sameNode) {
+	for k, md := range v.models.list {
+		if md.key == key && md.serves(opt) && slices.EqualFunc(md.nodes, nodes, sameNode) {
 			md.refs = refs
+			v.models.list = append(slices.Delete(v.models.list, k, k+1), md)
 			return md, nil
 		}
 	}
@@ -241,13 +275,38 @@ func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Op
 	if err != nil {
 		return nil, err
 	}
-	md := &model{key: key, nodes: nodes, refs: refs, policy: opt.Policy, typical: opt.Typical, cl: cl,
+	md := &model{key: key, nodes: nodes, refs: refs, policy: opt.Policy, typical: cloneRequests(opt.Typical), typicalOf: opt.Typical, cl: cl,
 		alloc: allocator.New(cl, pol, opt.Rand), want: make([][]bind, len(nodes)), held: make([][]bind, len(nodes))}
-	if len(v.models) == maxModels {
-		v.models = slices.Delete(v.models, 0, 1)
+	if len(v.models.list) == maxModels {
+		v.models.list = slices.Delete(v.models.list, 0, 1)
 	}
-	v.models = append(v.models, md)
+	v.models.list = append(v.models.list, md)
 	return md, nil
+}
+
+// serves reports whether the model was built with opt's policy and
+// typical workload: the caller's slice it last served, else one alike (a
+// later cycle's), which it then remembers.
+func (md *model) serves(opt Options) bool {
+	if md.policy != opt.Policy {
+		return false
+	}
+	if sameSlice(md.typicalOf, opt.Typical) {
+		return true
+	}
+	if !slices.EqualFunc(md.typical, opt.Typical, func(a, b allocator.Request) bool { return sameRequest(&a, &b) }) {
+		return false
+	}
+	md.typicalOf = opt.Typical
+	return true
+}
+
+func cloneRequests(rs []allocator.Request) []allocator.Request {
+	out := slices.Clone(rs)
+	for i := range out {
+		out[i].Models = slices.Clone(out[i].Models)
+	}
+	return out
 }
 
 // synced is what model.sync last bound node i from: the node's usage
@@ -265,8 +324,12 @@ type synced struct {
 // left alone (its binds would come out the same); the others get their
 // binds again (update). The record is dropped when u or m is another's.
 func (md *model) sync(it *Item, u usage, m *Measured, used func(*Node) (int64, int64), allowed []bool) {
-	if id := reflect.ValueOf(u.dev).UnsafePointer(); id != md.usageID || m != md.measured || len(md.seen) != len(md.refs) {
-		md.usageID, md.measured = id, m
+	var mid uint64
+	if m != nil {
+		mid = m.id
+	}
+	if u.id != md.usageID || mid != md.measured || len(md.seen) != len(md.refs) {
+		md.usageID, md.measured = u.id, mid
 		md.seen = make([]synced, len(md.refs))
 	}
 	adjusted := it != nil && it.Kind == Fraction

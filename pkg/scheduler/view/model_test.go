@@ -41,81 +41,146 @@ func mixedCluster(t testing.TB, n int) *cluster {
 
 // TestModelMatchesFresh keeps one view (and so its allocator models)
 // across random placements, assumed allocations, releases, changing CPU
-// and memory use and node filters, and checks after every change that it
-// places exactly as a view built afresh from the same state does: the
-// models it updates node by node must hold what a new cluster would.
+// and memory use, node filters and typical workloads, and checks after
+// every change that it places exactly as a view built afresh from the same
+// state does: the models it updates node by node must hold what a new
+// cluster would. The same holds for a new view each step that takes its
+// models from the last ones (a ModelCache, as the scheduler's cycles do).
 func TestModelMatchesFresh(t *testing.T) {
 	base := mixedCluster(t, 9)
 	seeds := uint64(4)
 	if testing.Short() {
 		seeds = 2
 	}
-	for seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 11))
-			warm := base.build(t)
-			var assumed []Allocation // in warm, in order
-			cpu, mem := map[string]int64{}, map[string]int64{}
-			used := func(n *Node) (int64, int64) { return cpu[n.Name], mem[n.Name] }
-			for step := range 80 {
-				// The state changes at random first.
-				switch rng.IntN(4) {
-				case 0:
-					if len(assumed) > 0 {
-						k := rng.IntN(len(assumed))
-						warm.Release(assumed[k].Result)
-						assumed = slices.Delete(assumed, k, k+1)
-					}
-				case 1:
-					n := warm.Nodes()[rng.IntN(len(warm.Nodes()))]
-					cpu[n.Name] = int64(rng.IntN(int(n.CPUMilli) + 1))
-					mem[n.Name] = int64(rng.IntN(int(n.MemoryMiB) + 1))
-				}
-				var filter func(*Node) bool
-				if rng.IntN(4) == 0 {
-					skip := warm.Nodes()[rng.IntN(len(warm.Nodes()))].Name
-					filter = func(n *Node) bool { return n.Name != skip }
-				}
-				cl := randomClaim(rng, step)
-				optFor := func(v *View) Options {
-					ids := 0
-					return Options{Rand: rand.New(rand.NewPCG(uint64(step), 3)), NodeUsed: used, NodeFilter: filter,
-						NewShareID: func() types.UID { ids++; return types.UID(fmt.Sprint("share-", ids)) }}
-				}
-				fresh := base.build(t)
-				for _, a := range assumed {
-					if err := fresh.Assume(a); err != nil {
-						t.Fatal(err)
-					}
-				}
-				got, errw := place(t, warm, optFor(warm), cl)
-				want, errf := place(t, fresh, optFor(fresh), cl)
-				if g, w := describe(got, errw), describe(want, errf); g != w {
-					t.Fatalf("step %d: kept view placed\n%s\na fresh one\n%s", step, g, w)
-				}
-				if errw != nil && !errors.Is(errw, ErrNoFit) {
-					t.Fatalf("step %d: %v", step, errw)
-				}
-				if node := warm.Nodes()[rng.IntN(len(warm.Nodes()))]; rng.IntN(3) == 0 {
-					// A CPU-only pod too.
-					req := allocator.Request{CPUMilli: int64(rng.IntN(int(node.CPUMilli))), MemoryMiB: int64(rng.IntN(64 << 10))}
-					nw, ew := warm.PlaceNode(req, optFor(warm))
-					nf, ef := fresh.PlaceNode(req, optFor(fresh))
-					if fmt.Sprint(nw, ew) != fmt.Sprint(nf, ef) {
-						t.Fatalf("step %d: PlaceNode %+v: kept view %s %v, fresh %s %v", step, req, nw, ew, nf, ef)
-					}
-				}
-				if errw == nil && rng.IntN(3) > 0 {
-					if err := warm.Assume(got...); err != nil {
-						t.Fatal(err)
-					}
-					assumed = append(assumed, got...)
-				}
+	for _, carried := range []bool{false, true} {
+		for seed := range seeds {
+			t.Run(fmt.Sprintf("carried=%v/seed%d", carried, seed), func(t *testing.T) {
+				testModelMatchesFresh(t, base, seed, carried)
+			})
+		}
+	}
+}
+
+func testModelMatchesFresh(t *testing.T, base *cluster, seed uint64, carried bool) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	models := NewModelCache()
+	build := func(cache *ModelCache, assumed []Allocation) *View {
+		c := *base
+		c.in.Models = cache
+		v := c.build(t)
+		for _, a := range assumed {
+			if err := v.Assume(a); err != nil {
+				t.Fatal(err)
 			}
-			if len(warm.models) == 0 || len(warm.models) > maxModels {
-				t.Fatalf("kept view holds %d models, want 1 to %d", len(warm.models), maxModels)
+		}
+		return v
+	}
+	warm := build(models, nil)
+	var assumed []Allocation // in warm, in order
+	cpu, mem := map[string]int64{}, map[string]int64{}
+	used := func(n *Node) (int64, int64) { return cpu[n.Name], mem[n.Name] }
+	for step := range 80 {
+		// The state changes at random first.
+		switch rng.IntN(4) {
+		case 0:
+			if len(assumed) > 0 {
+				k := rng.IntN(len(assumed))
+				if !carried {
+					warm.Release(assumed[k].Result)
+				}
+				assumed = slices.Delete(assumed, k, k+1)
 			}
-		})
+		case 1:
+			n := warm.Nodes()[rng.IntN(len(warm.Nodes()))]
+			cpu[n.Name] = int64(rng.IntN(int(n.CPUMilli) + 1))
+			mem[n.Name] = int64(rng.IntN(int(n.MemoryMiB) + 1))
+		}
+		if carried {
+			warm = build(models, assumed)
+		}
+		var filter func(*Node) bool
+		if rng.IntN(4) == 0 {
+			skip := warm.Nodes()[rng.IntN(len(warm.Nodes()))].Name
+			filter = func(n *Node) bool { return n.Name != skip }
+		}
+		// A typical workload alike or not from step to step, in a new
+		// slice each time (as each cycle makes one).
+		var typical []allocator.Request
+		if rng.IntN(2) == 0 {
+			typical = []allocator.Request{{NumGPU: 1, GPUMilli: 1000}, {NumGPU: 1, GPUMilli: 250, Models: []string{"NVIDIA L40S"}}}
+		}
+		cl := randomClaim(rng, step)
+		optFor := func(v *View) Options {
+			ids := 0
+			return Options{Rand: rand.New(rand.NewPCG(uint64(step), 3)), NodeUsed: used, NodeFilter: filter, Typical: typical,
+				NewShareID: func() types.UID { ids++; return types.UID(fmt.Sprint("share-", ids)) }}
+		}
+		fresh := build(nil, assumed)
+		got, errw := place(t, warm, optFor(warm), cl)
+		want, errf := place(t, fresh, optFor(fresh), cl)
+		if g, w := describe(got, errw), describe(want, errf); g != w {
+			t.Fatalf("step %d: kept view placed\n%s\na fresh one\n%s", step, g, w)
+		}
+		if errw != nil && !errors.Is(errw, ErrNoFit) {
+			t.Fatalf("step %d: %v", step, errw)
+		}
+		if node := warm.Nodes()[rng.IntN(len(warm.Nodes()))]; rng.IntN(3) == 0 {
+			// A CPU-only pod too.
+			req := allocator.Request{CPUMilli: int64(rng.IntN(int(node.CPUMilli))), MemoryMiB: int64(rng.IntN(64 << 10))}
+			nw, ew := warm.PlaceNode(req, optFor(warm))
+			nf, ef := fresh.PlaceNode(req, optFor(fresh))
+			if fmt.Sprint(nw, ew) != fmt.Sprint(nf, ef) {
+				t.Fatalf("step %d: PlaceNode %+v: kept view %s %v, fresh %s %v", step, req, nw, ew, nf, ef)
+			}
+		}
+		if errw == nil && rng.IntN(3) > 0 {
+			if err := warm.Assume(got...); err != nil {
+				t.Fatal(err)
+			}
+			assumed = append(assumed, got...)
+		}
+	}
+	if len(models.list) == 0 || len(models.list) > maxModels {
+		t.Fatalf("kept views hold %d models, want 1 to %d", len(models.list), maxModels)
+	}
+}
+
+// TestModelCacheAcrossViews checks that a new view of the same nodes
+// takes the last view's model (its cluster kept, not rebuilt) and re-binds
+// only the node whose allocations changed in between.
+func TestModelCacheAcrossViews(t *testing.T) {
+	c := mixedCluster(t, 6)
+	c.in.Models = NewModelCache()
+	v := c.build(t)
+	allocs, err := place(t, v, Options{}, claim("a", fraction("gpu", "10Gi", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.commit(t, allocs)
+	md := c.in.Models.list[0]
+	cl, before := md.cl, slices.Clone(md.want)
+	v = c.build(t) // the claim is allocated now: the next view reads it from the API objects
+	allocs2, err := place(t, v, Options{}, claim("b", fraction("gpu", "10Gi", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.in.Models.list) != 1 || c.in.Models.list[0].cl != cl {
+		t.Fatalf("the second view built a model of its own (%d models)", len(c.in.Models.list))
+	}
+	changed := 0
+	for i := range md.want {
+		if !slices.EqualFunc(before[i], md.want[i], bind.equal) {
+			changed++
+			if md.refs[i].Name != allocs[0].Node {
+				t.Errorf("node %s re-bound, but only %s changed", md.refs[i].Name, allocs[0].Node)
+			}
+		}
+	}
+	if changed != 1 {
+		t.Fatalf("%d nodes re-bound in the second view, want 1 (the first claim's)", changed)
+	}
+	if allocs2[0].Node != allocs[0].Node {
+		t.Errorf("the second fraction went to %s, the first to %s: the policy packs fractions together", allocs2[0].Node, allocs[0].Node)
 	}
 }
 
@@ -156,16 +221,16 @@ func TestModelKeptAcrossPlacements(t *testing.T) {
 		if err := v.Assume(allocs...); err != nil {
 			t.Fatal(err)
 		}
-		if len(v.models) != 1 {
-			t.Fatalf("placement %d: %d models, want 1", i, len(v.models))
+		if len(v.models.list) != 1 {
+			t.Fatalf("placement %d: %d models, want 1", i, len(v.models.list))
 		}
 		if first == nil {
-			first = v.models[0].cl
-		} else if v.models[0].cl != first {
+			first = v.models.list[0].cl
+		} else if v.models.list[0].cl != first {
 			t.Fatalf("placement %d: the model's cluster was rebuilt", i)
 		}
 	}
-	md := v.models[0]
+	md := v.models.list[0]
 	before := slices.Clone(md.want)
 	seen := slices.Clone(md.seen)
 	allocs, err := place(t, v, Options{}, claim("last", fraction("gpu", "10Gi", "")))

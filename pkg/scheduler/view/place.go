@@ -217,7 +217,8 @@ func (it *Item) gpuUsable(n *Node, gp *GPU, m *Measured) bool {
 // the allocator only reads them.
 func (v *View) gpuLabels(domain string, mig bool) map[string]string {
 	k := gpuLabelKey{domain: domain, mig: mig}
-	if l, ok := v.labels[k]; ok {
+	c := v.models
+	if l, ok := c.labels[k]; ok {
 		return l
 	}
 	l := map[string]string{}
@@ -227,8 +228,24 @@ func (v *View) gpuLabels(domain string, mig bool) map[string]string {
 	if mig {
 		l[allocator.LabelMIG] = "true"
 	}
-	v.labels[k] = l
+	if len(c.labels) >= maxLabels || c.labels == nil {
+		c.labels = map[gpuLabelKey]map[string]string{}
+	}
+	c.labels[k] = l
 	return l
+}
+
+// domainLabels are gpuLabels for gp's NVLink domain, kept on gp: most
+// items group by it, and a node list asks for every GPU.
+func (v *View) domainLabels(gp *GPU, mig bool) map[string]string {
+	i := 0
+	if mig {
+		i = 1
+	}
+	if gp.labels[i] == nil {
+		gp.labels[i] = v.gpuLabels(gp.NVLinkDomain, mig)
+	}
+	return gp.labels[i]
 }
 
 // domain is the GPU's grouping label for the allocator: the value of the

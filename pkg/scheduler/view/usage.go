@@ -47,12 +47,16 @@ func (u *devUse) clone() *devUse {
 type usage struct {
 	dev  map[int32]*devUse
 	migs map[*GPU]int
+	// id tells usages apart (models remember the one they read).
+	id uint64
 }
 
-func newUsage() usage { return usage{dev: map[int32]*devUse{}, migs: map[*GPU]int{}} }
+func newUsage() usage {
+	return usage{dev: map[int32]*devUse{}, migs: map[*GPU]int{}, id: usageClock.Add(1)}
+}
 
 func (u usage) clone() usage {
-	out := usage{dev: make(map[int32]*devUse, len(u.dev)), migs: maps.Clone(u.migs)}
+	out := usage{dev: make(map[int32]*devUse, len(u.dev)), migs: maps.Clone(u.migs), id: usageClock.Add(1)}
 	for k, d := range u.dev {
 		out.dev[k] = d.clone()
 	}
@@ -63,7 +67,8 @@ func (u usage) clone() usage {
 func (u usage) migBusy(gp *GPU) bool { return u.migs[gp] > 0 }
 
 // usageClock numbers usage changes, across views: [touch] gives a node
-// the next number, so a number a model saw is never given again.
+// the next number, so a number a model saw is never given again. Usages
+// and measurements take their ids from it too.
 var usageClock atomic.Uint64
 
 // touch records that what n's devices hold (or what the measurement

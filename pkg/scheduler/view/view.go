@@ -88,6 +88,9 @@ type GPU struct {
 	// wholeDev and migDevs are the devices Whole and MIG name.
 	wholeDev *Device
 	migDevs  []*Device
+	// labels are the allocator labels by NVLink domain, MIG mode off and
+	// on (View.domainLabels), once asked for.
+	labels [2]map[string]string
 }
 
 // Node is one node with gpud's devices on it. Its pool is named after it.
@@ -109,7 +112,8 @@ type Node struct {
 	// devs are the node's devices in publication order (slices by name);
 	// their ids are consecutive.
 	devs []*Device
-	// usageVer changes whenever what the node's devices hold does (touch).
+	// usageVer changes whenever what the node's devices hold does (touch);
+	// a new view's nodes start with numbers no model has seen.
 	usageVer uint64
 }
 
@@ -128,15 +132,12 @@ type View struct {
 	matched map[string]*selection
 	// matches is the cross-view cache of selector results, if any.
 	matches *MatchCache
-	// labels are the allocator GPU labels by grouping value and MIG mode,
-	// shared (the allocator only reads them).
-	labels map[gpuLabelKey]map[string]string
 	// otherDevices: another driver publishes devices, so a claim no gpud
 	// device matches may be theirs (see [Other]).
 	otherDevices bool
 	// models are the allocator models placements share (see [model]);
 	// scratch is where [View.cluster] builds a node list.
-	models  []*model
+	models  *ModelCache
 	scratch []allocator.Node
 	// lists are the node lists cluster made, by what decides them
 	// (listKey).
@@ -212,6 +213,9 @@ type Inputs struct {
 	Matches *MatchCache
 	// Pools caches parsed pools across views; nil is none.
 	Pools *PoolCache
+	// Models keeps the allocator models across views; nil: the view
+	// keeps its own.
+	Models *ModelCache
 }
 
 // Nodes returns the view's nodes, sorted by name.
@@ -229,7 +233,10 @@ var celFeatures = cel.Features{EnableConsumableCapacity: true}
 func Build(in Inputs) (*View, []Skip) {
 	v := &View{byName: map[string]*Node{}, classes: map[string]*resourceapi.DeviceClass{},
 		usage: newUsage(), cel: in.CEL, matched: map[string]*selection{}, matches: in.Matches,
-		labels: map[gpuLabelKey]map[string]string{}}
+		models: in.Models}
+	if v.models == nil {
+		v.models = NewModelCache()
+	}
 	if v.cel == nil {
 		v.cel = cel.NewCache(256, celFeatures)
 	}
@@ -281,6 +288,7 @@ func Build(in Inputs) (*View, []Skip) {
 	}
 	slices.SortFunc(v.nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range v.nodes {
+		touch(n) // a number no model saw (as the usage id is new)
 		for _, d := range n.devs {
 			d.id, d.node = int32(len(v.devs)), n
 			v.devs = append(v.devs, d)

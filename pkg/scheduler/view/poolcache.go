@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -11,21 +12,25 @@ import (
 // PoolCache keeps parsed pools across views: a pool's devices, GPUs and
 // counter sets hold while its slices do (the same objects at the same
 // resourceVersions). Parsing every device of every node for every new
-// view is a fifth of a one-pod cycle otherwise. Each view gets its own
-// copies of the devices, so views never share mutable state. It is not
-// safe for concurrent use.
+// view is a fifth of a one-pod cycle otherwise. A node whose slices and
+// Kubernetes Node are the same objects as for the last view is that
+// view's node, taken over: only the latest view built through a cache
+// may be used (the scheduler builds one per cycle, in turn), since the
+// new view numbers the devices again. It is not safe for concurrent use.
 type PoolCache struct {
 	m map[string]*parsedPool // by pool name
 }
 
 // parsedPool is one pool as addPool left it, before a view numbered its
-// devices.
+// devices, and the node the last view made of it from kn.
 type parsedPool struct {
 	key      string
 	devs     []Device // in the node's device order
 	gpus     []GPU
 	counters map[string]map[string]resource.Quantity
 	skips    []Skip
+	node     *Node
+	kn       *corev1.Node
 }
 
 // maxPoolCache bounds a PoolCache in pools; it is emptied when full.
@@ -74,21 +79,42 @@ func poolKey(group []*resourceapi.ResourceSlice) (string, bool) {
 	return b.String(), true
 }
 
-// fill adds group's devices, GPUs and counter sets to n (fresh from
-// newNode), from the cache when the slices are unchanged, else by
-// parsing them (and remembering the parse).
-func (c *PoolCache) fill(n *Node, group []*resourceapi.ResourceSlice, skips *[]Skip) {
+// node returns the node of kn with group's devices, GPUs and counter
+// sets: the last view's node when the slices and kn are unchanged, a copy
+// of the parsed pool when only kn changed, else a node parsed afresh (and
+// the parse remembered).
+func (c *PoolCache) node(kn *corev1.Node, group []*resourceapi.ResourceSlice, skips *[]Skip) *Node {
 	key, cacheable := "", false
 	if c != nil {
 		key, cacheable = poolKey(group)
 	}
 	if cacheable {
-		if p := c.m[n.Name]; p != nil && p.key == key {
-			p.instantiate(n)
+		if p := c.m[kn.Name]; p != nil && p.key == key {
 			*skips = append(*skips, p.skips...)
-			return
+			if p.node == nil || p.kn != kn {
+				n := newNode(kn)
+				n.Generation = group[0].Spec.Pool.Generation
+				p.instantiate(n)
+				n.link()
+				p.node, p.kn = n, kn
+			}
+			return p.node
 		}
 	}
+	n := newNode(kn)
+	n.Generation = group[0].Spec.Pool.Generation
+	c.fill(n, group, key, cacheable, skips)
+	n.link()
+	if cacheable {
+		c.m[n.Name].node, c.m[n.Name].kn = n, kn
+	}
+	return n
+}
+
+// fill adds group's devices, GPUs and counter sets to n (fresh from
+// newNode) by parsing them, and remembers the parse under key if
+// cacheable.
+func (c *PoolCache) fill(n *Node, group []*resourceapi.ResourceSlice, key string, cacheable bool, skips *[]Skip) {
 	var own []Skip
 	addPool(n, group, &own)
 	*skips = append(*skips, own...)

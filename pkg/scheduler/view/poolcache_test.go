@@ -31,7 +31,7 @@ func versioned(c *cluster) {
 func nodeFacts(n *Node) string {
 	gpus := make([]GPU, len(n.GPUs))
 	for i, g := range n.GPUs {
-		g.wholeDev, g.migDevs = nil, nil
+		g.wholeDev, g.migDevs, g.labels = nil, nil, [2]map[string]string{} // labels: cached on use
 		gpus[i] = g
 	}
 	devs := make([]Device, len(n.devs))
@@ -43,9 +43,10 @@ func nodeFacts(n *Node) string {
 }
 
 // TestPoolCacheMatchesFresh: views built through a PoolCache hold the same
-// nodes as views parsed afresh and place random claims exactly alike;
-// two cached views share no device; a slice changed at a new
-// resourceVersion is parsed again.
+// nodes as views parsed afresh and place random claims exactly alike; the
+// next view takes over the nodes whose slices and Node objects did not
+// change; a slice changed at a new resourceVersion is parsed again, and a
+// node whose Node object changed is made again.
 func TestPoolCacheMatchesFresh(t *testing.T) {
 	c := mixedCluster(t, 6)
 	versioned(c)
@@ -74,11 +75,11 @@ func TestPoolCacheMatchesFresh(t *testing.T) {
 		}
 	}
 	for i, d := range first.devs {
-		if d == second.devs[i] || d.node == second.devs[i].node {
-			t.Fatalf("device %s shared between two cached views", d.Name)
+		if d != second.devs[i] || d.node != second.devs[i].node {
+			t.Fatalf("device %s: the second view made its own, want the first view's taken over", d.Name)
 		}
-		if d.id != int32(i) || second.devs[i].id != int32(i) {
-			t.Fatalf("device %s: ids %d and %d, want %d", d.Name, d.id, second.devs[i].id, i)
+		if second.devs[i].id != int32(i) {
+			t.Fatalf("device %s: id %d, want %d", d.Name, second.devs[i].id, i)
 		}
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -107,14 +108,47 @@ func TestPoolCacheMatchesFresh(t *testing.T) {
 	if changed == nil {
 		t.Fatal("no slice of node-02")
 	}
+	before := second.Node("node-02")
 	third, _ := Build(cached)
+	for _, n := range third.nodes {
+		if taken := n == second.Node(n.Name); taken != (n.Name != "node-02") {
+			t.Errorf("node %s taken over from the last view: %v, want %v (only node-02's slice changed)", n.Name, taken, n.Name != "node-02")
+		}
+	}
 	n := third.Node("node-02")
 	dev := n.Devices[changed.Spec.Devices[0].Name]
 	if got := n.GPUs[dev.GPU].Model; got != "NVIDIA Test GPU" {
 		t.Errorf("node-02 after its slice changed: model %q, want the new one", got)
 	}
-	if got := second.Node("node-02").GPUs[0].Model; got == "NVIDIA Test GPU" {
-		t.Errorf("an earlier view changed with the cache")
+	if got := before.GPUs[0].Model; got == "NVIDIA Test GPU" {
+		t.Errorf("an earlier view's node changed with the cache")
+	}
+
+	// A Node object changed (a new label): its node is made again, from
+	// the parsed pool, with the label.
+	for i, kn := range cached.Nodes {
+		if kn.Name == "node-03" {
+			kn = kn.DeepCopy()
+			kn.Labels = map[string]string{"zone": "b"}
+			cached.Nodes[i] = kn
+		}
+	}
+	old := third.Node("node-03")
+	fourth, _ := Build(cached)
+	n = fourth.Node("node-03")
+	if n == old || n.Labels["zone"] != "b" {
+		t.Fatalf("node-03 after its Node changed: taken over %v, labels %v; want a new node with zone=b", n == old, n.Labels)
+	}
+	for name, d := range n.Devices {
+		if d == old.Devices[name] {
+			t.Fatalf("node-03's device %s is the old node's", name)
+		}
+	}
+	if got, want := nodeFacts(n), nodeFacts(fresh.Node("node-03")); got != want {
+		t.Fatalf("node-03 made from the parsed pool:\n%s\nfresh:\n%s", got, want)
+	}
+	if fourth.Node("node-04") != third.Node("node-04") {
+		t.Errorf("node-04 not taken over, though nothing of it changed")
 	}
 }
 

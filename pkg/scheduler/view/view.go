@@ -266,9 +266,7 @@ func Build(in Inputs) (*View, []Skip) {
 			skips = append(skips, Skip{Kind: "ResourceSlice", Name: group[0].Name, Reason: fmt.Sprintf("node %q not found", pool)})
 			continue
 		}
-		n := newNode(kn)
-		n.Generation = group[0].Spec.Pool.Generation
-		in.Pools.fill(n, group, &skips)
+		n := in.Pools.node(kn, group, &skips)
 		if len(n.GPUs) > allocator.MaxGPUsPerNode {
 			skips = append(skips, Skip{Kind: "ResourceSlice", Name: group[0].Name,
 				Reason: fmt.Sprintf("pool %q has %d GPUs, more than %d", pool, len(n.GPUs), allocator.MaxGPUsPerNode)})
@@ -292,14 +290,6 @@ func Build(in Inputs) (*View, []Skip) {
 		for _, d := range n.devs {
 			d.id, d.node = int32(len(v.devs)), n
 			v.devs = append(v.devs, d)
-		}
-		for g := range n.GPUs {
-			gp := &n.GPUs[g]
-			gp.wholeDev = n.Devices[gp.Whole]
-			gp.migDevs = make([]*Device, len(gp.MIG))
-			for i, name := range gp.MIG {
-				gp.migDevs[i] = n.Devices[name]
-			}
 		}
 	}
 	for c := range LatestAllocated(in.Claims) {
@@ -334,6 +324,18 @@ func LatestAllocated(claims []*resourceapi.ResourceClaim) iter.Seq[*resourceapi.
 			if c != nil && c.Status.Allocation != nil && last[ClaimID(c)] == i && !yield(c) {
 				return
 			}
+		}
+	}
+}
+
+// link points n's GPUs at their devices.
+func (n *Node) link() {
+	for g := range n.GPUs {
+		gp := &n.GPUs[g]
+		gp.wholeDev = n.Devices[gp.Whole]
+		gp.migDevs = make([]*Device, len(gp.MIG))
+		for i, name := range gp.MIG {
+			gp.migDevs[i] = n.Devices[name]
 		}
 	}
 }

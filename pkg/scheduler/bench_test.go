@@ -69,7 +69,7 @@ func BenchmarkSnapshot(b *testing.B) {
 // pools=off is the same cycle parsing every pool afresh (no
 // view.PoolCache), the baseline of the pool cache.
 func BenchmarkCycle(b *testing.B) {
-	for _, nodes := range []int{64, 167, 2000} {
+	for _, nodes := range []int{64, 167, 2000, 3500} {
 		for _, pools := range []bool{true, false} {
 			b.Run(fmt.Sprintf("nodes=%d/pools=%s", nodes, map[bool]string{true: "on", false: "off"}[pools]), func(b *testing.B) { benchCycle(b, nodes, 1, pools) })
 		}
@@ -115,16 +115,10 @@ func benchCycle(b *testing.B, nodes, pending int, pools bool) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				sn := s.snap.build(in, t0)
-				bound := make([]*corev1.Pod, 0, len(sn.Bound))
-				for _, p := range sn.Bound {
-					bound = append(bound, p.Pod)
-				}
-				rc, err := s.rules.Cycle(b.Context(), in.nodes, bound)
+				sn, _, err := s.prepare(b.Context(), in, t0)
 				if err != nil {
 					b.Fatal(err)
 				}
-				sn.Rules = rc
 				if p := s.cfg.Decider.Decide(sn.Snapshot); len(p.Binds) != pending {
 					b.Fatalf("binds %d, pending %+v", len(p.Binds), p.Pending)
 				}

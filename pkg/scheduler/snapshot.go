@@ -117,6 +117,35 @@ func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
 // gpud does not model.
 var _ plan.Devices = (*anydevice.State)(nil)
 
+// placed returns a pod that has not ended with the node it is bound to
+// ("" none): for a bind the informer has not shown yet, a copy of the pod
+// with the node set. ok is false for pods that ended.
+func (s *snapshotter) placed(pod *corev1.Pod) (_ *corev1.Pod, node string, ok bool) {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil, "", false
+	}
+	node = pod.Spec.NodeName
+	if node == "" {
+		if n, bound := s.assumed.boundNode(pod.UID); bound {
+			cp := *pod
+			cp.Spec.NodeName = n
+			pod, node = &cp, n
+		}
+	}
+	return pod, node, true
+}
+
+// boundPods are the pods placed on nodes (see placed), for the rules.
+func (s *snapshotter) boundPods(pods []*corev1.Pod) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(pods))
+	for _, p := range pods {
+		if p, node, ok := s.placed(p); ok && node != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // build makes the snapshot of one cycle at now.
 func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,
@@ -141,16 +170,9 @@ func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	var pending []*plan.Pod
 	group := s.grouper(in.groups)
 	for _, pod := range in.pods {
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		pod, node, ok := s.placed(pod)
+		if !ok {
 			continue
-		}
-		node := pod.Spec.NodeName
-		if node == "" {
-			if n, ok := s.assumed.boundNode(pod.UID); ok {
-				cp := *pod
-				cp.Spec.NodeName = n
-				pod, node = &cp, n
-			}
 		}
 		if msg := annotationProblems(pod); msg != "" {
 			out.badAnnotations = append(out.badAnnotations, plan.Pending{Pod: &plan.Pod{Pod: pod}, Message: msg})

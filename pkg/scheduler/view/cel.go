@@ -53,7 +53,7 @@ func (v *View) selection(sel []resourceapi.DeviceSelector) (*selection, error) {
 	if s := v.matched[key]; s != nil {
 		return s, nil
 	}
-	s := &selection{eligible: make([]bool, len(v.devs))}
+	s := &selection{key: key, eligible: make([]bool, len(v.devs))}
 	seen := map[[2]int]bool{}
 	for _, n := range v.nodes {
 		nm, err := v.nodeMatch(key, n, sel)

@@ -62,6 +62,8 @@ type Measured struct {
 	adjust []int64
 	devs   map[int32]*devMeasure
 	nodes  map[string]bool
+	// downOn are the nodes with a device down.
+	downOn map[*Node]bool
 	downs  []DownDevice
 	over   []MemoryExcess
 }
@@ -159,6 +161,10 @@ func (m *Measured) setDown(d *Device, reason string, list bool) {
 		return
 	}
 	m.down[d.id] = reason
+	if m.downOn == nil {
+		m.downOn = map[*Node]bool{}
+	}
+	m.downOn[d.node] = true
 	if list {
 		m.downs = append(m.downs, DownDevice{Node: d.node.Name, Device: d.Name, Reason: reason, MIG: true})
 	}
@@ -293,6 +299,9 @@ func (m *Measured) isDown(d *Device) string {
 	}
 	return m.down[d.id]
 }
+
+// anyDown reports whether a device of n is reported down.
+func (m *Measured) anyDown(n *Node) bool { return m != nil && m.downOn[n] }
 
 // memAdjust is device d's memory adjustment in bytes.
 func (m *Measured) memAdjust(d *Device) int64 {

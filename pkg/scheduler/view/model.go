@@ -109,7 +109,7 @@ func (v *View) cluster(it *Item, u usage, opt Options, banned map[string]bool, p
 	md := nl.md
 	if md == nil || !slices.Contains(v.models.list, md) || !md.serves(opt) {
 		var err error
-		if md, err = v.modelFor(nl.key, nl.nodes, nl.refs, opt, nl.cached); err != nil {
+		if md, err = v.modelFor(nl.key, nl.nodes, nl.refs, opt); err != nil {
 			return nil, err
 		}
 		nl.md = md
@@ -134,8 +134,7 @@ type nodeList struct {
 	refs  []*Node
 	key   uint64
 	md    *model
-	// cached lists are kept in View.lists and own their nodes; the others
-	// are built in the view's scratch space.
+	// cached lists are kept in View.lists.
 	cached bool
 }
 
@@ -170,56 +169,42 @@ func (v *View) nodeList(it *Item, m *Measured, excluded map[gpuRef]bool) *nodeLi
 			return nl
 		}
 	}
-	// The node list is built in the view's scratch space: a list kept or a
-	// new model keeps a copy.
-	nodes := v.scratch[:0]
-	var refs []*Node
-	key := uint64(fnvOffset)
+	// A node's part of a list (which GPUs the item may use, their labels)
+	// depends on the node's devices and the item's kind, not on usage: it
+	// is kept on the node, which the next view takes over while its slices
+	// do not change (PoolCache), unless the measurement reports one of its
+	// devices down or the list is not kept.
+	var pk partKey
+	if cacheable && it != nil {
+		pk = partKey{sel: it.sel.key, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute}
+	}
+	nl := &nodeList{key: fnvOffset, cached: cacheable}
 	for _, n := range v.nodes {
 		if n.Unschedulable {
 			continue
 		}
-		var gpus []allocator.GPU
-		if k := len(nodes); k < cap(nodes) {
-			gpus = nodes[:k+1][k].GPUs
-		}
-		if cap(gpus) < len(n.GPUs) {
-			gpus = make([]allocator.GPU, len(n.GPUs))
-		}
-		an := allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: gpus[:len(n.GPUs)]}
-		usable := it == nil // a pod without devices may go to any node
-		for g := range n.GPUs {
-			gp := &n.GPUs[g]
-			use := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
-			domain := it.domain(n, gp)
-			var labels map[string]string
-			if it == nil || it.MatchAttribute == "" {
-				labels = v.domainLabels(gp, it.isMIG())
-			} else {
-				labels = v.gpuLabels(domain, it.isMIG())
+		var p *nodePart
+		if cacheable && !m.anyDown(n) {
+			if p = n.parts[pk]; p == nil {
+				p = v.nodePart(it, n, m, excluded)
+				if len(n.parts) >= maxParts || n.parts == nil {
+					n.parts = map[partKey]*nodePart{}
+				}
+				n.parts[pk] = p
 			}
-			if use {
-				key = fnvString((key^1)*fnvPrime, domain)
-			} else {
-				key = (key ^ 2) * fnvPrime
-			}
-			an.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
-				Labels: labels, Unhealthy: !use}
-			usable = usable || use
+		} else {
+			p = v.nodePart(it, n, m, excluded)
 		}
-		if usable {
-			key = fnvString(key, n.Name)
-			nodes = append(nodes, an)
-			refs = append(refs, n)
+		if p.usable {
+			nl.key = (nl.key ^ p.hash) * fnvPrime
+			nl.nodes = append(nl.nodes, p.node)
+			nl.refs = append(nl.refs, n)
 		}
 	}
-	v.scratch = nodes
 	if it.isMIG() {
-		key = (key ^ 3) * fnvPrime
+		nl.key = (nl.key ^ 3) * fnvPrime
 	}
-	nl := &nodeList{nodes: nodes, refs: refs, key: key, cached: cacheable}
 	if cacheable {
-		nl.nodes = cloneNodes(nodes)
 		if len(v.lists) >= maxLists {
 			clear(v.lists)
 		}
@@ -229,6 +214,57 @@ func (v *View) nodeList(it *Item, m *Measured, excluded map[gpuRef]bool) *nodeLi
 		v.lists[k] = nl
 	}
 	return nl
+}
+
+// partKey is what decides a node's part of a kept node list (see
+// listKey), told apart across views: the selectors by their key.
+type partKey struct {
+	sel   string
+	kind  Kind
+	shape [2]int
+	caps  uint8
+	match resourceapi.FullyQualifiedName
+}
+
+// maxParts bounds the parts a node keeps; past it they are dropped.
+const maxParts = 16
+
+// nodePart is node n as an item sees it: as an allocator node whose GPUs
+// the item may not use are marked unhealthy, whether it may use any, and
+// a hash of both (the GPUs' grouping values and the node's name) for the
+// list's key. Its GPUs are never changed once made.
+type nodePart struct {
+	node   allocator.Node
+	usable bool
+	hash   uint64
+}
+
+// nodePart works out n's part for it (nil: a pod without devices, which
+// may go to any node).
+func (v *View) nodePart(it *Item, n *Node, m *Measured, excluded map[gpuRef]bool) *nodePart {
+	p := &nodePart{node: allocator.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: make([]allocator.GPU, len(n.GPUs))},
+		usable: it == nil, hash: fnvOffset}
+	for g := range n.GPUs {
+		gp := &n.GPUs[g]
+		use := (len(excluded) == 0 || !excluded[gpuRef{n.Name, g}]) && (it == nil || it.gpuUsable(n, gp, m))
+		domain := it.domain(n, gp)
+		var labels map[string]string
+		if it == nil || it.MatchAttribute == "" {
+			labels = v.domainLabels(gp, it.isMIG())
+		} else {
+			labels = v.gpuLabels(domain, it.isMIG())
+		}
+		if use {
+			p.hash = fnvString((p.hash^1)*fnvPrime, domain)
+		} else {
+			p.hash = (p.hash ^ 2) * fnvPrime
+		}
+		p.node.GPUs[g] = allocator.GPU{Model: gp.Model, MemoryMiB: gp.MemoryBytes >> 20, ComputeCapability: gp.ComputeCapability,
+			Labels: labels, Unhealthy: !use}
+		p.usable = p.usable || use
+	}
+	p.hash = fnvString(p.hash, n.Name)
+	return p
 }
 
 // ModelCache keeps the allocator models of views (see [model]) for the
@@ -255,17 +291,14 @@ func NewModelCache() *ModelCache { return &ModelCache{} }
 
 // modelFor returns the view's model built from nodes (whose hash is key)
 // with opt's policy and typical workload, building it when the view has
-// none. A new model keeps nodes if owned, else a copy.
-func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Options, owned bool) (*model, error) {
+// none. A new model keeps nodes (whose GPU lists are never changed).
+func (v *View) modelFor(key uint64, nodes []allocator.Node, refs []*Node, opt Options) (*model, error) {
 	for k, md := range v.models.list {
 		if md.key == key && md.serves(opt) && slices.EqualFunc(md.nodes, nodes, sameNode) {
 			md.refs = refs
 			v.models.list = append(slices.Delete(v.models.list, k, k+1), md)
 			return md, nil
 		}
-	}
-	if !owned {
-		nodes = cloneNodes(nodes)
 	}
 	cl, err := allocator.NewCluster(nodes)
 	if err != nil {
@@ -387,15 +420,6 @@ func (md *model) update(i int, want []bind) {
 	}
 	md.held[i] = held
 	md.want[i] = cloneBinds(want)
-}
-
-// cloneNodes copies nodes and their GPU lists (the labels are shared).
-func cloneNodes(nodes []allocator.Node) []allocator.Node {
-	nodes = slices.Clone(nodes)
-	for i := range nodes {
-		nodes[i].GPUs = slices.Clone(nodes[i].GPUs)
-	}
-	return nodes
 }
 
 func cloneBinds(bs []bind) []bind {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -45,9 +46,11 @@ func mixedCluster(t testing.TB, n int) *cluster {
 // every change that it places exactly as a view built afresh from the same
 // state does: the models it updates node by node must hold what a new
 // cluster would. The same holds for a new view each step that takes its
-// models from the last ones (a ModelCache, as the scheduler's cycles do).
+// models from the last ones and its nodes from the last view (a ModelCache
+// and a PoolCache, as the scheduler's cycles do).
 func TestModelMatchesFresh(t *testing.T) {
 	base := mixedCluster(t, 9)
+	versioned(base) // the pool cache keeps only informer objects
 	seeds := uint64(4)
 	if testing.Short() {
 		seeds = 2
@@ -63,10 +66,13 @@ func TestModelMatchesFresh(t *testing.T) {
 
 func testModelMatchesFresh(t *testing.T, base *cluster, seed uint64, carried bool) {
 	rng := rand.New(rand.NewPCG(seed, 11))
-	models := NewModelCache()
+	models, pools := NewModelCache(), NewPoolCache()
 	build := func(cache *ModelCache, assumed []Allocation) *View {
 		c := *base
 		c.in.Models = cache
+		if cache != nil {
+			c.in.Pools = pools
+		}
 		v := c.build(t)
 		for _, a := range assumed {
 			if err := v.Assume(a); err != nil {
@@ -142,6 +148,9 @@ func testModelMatchesFresh(t *testing.T, base *cluster, seed uint64, carried boo
 	}
 	if len(models.list) == 0 || len(models.list) > maxModels {
 		t.Fatalf("kept views hold %d models, want 1 to %d", len(models.list), maxModels)
+	}
+	if carried && !slices.ContainsFunc(warm.Nodes(), func(n *Node) bool { return len(n.parts) > 0 }) {
+		t.Fatal("no node kept its parts of the node lists across views")
 	}
 }
 
@@ -272,3 +281,97 @@ func TestModelKeptAcrossPlacements(t *testing.T) {
 }
 
 var _ = resourceapi.DeviceRequest{}
+
+// TestNodeListPartsMatchWalk: the node lists a view makes from the parts
+// its nodes kept from the last view (one per kind of item: selectors,
+// whole or fraction, the capacities asked, each MIG shape, a
+// matchAttribute) are those a view built afresh makes by walking every
+// GPU, whatever order the kinds are asked in.
+func TestNodeListPartsMatchWalk(t *testing.T) {
+	base := mixedCluster(t, 6)
+	// One GPU without a cores capacity (usable by fractions asking memory
+	// only), so that kinds alike but for the capacities asked see
+	// different GPUs.
+	noCores := false
+	for _, sl := range base.in.Slices {
+		for i := range sl.Spec.Devices {
+			dev := &sl.Spec.Devices[i]
+			if _, ok := dev.Capacity["cores"]; ok && !noCores && *sl.Spec.NodeName == "node-02" {
+				delete(dev.Capacity, "cores")
+				noCores = true
+			}
+		}
+	}
+	if !noCores {
+		t.Fatal("fixture: no GPU of node-02 has a cores capacity")
+	}
+	versioned(base)
+	d := resourceapi.FullyQualifiedName("gpu.gpud.io/nvlinkDomain")
+	grouped := claim("grouped", exact("gpus", "gpu.gpud.io", 2))
+	grouped.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{MatchAttribute: &d}}
+	claims := []*resourceapi.ResourceClaim{
+		claim("whole", exact("gpus", "gpu.gpud.io", 1)),
+		claim("mem", fraction("gpu", "10Gi", "")),
+		claim("mem-cores", fraction("gpu", "10Gi", "20")),
+		claim("any-mig", exact("mig", "mig.gpud.io", 1)),
+		claim("mig-3g", migReq("mig", "3g.40gb")),
+		grouped,
+	}
+	models, pools := NewModelCache(), NewPoolCache()
+	build := func(cached bool) *View {
+		c := *base
+		if cached {
+			c.in.Models, c.in.Pools = models, pools
+		}
+		return c.build(t)
+	}
+	// lists describes the node list of every item of the claims, each MIG
+	// shape apart, and of a pod without devices, in the order given.
+	lists := func(v *View, order []int) []string {
+		var out []string
+		for _, k := range order {
+			items, _, err := v.Demand(claims[k : k+1])
+			if err != nil {
+				t.Fatalf("claim %s: %v", claims[k].Name, err)
+			}
+			for _, it := range items {
+				shapes := max(len(it.shapes), 1)
+				for s := range shapes {
+					if len(it.shapes) > 0 {
+						it.setShape(s)
+					}
+					out = append(out, fmt.Sprintf("%s shape %d: %s", claims[k].Name, s, describeList(v.nodeList(it, nil, nil))))
+				}
+			}
+		}
+		return append(out, "no devices: "+describeList(v.nodeList(nil, nil, nil)))
+	}
+	forward := []int{0, 1, 2, 3, 4, 5}
+	backward := []int{5, 4, 3, 2, 1, 0}
+	lists(build(true), forward) // the nodes keep their parts
+	kept := build(true)
+	if kept.Node("node-00") == nil || len(kept.Node("node-00").parts) == 0 {
+		t.Fatal("the second view's nodes kept no parts from the first")
+	}
+	for _, order := range [][]int{backward, forward} {
+		got, want := lists(kept, order), lists(build(false), order)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("from kept parts:\n%s\nwalking every GPU:\n%s", got[i], want[i])
+			}
+		}
+	}
+}
+
+// describeList prints a node list: each node with its GPUs' use and labels.
+func describeList(nl *nodeList) string {
+	var b strings.Builder
+	for i, n := range nl.nodes {
+		fmt.Fprintf(&b, "%s(%s):", n.Name, nl.refs[i].Name)
+		for _, g := range n.GPUs {
+			fmt.Fprintf(&b, " %s/%d/%v/%v", g.Model, g.MemoryMiB, g.Unhealthy, g.Labels)
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
+}

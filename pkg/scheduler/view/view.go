@@ -115,6 +115,9 @@ type Node struct {
 	// usageVer changes whenever what the node's devices hold does (touch);
 	// a new view's nodes start with numbers no model has seen.
 	usageVer uint64
+	// parts are the node's parts of node lists (View.nodeList), by kind
+	// of item.
+	parts map[partKey]*nodePart
 }
 
 // View is the cluster as gpud's scheduler sees it: nodes, devices, classes
@@ -135,10 +138,8 @@ type View struct {
 	// otherDevices: another driver publishes devices, so a claim no gpud
 	// device matches may be theirs (see [Other]).
 	otherDevices bool
-	// models are the allocator models placements share (see [model]);
-	// scratch is where [View.cluster] builds a node list.
-	models  *ModelCache
-	scratch []allocator.Node
+	// models are the allocator models placements share (see [model]).
+	models *ModelCache
 	// lists are the node lists cluster made, by what decides them
 	// (listKey).
 	lists map[listKey]*nodeList
@@ -154,6 +155,7 @@ type gpuLabelKey struct {
 // (compute, memory slices) with a profile name each, in node and device
 // order.
 type selection struct {
+	key        string // selectorKey
 	eligible   []bool
 	gpus, migs int
 	shapes     []migShape

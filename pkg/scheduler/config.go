@@ -98,11 +98,13 @@ type Config struct {
 	LeaderElection *LeaderElection
 	// Log receives decisions and errors; nil discards.
 	Log *slog.Logger
-	// Debounce is the least time between the end of one cycle and the
-	// start of the next on informer events, so that a burst of events is
-	// decided together; an event after a quiet spell of at least Debounce
-	// starts a cycle at once (one pod arriving alone is not delayed).
-	// Default [DefaultDebounce].
+	// Debounce is how long a cycle on informer events waits after the
+	// event, so that a burst of events is decided together and an event
+	// nobody waits on (a claim created ahead of its pod, a bind's own
+	// updates) does not start a cycle the next pod would wait out. A new
+	// pod of this scheduler, or a claim such a pod waits for, starts a
+	// cycle at once (one pod arriving alone is not delayed). Default
+	// [DefaultDebounce].
 	Debounce time.Duration
 	// Resync is the period of cycles without events; default
 	// [DefaultResync].

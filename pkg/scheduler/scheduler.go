@@ -590,11 +590,13 @@ func (s *Scheduler) learnRuntimes(ctx context.Context) func() {
 }
 
 // loop runs cycles until ctx ends: one at once, then one per burst of
-// informer events and one per Resync. A cycle on events starts at least
-// Debounce after the previous one ended, so that the events of a burst are
-// decided together, except when a new pod of this scheduler arrives: that
-// cycle starts at once (kube-scheduler has no such delay either; pods that
-// arrive while a cycle runs are decided together by the next).
+// informer events and one per Resync. A cycle on events starts Debounce
+// after the event, so that the events of a burst are decided together and
+// events nobody waits on (a claim created ahead of its pod, a bind's own
+// pod and claim updates) do not start a cycle that the pod arriving a
+// moment later would wait out; a new pod of this scheduler (an urgent
+// event) starts one at once (kube-scheduler has no such delay either;
+// pods that arrive while a cycle runs are decided together by the next).
 //
 // Binds run in workers apart from the cycles (bindQueue); loop returns
 // once the binds under way have stopped (ctx ended: they roll back what
@@ -608,7 +610,6 @@ func (s *Scheduler) loop(ctx context.Context) {
 	defer tick.Stop()
 	for ctx.Err() == nil {
 		s.cycle(ctx)
-		ended := time.Now()
 		// A cycle also runs when the first backed-off pod may retry.
 		var wake <-chan time.Time
 		var timer *time.Timer
@@ -635,8 +636,8 @@ func (s *Scheduler) loop(ctx context.Context) {
 		if timer != nil {
 			timer.Stop()
 		}
-		if gap := s.cfg.Debounce - time.Since(ended); gap > 0 && !urgent {
-			t := time.NewTimer(gap)
+		if !urgent {
+			t := time.NewTimer(s.cfg.Debounce)
 			select {
 			case <-ctx.Done():
 				t.Stop()

@@ -176,16 +176,7 @@ func TestModelCacheAcrossViews(t *testing.T) {
 	if len(c.in.Models.list) != 1 || c.in.Models.list[0].cl != cl {
 		t.Fatalf("the second view built a model of its own (%d models)", len(c.in.Models.list))
 	}
-	changed := 0
-	for i := range md.want {
-		if !slices.EqualFunc(before[i], md.want[i], bind.equal) {
-			changed++
-			if md.refs[i].Name != allocs[0].Node {
-				t.Errorf("node %s re-bound, but only %s changed", md.refs[i].Name, allocs[0].Node)
-			}
-		}
-	}
-	if changed != 1 {
+	if changed := reboundOnly(t, md, before, allocs[0].Node); changed != 1 {
 		t.Fatalf("%d nodes re-bound in the second view, want 1 (the first claim's)", changed)
 	}
 	if allocs2[0].Node != allocs[0].Node {
@@ -252,16 +243,7 @@ func TestModelKeptAcrossPlacements(t *testing.T) {
 	if _, err := place(t, v, Options{}, claim("probe", fraction("gpu", "10Gi", ""))); err != nil {
 		t.Fatal(err)
 	}
-	changed := 0
-	for i := range md.want {
-		if !slices.EqualFunc(before[i], md.want[i], bind.equal) {
-			changed++
-			if md.refs[i].Name != allocs[0].Node {
-				t.Errorf("node %s re-bound, but only %s changed", md.refs[i].Name, allocs[0].Node)
-			}
-		}
-	}
-	if changed != 1 {
+	if changed := reboundOnly(t, md, before, allocs[0].Node); changed != 1 {
 		t.Fatalf("%d nodes re-bound after one placement, want 1", changed)
 	}
 	// Only that node's binds were worked out again; the others' usage
@@ -361,6 +343,22 @@ func TestNodeListPartsMatchWalk(t *testing.T) {
 			}
 		}
 	}
+}
+
+// reboundOnly counts the nodes whose binds differ from before and reports
+// any that is not node.
+func reboundOnly(t *testing.T, md *model, before [][]bind, node string) int {
+	t.Helper()
+	changed := 0
+	for i := range md.want {
+		if !slices.EqualFunc(before[i], md.want[i], bind.equal) {
+			changed++
+			if md.refs[i].Name != node {
+				t.Errorf("node %s re-bound, but only %s changed", md.refs[i].Name, node)
+			}
+		}
+	}
+	return changed
 }
 
 // describeList prints a node list: each node with its GPUs' use and labels.

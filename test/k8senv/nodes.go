@@ -125,8 +125,16 @@ func (e *Env) WaitForPodBound(t testing.TB, namespace, name string, timeout time
 // pod is bound instead, or on timeout.
 func (e *Env) WaitForPodUnschedulable(t testing.TB, namespace, name string, timeout time.Duration) string {
 	t.Helper()
+	return e.WaitForPodUnschedulableWith(t, namespace, name, timeout)
+}
+
+// WaitForPodUnschedulableWith is WaitForPodUnschedulable for a message
+// holding every one of want: a reason that changes as the cluster does (a
+// gang's members arriving one by one) is waited out until it names them.
+func (e *Env) WaitForPodUnschedulableWith(t testing.TB, namespace, name string, timeout time.Duration, want ...string) string {
+	t.Helper()
 	var msg string
-	err := waitFor(nil, fmt.Sprintf("pod %s/%s to be marked unschedulable", namespace, name), timeout, func() error {
+	err := waitFor(nil, fmt.Sprintf("pod %s/%s to be marked unschedulable with %q", namespace, name, want), timeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		p, err := e.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -139,6 +147,11 @@ func (e *Env) WaitForPodUnschedulable(t testing.TB, namespace, name string, time
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 				msg = c.Message
+				for _, w := range want {
+					if !strings.Contains(msg, w) {
+						return fmt.Errorf("unschedulable with %q so far", msg)
+					}
+				}
 				return nil
 			}
 		}

@@ -38,7 +38,7 @@ type model struct {
 	// state is over-allocated, and a fresh build skips it too).
 	want, held [][]bind
 	// seen[i] is what sync last bound node i from; usageID and measured
-	// the usage (its device map) and measurement it read.
+	// the ids of the usage and the measurement it read (0: none).
 	seen     []synced
 	usageID  uint64
 	measured uint64

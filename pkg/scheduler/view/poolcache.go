@@ -88,38 +88,39 @@ func (c *PoolCache) node(kn *corev1.Node, group []*resourceapi.ResourceSlice, sk
 	if c != nil {
 		key, cacheable = poolKey(group)
 	}
+	var parsed *parsedPool
 	if cacheable {
 		if p := c.m[kn.Name]; p != nil && p.key == key {
 			*skips = append(*skips, p.skips...)
-			if p.node == nil || p.kn != kn {
-				n := newNode(kn)
-				n.Generation = group[0].Spec.Pool.Generation
-				p.instantiate(n)
-				n.link()
-				p.node, p.kn = n, kn
+			if p.node != nil && p.kn == kn {
+				return p.node
 			}
-			return p.node
+			parsed = p
 		}
 	}
 	n := newNode(kn)
 	n.Generation = group[0].Spec.Pool.Generation
-	c.fill(n, group, key, cacheable, skips)
+	if parsed != nil {
+		parsed.instantiate(n)
+	} else {
+		parsed = c.fill(n, group, key, cacheable, skips)
+	}
 	n.link()
-	if cacheable {
-		c.m[n.Name].node, c.m[n.Name].kn = n, kn
+	if parsed != nil {
+		parsed.node, parsed.kn = n, kn
 	}
 	return n
 }
 
 // fill adds group's devices, GPUs and counter sets to n (fresh from
 // newNode) by parsing them, and remembers the parse under key if
-// cacheable.
-func (c *PoolCache) fill(n *Node, group []*resourceapi.ResourceSlice, key string, cacheable bool, skips *[]Skip) {
+// cacheable (returned; nil when not).
+func (c *PoolCache) fill(n *Node, group []*resourceapi.ResourceSlice, key string, cacheable bool, skips *[]Skip) *parsedPool {
 	var own []Skip
 	addPool(n, group, &own)
 	*skips = append(*skips, own...)
 	if !cacheable {
-		return
+		return nil
 	}
 	p := &parsedPool{key: key, gpus: n.GPUs, counters: n.Counters, skips: own, devs: make([]Device, len(n.devs))}
 	for i, d := range n.devs {
@@ -131,6 +132,7 @@ func (c *PoolCache) fill(n *Node, group []*resourceapi.ResourceSlice, key string
 	c.m[n.Name] = p
 	// n keeps its own GPUs: the view fills their device pointers.
 	n.GPUs = append([]GPU(nil), n.GPUs...)
+	return p
 }
 
 // instantiate gives n copies of the pool's devices and GPUs; counter sets

@@ -67,7 +67,7 @@ type journalEntry struct {
 	assumed bool
 }
 
-func newCycle(cfg Config, s *plan.Snapshot) *cycle {
+func newCycle(cfg Config, s *plan.Snapshot, charges *boundCharges) *cycle {
 	c := &cycle{cfg: cfg, s: s, v: s.View, nodes: newNodeUse(s), items: map[*plan.Pod][]*view.Item{},
 		others: map[*plan.Pod][]view.Other{}, fit: newFitCache(), pre: newPreemptState(cfg.MaxPreemptionsPerCycle),
 		devices: s.Devices}
@@ -76,7 +76,7 @@ func newCycle(cfg Config, s *plan.Snapshot) *cycle {
 	}
 	c.tel = newMeasuredState(cfg, s)
 	c.fair = newFairShare(c.v.Nodes(), s.Queues)
-	c.chargeBound()
+	c.chargeBound(charges)
 	c.obj = newObjectives(cfg, s.Queues)
 	return c
 }
@@ -128,7 +128,9 @@ func (c *cycle) restore() {
 
 // chargeBound charges bound pods' usage to their queues (a claim shared
 // by several pods once, with the first).
-func (c *cycle) chargeBound() {
+func (c *cycle) chargeBound(kept *boundCharges) {
+	kept.start()
+	defer kept.end()
 	charged := map[string]bool{}
 	for _, p := range c.s.Bound {
 		q, err := c.fair.queueOf(p)
@@ -143,8 +145,17 @@ func (c *cycle) chargeBound() {
 			charged[view.ClaimID(cl)] = true
 			results = append(results, cl.Status.Allocation)
 		}
-		use, models := c.usageOf(p, p.Pod.Spec.NodeName, results)
-		c.fair.tree.Charge(q, use, models, 1)
+		if p.PluginDevices > 0 { // the node's model label counts, with the cluster's models
+			use, models := c.usageOf(p, p.Pod.Spec.NodeName, results)
+			c.fair.tree.Charge(q, use, models, 1)
+			continue
+		}
+		e, ok := kept.get(c.v, p.Pod, results)
+		if !ok {
+			use, models := c.usageOf(p, p.Pod.Spec.NodeName, results)
+			e = kept.put(c.v, p.Pod, results, use, models)
+		}
+		c.fair.tree.Charge(q, e.use, e.models, 1)
 	}
 }
 

@@ -163,6 +163,8 @@ func (c Config) withDefaults() Config {
 // preemption, backfill and reservations over the allocator's placements.
 type Gpud struct {
 	cfg Config
+	// charges are the bound pods' queue charges kept across Decide calls.
+	charges boundCharges
 }
 
 var _ plan.Decider = (*Gpud)(nil)
@@ -171,9 +173,12 @@ var _ plan.Decider = (*Gpud)(nil)
 func New(cfg Config) *Gpud { return &Gpud{cfg: cfg.withDefaults()} }
 
 // Decide implements plan.Decider. The snapshot's view is used for what-ifs
-// and restored before Decide returns.
+// and restored before Decide returns. Bound pods' objects and claims are
+// taken as informers give them, replaced and never changed in place: what
+// a bound pod counts against its queue is kept by object from one call to
+// the next.
 func (g *Gpud) Decide(s *plan.Snapshot) plan.Plan {
-	c := newCycle(g.cfg, s)
+	c := newCycle(g.cfg, s, &g.charges)
 	defer c.restore()
 	c.run()
 	if len(s.Queues) > 0 {

@@ -84,6 +84,9 @@ type env struct {
 	rules *rules.Rules
 	// classes are DeviceClasses besides the shipped ones (other drivers').
 	classes []*resourceapi.DeviceClass
+	// pools, if set, carries unchanged nodes from view to view, as the
+	// scheduler's snapshots do.
+	pools *view.PoolCache
 }
 
 func newEnv(t testing.TB) *env {
@@ -188,7 +191,7 @@ func (e *env) snapshotOf(bound, pending []*plan.Pod) *plan.Snapshot {
 	}
 	classes := append(shippedClasses(e.t), e.classes...)
 	v, skips := view.Build(view.Inputs{Slices: e.slices, Claims: claims, Classes: classes, Nodes: e.nodes,
-		Matches: e.matches, CEL: e.celCache})
+		Matches: e.matches, CEL: e.celCache, Pools: e.pools})
 	if len(skips) > 0 {
 		e.t.Fatalf("skips: %v", skips)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,72 +18,6 @@ import (
 // pods from.
 type frameworkSnapshot = *schedcache.Snapshot
 
-// newSnapshot is the upstream snapshot of nodes and the pods bound to
-// them, open for [Cycle.Add] and [Cycle.Remove]: the nodes alone, then each
-// pod added with its PodInfo from infos, kept from earlier cycles
-// (computing a pod's requests is most of building a snapshot, and a bound
-// pod's do not change while its object does not).
-func newSnapshot(nodes []*corev1.Node, pods []*corev1.Pod, infos *podInfos) (frameworkSnapshot, error) {
-	s := schedcache.NewSnapshot(nil, nodes)
-	_ = s.StartMutations() // a fresh snapshot has no session open
-	for _, p := range pods {
-		pi, err := infos.get(p)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.AddPod(pi, p.Spec.NodeName); err != nil {
-			return nil, fmt.Errorf("rules: add pod %s/%s: %w", p.Namespace, p.Name, err)
-		}
-	}
-	return s, nil
-}
-
-// podInfos keeps the upstream PodInfo of each bound pod across cycles, by
-// the pod object (informer objects are replaced, never changed, on
-// update), with its requests computed, so that cycles only read it.
-type podInfos struct {
-	mu   sync.Mutex
-	byID map[types.UID]podInfo
-	seen map[types.UID]bool // in the current generation
-}
-
-type podInfo struct {
-	pod *corev1.Pod
-	pi  *framework.PodInfo
-}
-
-// get returns pod's PodInfo, made once per pod object.
-func (c *podInfos) get(pod *corev1.Pod) (*framework.PodInfo, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byID == nil {
-		c.byID, c.seen = map[types.UID]podInfo{}, map[types.UID]bool{}
-	}
-	c.seen[pod.UID] = true
-	if e, ok := c.byID[pod.UID]; ok && e.pod == pod {
-		return e.pi, nil
-	}
-	pi, err := framework.NewPodInfo(pod)
-	if err != nil {
-		return nil, fmt.Errorf("rules: pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	pi.CalculateResource() // cached in pi now: later cycles only read it
-	c.byID[pod.UID] = podInfo{pod: pod, pi: pi}
-	return pi, nil
-}
-
-// prune drops the pods no cycle asked for since the last prune.
-func (c *podInfos) prune() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for uid := range c.byID {
-		if !c.seen[uid] {
-			delete(c.byID, uid)
-		}
-	}
-	clear(c.seen)
-}
-
 // Cycle is the rules over one decision cycle's cluster: nodes, the pods
 // bound to them, and the pods the cycle adds or takes away.
 type Cycle struct {
@@ -97,14 +30,16 @@ type Cycle struct {
 	gen  uint64
 	last *podCheck
 	r    *Rules
-	// nodes are the cycle's nodes by name; pods elsewhere do not count.
-	nodes map[string]bool
+	// l is the snapshot kept across cycles, epoch the cycle's number in
+	// it: a later Cycle ends this one.
+	l     *live
+	epoch uint64
 	// rejected is what Filter said of each pod, by UID ([Cycle.Rejected]),
 	// while no bound pod was released (what-ifs do not count).
 	rejected map[string]*rejection
-	// bound are the pods bound at the start, released those of them a
-	// what-if has taken away now.
-	bound, released map[types.UID]bool
+	// released are the pods bound at the start that a what-if has taken
+	// away now.
+	released map[types.UID]bool
 }
 
 // podCheck is one pod's PreFilter outcome at one generation.
@@ -123,34 +58,49 @@ type podCheck struct {
 // them (spec.nodeName set, not finished: every scheduler's). Pods without
 // a node, or on a node not listed (deleted), are ignored, as
 // kube-scheduler's snapshot leaves nodes without a Node object out.
+//
+// Cycles run one at a time: starting one ends the last (its Adds and
+// Removes are undone), which must not be used after. The NodeInfos are
+// kept from the last cycle and brought up to date with what changed
+// (see live); a change of the node set builds them again.
 func (r *Rules) Cycle(ctx context.Context, nodes []*corev1.Node, bound []*corev1.Pod) (*Cycle, error) {
-	known := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		if n != nil {
-			known[n.Name] = true
+	r.liveMu.Lock()
+	defer r.liveMu.Unlock()
+	l := r.live
+	if l != nil {
+		if err := l.rollback(r.cfg.Logger); err != nil {
+			r.cfg.Logger.Error(err, "rules snapshot rebuilt")
+			l = nil
 		}
 	}
-	pods := make([]*corev1.Pod, 0, len(bound))
-	for _, p := range bound {
-		if known[p.Spec.NodeName] {
-			pods = append(pods, p)
+	if l != nil && l.sameNodes(nodes) {
+		if err := l.update(r.cfg.Logger, nodes, bound); err != nil {
+			r.cfg.Logger.Error(err, "rules snapshot rebuilt")
+			l = nil
+		}
+	} else {
+		l = nil
+	}
+	if l == nil {
+		var err error
+		if l, err = r.newLive(ctx, nodes, bound, r.live); err != nil {
+			r.live = nil
+			return nil, err
 		}
 	}
-	snap, err := newSnapshot(nodes, pods, &r.infos)
-	if err != nil {
-		return nil, err
+	r.live = l
+	l.epoch++
+	return &Cycle{ctx: klog.NewContext(ctx, r.cfg.Logger), fw: l.fw, snap: l.snap, log: r.cfg.Logger, r: r, l: l,
+		epoch: l.epoch, released: map[types.UID]bool{}}, nil
+}
+
+// over says why the cycle may no longer change the snapshot: a later one
+// started.
+func (c *Cycle) over() error {
+	if c.l.epoch != c.epoch {
+		return fmt.Errorf("rules: %w", ErrCycleOver)
 	}
-	r.infos.prune()
-	fw, err := r.framework(ctx, snap)
-	if err != nil {
-		return nil, err
-	}
-	c := &Cycle{ctx: klog.NewContext(ctx, r.cfg.Logger), fw: fw, snap: snap, log: r.cfg.Logger, r: r, nodes: known,
-		bound: make(map[types.UID]bool, len(pods)), released: map[types.UID]bool{}}
-	for _, p := range pods {
-		c.bound[p.UID] = true
-	}
-	return c, nil
+	return nil
 }
 
 // check runs the pod's PreFilter plugins, or returns the result of the
@@ -199,7 +149,7 @@ func (c *Cycle) Filter(pod *corev1.Pod, node string) string {
 func (c *Cycle) Unresolvable(pod *corev1.Pod) (string, bool) {
 	pc := c.check(pod)
 	if pc.status.Code() == fwk.UnschedulableAndUnresolvable || pc.status.IsError() {
-		for n := range c.nodes {
+		for n := range c.l.nodes {
 			c.record(pod, n, pc.status.Plugin())
 		}
 		return reason(pc.status), true
@@ -238,8 +188,11 @@ func (c *Cycle) Score(pod *corev1.Pod, nodes []string) map[string]int64 {
 // Add counts pod on node from now on (a pod the cycle placed, or a
 // released one put back).
 func (c *Cycle) Add(pod *corev1.Pod, node string) error {
-	if !c.nodes[node] {
+	if c.l.nodes[node] == nil {
 		return nil // a deleted node's pods count nowhere
+	}
+	if err := c.over(); err != nil {
+		return err
 	}
 	cp := pod
 	if pod.Spec.NodeName != node {
@@ -255,22 +208,31 @@ func (c *Cycle) Add(pod *corev1.Pod, node string) error {
 	if err := c.snap.AddPod(pi, node); err != nil {
 		return fmt.Errorf("rules: add pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	c.l.journal = append(c.l.journal, change{added: true, pi: pi, node: node})
 	return nil
 }
 
 // Remove stops counting pod on node (a what-if that evicts it, or a
 // placement undone).
 func (c *Cycle) Remove(pod *corev1.Pod, node string) error {
-	if !c.nodes[node] {
+	if c.l.nodes[node] == nil {
 		return nil
 	}
+	if err := c.over(); err != nil {
+		return err
+	}
+	pi, err := c.l.podOn(node, pod.UID)
+	if err != nil {
+		return fmt.Errorf("rules: remove pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
 	c.gen++
-	if c.bound[pod.UID] {
+	if c.l.pods[pod.UID] != nil {
 		c.released[pod.UID] = true
 	}
 	if err := c.snap.RemovePod(c.log, pod, node); err != nil {
 		return fmt.Errorf("rules: remove pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	c.l.journal = append(c.l.journal, change{pi: pi, node: node})
 	return nil
 }
 

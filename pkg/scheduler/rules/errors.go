@@ -12,4 +12,7 @@ var (
 	ErrVolumes = errors.New("rules: volumes not bound")
 	// ErrNoNode is returned for a node the cycle does not have.
 	ErrNoNode = errors.New("rules: node not in the cycle")
+	// ErrCycleOver is returned by [Cycle.Add] and [Cycle.Remove] on a
+	// cycle a later [Rules.Cycle] has ended.
+	ErrCycleOver = errors.New("cycle ended by a later one")
 )

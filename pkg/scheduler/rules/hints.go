@@ -105,10 +105,10 @@ func (c *Cycle) record(pod *corev1.Pod, node string, plugins ...string) {
 // cluster may help it.
 func (c *Cycle) Rejected(pod *corev1.Pod) ([]string, bool) {
 	r := c.rejected[string(pod.UID)]
-	if r == nil || r.allowed || len(c.nodes) == 0 || r.nodes.Len() < len(c.nodes) {
+	if r == nil || r.allowed || len(c.l.nodes) == 0 || r.nodes.Len() < len(c.l.nodes) {
 		return nil, false
 	}
-	for n := range c.nodes {
+	for n := range c.l.nodes {
 		if !r.nodes.Has(n) {
 			return nil, false
 		}

@@ -89,9 +89,9 @@ type classesOnly struct {
 
 func (c classesOnly) DeviceClassResolver() fwk.DeviceClassResolver { return c.classes }
 
-// Rules builds one upstream framework per cycle over the registry and
-// profile it holds. It is safe for concurrent use: each [Cycle] has its
-// own framework and snapshot.
+// Rules runs kube-scheduler's plugins, built from the registry and
+// profile it holds, over a snapshot of the cluster kept across cycles.
+// One [Cycle] runs at a time.
 type Rules struct {
 	registry frameworkruntime.Registry
 	profile  *config.KubeSchedulerProfile
@@ -101,8 +101,10 @@ type Rules struct {
 	// vb is the VolumeBinding plugin every framework shares (once).
 	mu sync.Mutex
 	vb *volumebinding.VolumeBinding
-	// infos are the bound pods' PodInfos, kept across cycles.
-	infos podInfos
+	// live is the snapshot and framework kept across cycles, guarded by
+	// liveMu while a cycle starts.
+	liveMu sync.Mutex
+	live   *live
 	// hints are the plugins' cluster events and queueing hints.
 	hints hints
 }

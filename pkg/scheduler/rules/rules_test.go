@@ -416,30 +416,3 @@ func TestCyclesAddNoInformerHandlers(t *testing.T) {
 		return runtime.NumGoroutine() <= before+5
 	})
 }
-
-// TestPodInfosReused: a bound pod's PodInfo is made once per pod object
-// (the informer replaces the object on any update, so a changed pod gets a
-// new one) and dropped once no cycle has it.
-func TestPodInfosReused(t *testing.T) {
-	var c podInfos
-	a := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "a"}, Spec: corev1.PodSpec{NodeName: "n"}}
-	first, err := c.get(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again, _ := c.get(a); again != first {
-		t.Error("the same pod object got a new PodInfo")
-	}
-	updated := a.DeepCopy()
-	updated.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}}
-	got, _ := c.get(updated)
-	if got == first || got.CalculateResource().Resource.GetMilliCPU() != 2000 {
-		t.Errorf("an updated pod kept its old PodInfo (cpu %d)", got.CalculateResource().Resource.GetMilliCPU())
-	}
-	c.prune() // asked for this generation: kept
-	c.prune() // nobody asked since: dropped
-	if len(c.byID) != 0 {
-		t.Errorf("%d PodInfos kept after a generation without their pods", len(c.byID))
-	}
-}

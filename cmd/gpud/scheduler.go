@@ -63,6 +63,7 @@ type schedulerOptions struct {
 	autoGangs      bool
 	metricsAddr    string
 	leaderElect    bool
+	profiling      bool
 	leaseNamespace string
 	leaseDuration  time.Duration
 	renewDeadline  time.Duration
@@ -159,6 +160,7 @@ func (o *schedulerOptions) register(fs *flag.FlagSet, podNamespace string) {
 	fs.StringVar(&o.gangTopologyLabels, "gang-topology-labels", "", "comma-separated node labels a gang may name as its topology level (annotation gpud.io/gang-topology), besides nvlink, node, rack and zone; empty: only those")
 	fs.BoolVar(&o.autoGangs, "auto-gangs", true, "group the pods of Indexed Jobs, JobSets, LeaderWorkerSets, Kubeflow training jobs and RayClusters into gangs by their owners when no PodGroup names them (README: Gangs without PodGroups); false: only PodGroups make gangs")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address of the HTTP server: Prometheus /metrics, /healthz, /readyz (ready when the informers synced and this replica leads)")
+	fs.BoolVar(&o.profiling, "profiling", false, "also serve Go's profiles (/debug/pprof/: CPU, heap, goroutines) on --metrics-addr, as kube-scheduler's --profiling does; off by default: the port has no authentication")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader through a coordination.k8s.io Lease, so that of several replicas only one decides")
 	fs.StringVar(&o.leaseNamespace, "leader-elect-namespace", ns, "namespace of the Lease (named after --scheduler-name); default: the pod's namespace (POD_NAMESPACE), else "+defaultLeaseNamespace)
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", scheduler.DefaultLeaseDuration, "how long a lease holds without renewal: a replica waits this long before taking over from a leader that stopped")
@@ -434,8 +436,12 @@ func runScheduler(ctx context.Context, args []string, _, stderr io.Writer) error
 	log.Info("scheduler starting", "version", version, "scheduler_name", o.schedulerName, "policy", o.policy,
 		"queues", len(queues), "leader_elect", o.leaderElect, "metrics_addr", ln.Addr().String(), "podgroups", groups.APIs(),
 		"auto_gangs", autoGangs, "queue_objects", queueObjs.Served(), "learn_runtimes", o.learn.on, "learn_usage", usage != nil)
+	handler := s.Handler()
+	if o.profiling {
+		handler = httpserve.WithProfiling(handler)
+	}
 	tasks := []taskgroup.Task{
-		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, s.Handler(), "--metrics-addr", log) }},
+		{Run: func(ctx context.Context) error { return httpserve.Serve(ctx, ln, handler, "--metrics-addr", log) }},
 		{Run: groups.Run},
 	}
 	if workloads != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 )
 
@@ -41,4 +42,19 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, what string, lo
 		return fmt.Errorf("shutdown %s: %w", what, err)
 	}
 	return nil
+}
+
+// WithProfiling serves Go's profiles (net/http/pprof: /debug/pprof/, its
+// CPU profile, heap, goroutines, trace) beside h, as kube-scheduler's
+// --profiling does. The profiles tell a caller what the process runs and
+// holds; serve them only where the port is not reachable by everyone.
+func WithProfiling(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", h)
+	return mux
 }

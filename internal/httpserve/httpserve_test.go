@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +76,26 @@ func get(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// TestWithProfiling: the profiles are served beside the handler, whose
+// own paths still answer as before.
+func TestWithProfiling(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "metrics") })
+	h := WithProfiling(mux)
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || body != "metrics" {
+		t.Errorf("/metrics: %d %q", code, body)
+	}
+	if code, body := get("/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile:") {
+		t.Errorf("/debug/pprof/goroutine: %d %.80q", code, body)
+	}
+	if code, _ := get("/nothing"); code != http.StatusNotFound {
+		t.Errorf("/nothing: %d, want 404", code)
+	}
 }

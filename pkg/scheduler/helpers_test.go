@@ -92,6 +92,15 @@ type placeAll struct{ gang string }
 
 func (d placeAll) Decide(s *plan.Snapshot) plan.Plan {
 	var out plan.Plan
+	// Later pods see earlier ones' devices taken; the view is left as it
+	// came (plan.Decider: the next cycle's view starts from its usage).
+	defer func() {
+		for _, b := range out.Binds {
+			for _, a := range b.Allocations {
+				s.View.Release(a.Result)
+			}
+		}
+	}()
 	for _, p := range s.Pending {
 		items, _, err := s.View.Demand(p.Claims)
 		if err != nil {

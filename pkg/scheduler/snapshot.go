@@ -60,6 +60,7 @@ type snapshotter struct {
 	matches       *view.MatchCache
 	pools         *view.PoolCache
 	models        *view.ModelCache
+	usage         *view.UsageCache
 	cel           *cel.Cache
 	// backoff, if set, keeps pods that earlier cycles left pending out
 	// while they back off, and marks the ones tried before (plan.Pod.Retry).
@@ -109,7 +110,7 @@ type snapshot struct {
 
 func newSnapshotter(cfg Config, assumed *assumeCache) *snapshotter {
 	return &snapshotter{schedulerName: cfg.SchedulerName, policy: cfg.Policy, maxPending: cfg.MaxPending,
-		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), pools: view.NewPoolCache(), models: view.NewModelCache(), autoGroups: cfg.AutoGroups, queueSet: cfg.QueueSet,
+		queues: cfg.Queues, reservations: cfg.Reservations, assumed: assumed, matches: view.NewMatchCache(), pools: view.NewPoolCache(), models: view.NewModelCache(), usage: view.NewUsageCache(), autoGroups: cfg.AutoGroups, queueSet: cfg.QueueSet,
 		cel: cel.NewCache(256, cel.Features{EnableConsumableCapacity: true})}
 }
 
@@ -149,7 +150,7 @@ func (s *snapshotter) boundPods(pods []*corev1.Pod) []*corev1.Pod {
 // build makes the snapshot of one cycle at now.
 func (s *snapshotter) build(in inputs, now time.Time) *snapshot {
 	v, skips := view.Build(view.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes,
-		CEL: s.cel, Matches: s.matches, Pools: s.pools, Models: s.models})
+		CEL: s.cel, Matches: s.matches, Pools: s.pools, Models: s.models, Usage: s.usage})
 	devs := anydevice.New(anydevice.Inputs{Slices: in.slices, Claims: in.claims, Classes: in.classes, Nodes: in.nodes})
 	queues, reservations, queueOf := s.cycleQueues()
 	out := &snapshot{Snapshot: &plan.Snapshot{Now: now, View: v, Devices: devs, Groups: in.groups, PDBs: in.pdbs,

@@ -297,7 +297,10 @@ type Pending struct {
 	NominatedNode string
 }
 
-// Decider turns a snapshot into a plan. It must not modify the snapshot.
+// Decider turns a snapshot into a plan. It must not modify the snapshot:
+// what-ifs and placements it makes on the View (Assume, Release) are
+// undone before Decide returns, since the next cycle's view starts from
+// this one's usage (view.UsageCache).
 type Decider interface {
 	Decide(s *Snapshot) Plan
 }

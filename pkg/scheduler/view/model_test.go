@@ -55,23 +55,52 @@ func TestModelMatchesFresh(t *testing.T) {
 	if testing.Short() {
 		seeds = 2
 	}
-	for _, carried := range []bool{false, true} {
+	for _, mode := range []struct{ carried, claims bool }{{false, false}, {true, false}, {true, true}} {
 		for seed := range seeds {
-			t.Run(fmt.Sprintf("carried=%v/seed%d", carried, seed), func(t *testing.T) {
-				testModelMatchesFresh(t, base, seed, carried)
+			t.Run(fmt.Sprintf("carried=%v/claims=%v/seed%d", mode.carried, mode.claims, seed), func(t *testing.T) {
+				testModelMatchesFresh(t, base, seed, mode.carried, mode.claims)
 			})
 		}
 	}
 }
 
-func testModelMatchesFresh(t *testing.T, base *cluster, seed uint64, carried bool) {
+// testModelMatchesFresh: carried, a new view each step takes models and
+// nodes over from the last; claims, what was placed comes back as
+// allocated claims (each its own object, kept from step to step, as an
+// informer's), counted through a UsageCache, instead of Assume.
+func testModelMatchesFresh(t *testing.T, base *cluster, seed uint64, carried, claims bool) {
 	rng := rand.New(rand.NewPCG(seed, 11))
-	models, pools := NewModelCache(), NewPoolCache()
+	models, pools, usage := NewModelCache(), NewPoolCache(), NewUsageCache()
+	objects := map[*resourceapi.AllocationResult]*resourceapi.ResourceClaim{}
 	build := func(cache *ModelCache, assumed []Allocation) *View {
 		c := *base
 		c.in.Models = cache
 		if cache != nil {
 			c.in.Pools = pools
+		}
+		if claims {
+			if len(assumed) > 0 && rng.IntN(4) == 0 {
+				// A claim's status written again: a new object with a
+				// new allocation object of the same content.
+				a := assumed[rng.IntN(len(assumed))]
+				if obj := objects[a.Result]; obj != nil {
+					objects[a.Result] = obj.DeepCopy()
+				}
+			}
+			c.in.Claims = slices.Clone(c.in.Claims)
+			for _, a := range assumed {
+				obj := objects[a.Result]
+				if obj == nil {
+					obj = a.Claim.DeepCopy()
+					obj.Status.Allocation = a.Result
+					objects[a.Result] = obj
+				}
+				c.in.Claims = append(c.in.Claims, obj)
+			}
+			if cache != nil {
+				c.in.Usage = usage
+			}
+			return c.build(t)
 		}
 		v := c.build(t)
 		for _, a := range assumed {
@@ -82,6 +111,7 @@ func testModelMatchesFresh(t *testing.T, base *cluster, seed uint64, carried boo
 		return v
 	}
 	warm := build(models, nil)
+	lastUsage, carriedUsage := uint64(0), 0
 	var assumed []Allocation // in warm, in order
 	cpu, mem := map[string]int64{}, map[string]int64{}
 	used := func(n *Node) (int64, int64) { return cpu[n.Name], mem[n.Name] }
@@ -140,11 +170,24 @@ func testModelMatchesFresh(t *testing.T, base *cluster, seed uint64, carried boo
 			}
 		}
 		if errw == nil && rng.IntN(3) > 0 {
-			if err := warm.Assume(got...); err != nil {
-				t.Fatal(err)
+			// With claims the next view reads them from the claims; the
+			// usage this view holds goes to the next as it was.
+			if !claims {
+				if err := warm.Assume(got...); err != nil {
+					t.Fatal(err)
+				}
 			}
 			assumed = append(assumed, got...)
 		}
+		if claims {
+			if warm.usage.id == lastUsage {
+				carriedUsage++
+			}
+			lastUsage = warm.usage.id
+		}
+	}
+	if claims && carriedUsage < 40 {
+		t.Fatalf("the usage was carried to %d of 80 views", carriedUsage)
 	}
 	if len(models.list) == 0 || len(models.list) > maxModels {
 		t.Fatalf("kept views hold %d models, want 1 to %d", len(models.list), maxModels)

@@ -218,6 +218,9 @@ type Inputs struct {
 	// Models keeps the allocator models across views; nil: the view
 	// keeps its own.
 	Models *ModelCache
+	// Usage carries what claims take across views; nil: every claim is
+	// counted afresh.
+	Usage *UsageCache
 }
 
 // Nodes returns the view's nodes, sorted by name.
@@ -288,17 +291,21 @@ func Build(in Inputs) (*View, []Skip) {
 	}
 	slices.SortFunc(v.nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range v.nodes {
-		touch(n) // a number no model saw (as the usage id is new)
 		for _, d := range n.devs {
 			d.id, d.node = int32(len(v.devs)), n
 			v.devs = append(v.devs, d)
 		}
 	}
-	for c := range LatestAllocated(in.Claims) {
-		if err := v.usage.add(v, c.Status.Allocation, nil); err != nil {
-			skips = append(skips, Skip{Kind: "ResourceClaim", Name: c.Namespace + "/" + c.Name, Reason: err.Error()})
+	carried := in.Usage.carries(v.devs)
+	for _, n := range v.nodes {
+		// A number no model saw: every node when the usage is new (its
+		// id too), else the nodes made for this view. Carried nodes keep
+		// theirs while what their devices hold does not change.
+		if !carried || n.usageVer == 0 {
+			touch(n)
 		}
 	}
+	skips = append(skips, in.Usage.count(v, in.Claims)...)
 	return v, skips
 }
 

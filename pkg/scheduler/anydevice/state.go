@@ -63,6 +63,20 @@ type State struct {
 	// alloc is the allocator over the state as it was when it was made;
 	// nil after the state changed.
 	alloc structured.Allocator
+
+	// The counts above are made on first use (most cycles allocate nothing
+	// through this state, and counting every claim of a large cluster
+	// took a cycle milliseconds): until then claims are the claims to
+	// count and ops the Assumes and Releases to apply after them.
+	counted bool
+	claims  []*resourceapi.ResourceClaim
+	ops     []op
+}
+
+// op is an Assume (sign 1) or Release (-1) waiting for the counts.
+type op struct {
+	a    *resourceapi.AllocationResult
+	sign int
 }
 
 // New builds the state of the inputs.
@@ -88,10 +102,24 @@ func New(in Inputs) *State {
 			s.nodes[n.Name] = n
 		}
 	}
-	for c := range view.LatestAllocated(in.Claims) {
-		s.Assume(c.Status.Allocation)
-	}
+	s.claims = in.Claims
 	return s
+}
+
+// count makes the counts: every allocated claim, then the Assumes and
+// Releases so far.
+func (s *State) count() {
+	if s.counted {
+		return
+	}
+	s.counted = true
+	for c := range view.LatestAllocated(s.claims) {
+		s.add(c.Status.Allocation, 1)
+	}
+	for _, o := range s.ops {
+		s.add(o.a, o.sign)
+	}
+	s.claims, s.ops = nil, nil
 }
 
 // Assume counts an allocation's devices as taken from now on (one the
@@ -111,6 +139,15 @@ func (s *State) apply(a *resourceapi.AllocationResult, sign int) {
 	if s == nil || a == nil {
 		return
 	}
+	if !s.counted {
+		s.ops = append(s.ops, op{a, sign})
+		return
+	}
+	s.add(a, sign)
+}
+
+// add is apply on the counts.
+func (s *State) add(a *resourceapi.AllocationResult, sign int) {
 	s.alloc = nil
 	for _, r := range a.Devices.Results {
 		if ptr.Deref(r.AdminAccess, false) {
@@ -149,6 +186,7 @@ func (s *State) apply(a *resourceapi.AllocationResult, sign int) {
 
 // allocatedState is the state in the allocator's terms.
 func (s *State) allocatedState() structured.AllocatedState {
+	s.count()
 	st := structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
 	for id := range s.dedicated {

@@ -83,3 +83,23 @@ func TestAllocateRefusesBadInput(t *testing.T) {
 	var nilState *State
 	nilState.Assume(&resourceapi.AllocationResult{}) // must not panic
 }
+
+// TestAssumedBeforeFirstAllocate: Assumes and Releases made before the
+// state first allocates (the counts are made then) still count, after the
+// allocated claims and in their order.
+func TestAssumedBeforeFirstAllocate(t *testing.T) {
+	in := inputs()
+	held := nicClaim("held", 1, resourceapi.DeviceAllocationModeExactCount)
+	held.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "nic", Driver: driver, Pool: "n1", Device: "nic-0"}}}}
+	in.Claims = []*resourceapi.ResourceClaim{held}
+	s := New(in)
+	s.Release(held.Status.Allocation) // a what-if evicts the holder ...
+	other := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "nic", Driver: driver, Pool: "n1", Device: "nic-1"}}}}
+	s.Assume(other) // ... and a placement takes nic-1
+	res, err := s.Allocate("n1", []*resourceapi.ResourceClaim{nicClaim("a", 1, resourceapi.DeviceAllocationModeExactCount)})
+	if err != nil || len(res) != 1 || res[0].Devices.Results[0].Device != "nic-0" {
+		t.Fatalf("Allocate() = %+v, %v; want nic-0 (released) not nic-1 (assumed)", res, err)
+	}
+}

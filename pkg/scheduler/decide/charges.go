@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpud/gpud/pkg/allocator/jobs"
 	"github.com/gpud/gpud/pkg/scheduler/view"
@@ -15,22 +14,21 @@ import (
 // boundCharges keeps what each bound pod counts against its queue from
 // one cycle to the next: every cycle charges every bound pod, and working
 // a pod's use out again (its requests, each allocated device's GPU) was
-// most of a cycle's queue accounting at thousands of nodes. An entry
-// holds while the pod object, its claims' allocations and the view's
-// nodes they are on are the same objects (informers and the pool cache
-// replace, never change, them).
+// most of a cycle's queue accounting at thousands of nodes. Entries are
+// kept by pod object and hold while its claims' allocations and the
+// view's nodes they are on are the same objects (informers and the pool
+// cache replace, never change, them).
 type boundCharges struct {
 	mu sync.Mutex
 	// gen counts cycles; an entry not charged in the current one is
 	// dropped once the map holds more than the cycle charged.
 	gen     uint64
-	byPod   map[types.UID]*boundCharge
+	byPod   map[*corev1.Pod]*boundCharge
 	charged int
 }
 
 // boundCharge is one bound pod's use, with what it was worked out from.
 type boundCharge struct {
-	pod     *corev1.Pod
 	results []*resourceapi.AllocationResult
 	nodes   []*view.Node
 	use     jobs.Resources
@@ -42,7 +40,7 @@ type boundCharge struct {
 func (b *boundCharges) start() {
 	b.mu.Lock()
 	if b.byPod == nil {
-		b.byPod = map[types.UID]*boundCharge{}
+		b.byPod = map[*corev1.Pod]*boundCharge{}
 	}
 	b.gen++
 	b.charged = 0
@@ -54,9 +52,9 @@ func (b *boundCharges) end() {
 	if len(b.byPod) <= b.charged {
 		return
 	}
-	for uid, e := range b.byPod {
+	for pod, e := range b.byPod {
 		if e.gen != b.gen {
-			delete(b.byPod, uid)
+			delete(b.byPod, pod)
 		}
 	}
 }
@@ -64,8 +62,8 @@ func (b *boundCharges) end() {
 // get is the kept use of pod with results, when v's nodes under them are
 // those it was worked out on.
 func (b *boundCharges) get(v *view.View, pod *corev1.Pod, results []*resourceapi.AllocationResult) (*boundCharge, bool) {
-	e := b.byPod[pod.UID]
-	if e == nil || e.pod != pod || len(e.results) != len(results) {
+	e := b.byPod[pod]
+	if e == nil || len(e.results) != len(results) {
 		return nil, false
 	}
 	for i, r := range results {
@@ -94,8 +92,8 @@ func (b *boundCharges) put(v *view.View, pod *corev1.Pod, results []*resourceapi
 	for n := range resultNodes(v, results) {
 		nodes = append(nodes, n)
 	}
-	e := &boundCharge{pod: pod, results: results, nodes: nodes, use: use, models: models, gen: b.gen}
-	b.byPod[pod.UID] = e
+	e := &boundCharge{results: results, nodes: nodes, use: use, models: models, gen: b.gen}
+	b.byPod[pod] = e
 	b.charged++
 	return e
 }

@@ -131,6 +131,8 @@ func (c *cycle) restore() {
 func (c *cycle) chargeBound(kept *boundCharges) {
 	kept.start()
 	defer kept.end()
+	// Claims reserved for one consumer are that pod's own; only the
+	// others (shared, or not reserved yet) need remembering.
 	charged := map[string]bool{}
 	for _, p := range c.s.Bound {
 		q, err := c.fair.queueOf(p)
@@ -139,10 +141,15 @@ func (c *cycle) chargeBound(kept *boundCharges) {
 		}
 		var results []*resourceapi.AllocationResult
 		for _, cl := range p.Claims {
-			if cl == nil || cl.Status.Allocation == nil || charged[view.ClaimID(cl)] {
+			if cl == nil || cl.Status.Allocation == nil {
 				continue
 			}
-			charged[view.ClaimID(cl)] = true
+			if len(cl.Status.ReservedFor) != 1 || cl.Status.ReservedFor[0].UID != p.Pod.UID {
+				if charged[view.ClaimID(cl)] {
+					continue
+				}
+				charged[view.ClaimID(cl)] = true
+			}
 			results = append(results, cl.Status.Allocation)
 		}
 		if p.PluginDevices > 0 { // the node's model label counts, with the cluster's models

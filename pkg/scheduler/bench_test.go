@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"github.com/gpud/gpud/pkg/scheduler/plan"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +70,8 @@ func BenchmarkSnapshot(b *testing.B) {
 // BenchmarkCycle measures one whole cycle as a pod arriving alone sees it
 // (what sched-bench's feed latency is made of, without the API calls):
 // listing is left out; the snapshot, the placement rules over every node
-// and bound pod, and gpud's decision for one pending pod, on nodes×4 L40S
+// and bound pod, self-healing's check, the view's metrics, and gpud's
+// decision for one pending pod, on nodes×4 L40S
 // GPUs with nodes×2 bound pods holding a GPU each. 2,000 nodes is
 // make scale-bench's size where a cycle's rebuild, linear in nodes,
 // outgrows kube-scheduler's feed latency (docs/scale.md).
@@ -121,21 +123,25 @@ func benchCycle(b *testing.B, nodes, pending int, pools bool) {
 			if !pools {
 				s.snap.pools = nil
 			}
-			// One cycle first: what later cycles carry over (parsed
-			// pools, selector matches, models, the rules' NodeInfos,
-			// queue charges) is made once, as in a running scheduler.
-			if sn, _, err := s.prepare(b.Context(), in, t0); err != nil {
-				b.Fatal(err)
-			} else {
-				s.cfg.Decider.Decide(sn.Snapshot)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
+			// A cycle without its API writes: what cycleOn does before
+			// and around the decision.
+			cycle := func() plan.Plan {
 				sn, _, err := s.prepare(b.Context(), in, t0)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if p := s.cfg.Decider.Decide(sn.Snapshot); len(p.Binds) != pending {
+				s.heal(b.Context(), sn, in.slices, t0)
+				s.m.observeView(sn.View, sn.claims, sn.skips)
+				return s.cfg.Decider.Decide(sn.Snapshot)
+			}
+			// One cycle first: what later cycles carry over (parsed
+			// pools, selector matches, models, usage, the rules'
+			// NodeInfos, queue charges) is made once, as in a running
+			// scheduler.
+			cycle()
+			b.ReportAllocs()
+			for b.Loop() {
+				if p := cycle(); len(p.Binds) != pending {
 					b.Fatalf("binds %d, pending %+v", len(p.Binds), p.Pending)
 				}
 			}

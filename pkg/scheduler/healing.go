@@ -264,6 +264,33 @@ type healDevice struct {
 // whether any device failed (without one, the pods are left out).
 func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[string]*gputel.Node, now time.Time) (in heal.Input, failed bool) {
 	type devKey struct{ pool, name string }
+	for _, sl := range slices {
+		if sl.Spec.Driver != view.DriverName {
+			continue
+		}
+		for i := range sl.Spec.Devices {
+			for _, t := range sl.Spec.Devices[i].Taints {
+				failed = failed || t.Effect == resourceapi.DeviceTaintEffectNoExecute
+			}
+		}
+	}
+	in = heal.Input{Now: now, Unhealthy: map[heal.DeviceKey]string{}}
+	for node, nt := range tel {
+		for uuid, d := range nt.Devices {
+			// Only failures no workload survives, as for the agent's
+			// NoExecute taints; the rest keep new pods off the GPU.
+			if d.Unhealthy && gpu.Fatal(gpu.Unhealthy, d.HealthReason) {
+				in.Unhealthy[heal.DeviceKey{Node: node, UUID: uuid}] = d.HealthReason
+				failed = true
+			}
+		}
+	}
+	if !failed {
+		return in, false
+	}
+	// Something failed: the devices by pool and name, for the pods'
+	// allocations (made only now: at thousands of nodes, most of a
+	// cycle's time when every cycle made it).
 	devs := map[devKey]healDevice{}
 	for _, sl := range slices {
 		if sl.Spec.Driver != view.DriverName {
@@ -280,25 +307,10 @@ func healInput(bound []*plan.Pod, slices []*resourceapi.ResourceSlice, tel map[s
 			for _, t := range d.Taints {
 				if t.Effect == resourceapi.DeviceTaintEffectNoExecute {
 					hd.taints = append(hd.taints, t)
-					failed = true
 				}
 			}
 			devs[devKey{sl.Spec.Pool.Name, d.Name}] = hd
 		}
-	}
-	in = heal.Input{Now: now, Unhealthy: map[heal.DeviceKey]string{}}
-	for node, nt := range tel {
-		for uuid, d := range nt.Devices {
-			// Only failures no workload survives, as for the agent's
-			// NoExecute taints; the rest keep new pods off the GPU.
-			if d.Unhealthy && gpu.Fatal(gpu.Unhealthy, d.HealthReason) {
-				in.Unhealthy[heal.DeviceKey{Node: node, UUID: uuid}] = d.HealthReason
-				failed = true
-			}
-		}
-	}
-	if !failed {
-		return in, false
 	}
 	for _, b := range bound {
 		pod := b.Pod

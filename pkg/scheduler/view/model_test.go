@@ -311,7 +311,8 @@ var _ = resourceapi.DeviceRequest{}
 // its nodes kept from the last view (one per kind of item: selectors,
 // whole or fraction, the capacities asked, each MIG shape, a
 // matchAttribute) are those a view built afresh makes by walking every
-// GPU, whatever order the kinds are asked in.
+// GPU, whatever order the kinds are asked in; so is what the nodes offer
+// each kind at most (View.MostPerNode).
 func TestNodeListPartsMatchWalk(t *testing.T) {
 	base := mixedCluster(t, 6)
 	// One GPU without a cores capacity (usable by fractions asking memory
@@ -329,6 +330,19 @@ func TestNodeListPartsMatchWalk(t *testing.T) {
 	}
 	if !noCores {
 		t.Fatal("fixture: no GPU of node-02 has a cores capacity")
+	}
+	// One MIG GPU without its 7g placement, so that MIG shapes see
+	// different GPUs (every other MIG GPU offers every shape).
+	no7g := false
+	for _, sl := range base.in.Slices {
+		sl.Spec.Devices = slices.DeleteFunc(sl.Spec.Devices, func(d resourceapi.Device) bool {
+			gone := *sl.Spec.NodeName == "node-01" && d.Name == "gpu-0-mig-7g40gb-0"
+			no7g = no7g || gone
+			return gone
+		})
+	}
+	if !no7g {
+		t.Fatal("fixture: node-01 has no gpu-0-mig-7g40gb-0")
 	}
 	versioned(base)
 	d := resourceapi.FullyQualifiedName("gpu.gpud.io/nvlinkDomain")
@@ -352,7 +366,13 @@ func TestNodeListPartsMatchWalk(t *testing.T) {
 	}
 	// lists describes the node list of every item of the claims, each MIG
 	// shape apart, and of a pod without devices, in the order given.
-	lists := func(v *View, order []int) []string {
+	// walk: every node's part worked out afresh (an exclusion of no GPU
+	// keeps the list from parts), the reference.
+	lists := func(v *View, order []int, walk bool) []string {
+		var none map[gpuRef]bool
+		if walk {
+			none = map[gpuRef]bool{{node: "no such node"}: true}
+		}
 		var out []string
 		for _, k := range order {
 			items, _, err := v.Demand(claims[k : k+1])
@@ -365,7 +385,14 @@ func TestNodeListPartsMatchWalk(t *testing.T) {
 					if len(it.shapes) > 0 {
 						it.setShape(s)
 					}
-					out = append(out, fmt.Sprintf("%s shape %d: %s", claims[k].Name, s, describeList(v.nodeList(it, nil, nil))))
+					// What nodes offer the item, kept on them too, against
+					// a walk of every device.
+					for _, n := range v.nodes {
+						if got, want := offers(it, n), mostOn(it, n); got != want {
+							t.Fatalf("%s shape %d on %s: offers %+v, walking its devices %+v", claims[k].Name, s, n.Name, got, want)
+						}
+					}
+					out = append(out, fmt.Sprintf("%s shape %d: %s", claims[k].Name, s, describeList(v.nodeList(it, nil, none))))
 				}
 			}
 		}
@@ -373,13 +400,13 @@ func TestNodeListPartsMatchWalk(t *testing.T) {
 	}
 	forward := []int{0, 1, 2, 3, 4, 5}
 	backward := []int{5, 4, 3, 2, 1, 0}
-	lists(build(true), forward) // the nodes keep their parts
+	lists(build(true), forward, false) // the nodes keep their parts
 	kept := build(true)
 	if kept.Node("node-00") == nil || len(kept.Node("node-00").parts) == 0 {
 		t.Fatal("the second view's nodes kept no parts from the first")
 	}
 	for _, order := range [][]int{backward, forward} {
-		got, want := lists(kept, order), lists(build(false), order)
+		got, want := lists(kept, order, false), lists(build(false), order, true)
 		for i := range want {
 			if got[i] != want[i] {
 				t.Fatalf("from kept parts:\n%s\nwalking every GPU:\n%s", got[i], want[i])

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -24,7 +25,10 @@ type PoolCache struct {
 // parsedPool is one pool as addPool left it, before a view numbered its
 // devices, and the node the last view made of it from kn.
 type parsedPool struct {
-	key      string
+	key string
+	// group are the slice objects key was made from: the same objects
+	// (informers replace, never change, them) have the same key.
+	group    []*resourceapi.ResourceSlice
 	devs     []Device // in the node's device order
 	gpus     []GPU
 	counters map[string]map[string]resource.Quantity
@@ -86,11 +90,18 @@ func poolKey(group []*resourceapi.ResourceSlice) (string, bool) {
 func (c *PoolCache) node(kn *corev1.Node, group []*resourceapi.ResourceSlice, skips *[]Skip) *Node {
 	key, cacheable := "", false
 	if c != nil {
-		key, cacheable = poolKey(group)
+		if p := c.m[kn.Name]; p != nil && slices.Equal(p.group, group) {
+			key, cacheable = p.key, true
+		} else {
+			key, cacheable = poolKey(group)
+		}
 	}
 	var parsed *parsedPool
 	if cacheable {
 		if p := c.m[kn.Name]; p != nil && p.key == key {
+			if !slices.Equal(p.group, group) { // new objects, same versions
+				p.group = slices.Clone(group)
+			}
 			*skips = append(*skips, p.skips...)
 			if p.node != nil && p.kn == kn {
 				return p.node
@@ -122,7 +133,7 @@ func (c *PoolCache) fill(n *Node, group []*resourceapi.ResourceSlice, key string
 	if !cacheable {
 		return nil
 	}
-	p := &parsedPool{key: key, gpus: n.GPUs, counters: n.Counters, skips: own, devs: make([]Device, len(n.devs))}
+	p := &parsedPool{key: key, group: slices.Clone(group), gpus: n.GPUs, counters: n.Counters, skips: own, devs: make([]Device, len(n.devs))}
 	for i, d := range n.devs {
 		p.devs[i] = *d
 	}

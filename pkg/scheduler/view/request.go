@@ -408,19 +408,52 @@ func capBits[V any](caps map[resourceapi.QualifiedName]V) uint8 {
 // device: what says a request can never fit, whatever is freed.
 func (v *View) MostPerNode(it *Item) (devices int, fractionMemory int64) {
 	for _, n := range v.nodes {
-		count := 0
-		for _, d := range n.devs {
-			if !it.usable(n, d) {
-				continue
-			}
-			count++
-			if it.Kind == Fraction {
-				if c, ok := d.Capacity[CapacityMemory]; ok {
-					fractionMemory = max(fractionMemory, c.Value.Value())
-				}
-			}
-		}
-		devices = max(devices, count)
+		m := offers(it, n)
+		devices, fractionMemory = max(devices, m.devices), max(fractionMemory, m.fractionMemory)
 	}
 	return devices, fractionMemory
+}
+
+// offers is what n offers it: kept on the node for items without device
+// tolerations, since it depends on the node's devices and the item's
+// kind, not on usage (later views take the node over while its slices
+// do not change, as its parts of node lists).
+func offers(it *Item, n *Node) nodeMost {
+	if it.sel == nil || len(it.tolerations) > 0 {
+		return mostOn(it, n)
+	}
+	pk := partKey{sel: it.sel.key, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute}
+	m, ok := n.most[pk]
+	if !ok {
+		m = mostOn(it, n)
+		if n.most == nil {
+			n.most = map[partKey]nodeMost{}
+		}
+		n.most[pk] = m
+	}
+	return m
+}
+
+// nodeMost is what one node offers an item: [View.MostPerNode] on it alone.
+type nodeMost struct {
+	devices        int
+	fractionMemory int64
+}
+
+// mostOn counts the devices of n that it may use, with the largest memory
+// among them for a fraction.
+func mostOn(it *Item, n *Node) nodeMost {
+	var m nodeMost
+	for _, d := range n.devs {
+		if !it.usable(n, d) {
+			continue
+		}
+		m.devices++
+		if it.Kind == Fraction {
+			if c, ok := d.Capacity[CapacityMemory]; ok {
+				m.fractionMemory = max(m.fractionMemory, c.Value.Value())
+			}
+		}
+	}
+	return m
 }

@@ -116,8 +116,9 @@ type Node struct {
 	// a new view's nodes start with numbers no model has seen.
 	usageVer uint64
 	// parts are the node's parts of node lists (View.nodeList), by kind
-	// of item.
+	// of item; most what it offers each kind (View.MostPerNode).
 	parts map[partKey]*nodePart
+	most  map[partKey]nodeMost
 }
 
 // View is the cluster as gpud's scheduler sees it: nodes, devices, classes

@@ -22,24 +22,29 @@ const (
 )
 
 // metrics are the scheduler's Prometheus metrics, on its own registry.
+// gpuMemoryEvery is how often the GPU memory gauges are worked out.
+const gpuMemoryEvery = time.Second
+
 type metrics struct {
-	reg        *prometheus.Registry
-	attempts   *prometheus.CounterVec
-	cycle      prometheus.Histogram
-	podLatency prometheus.Histogram
-	pending    *prometheus.GaugeVec
-	oldest     *prometheus.GaugeVec
-	preempts   prometheus.Counter
-	victims    prometheus.Counter
-	binds      prometheus.Counter
-	conflicts  prometheus.Counter
-	rollbacks  prometheus.Counter
-	gpuMemory  *prometheus.GaugeVec
-	skipped    *prometheus.GaugeVec
-	leader     prometheus.Gauge
-	queueUsed  *prometheus.GaugeVec
-	queueGuar  *prometheus.GaugeVec
-	queueLimit *prometheus.GaugeVec
+	// gpuMemoryAt is when the GPU memory gauges were last worked out.
+	gpuMemoryAt time.Time
+	reg         *prometheus.Registry
+	attempts    *prometheus.CounterVec
+	cycle       prometheus.Histogram
+	podLatency  prometheus.Histogram
+	pending     *prometheus.GaugeVec
+	oldest      *prometheus.GaugeVec
+	preempts    prometheus.Counter
+	victims     prometheus.Counter
+	binds       prometheus.Counter
+	conflicts   prometheus.Counter
+	rollbacks   prometheus.Counter
+	gpuMemory   *prometheus.GaugeVec
+	skipped     *prometheus.GaugeVec
+	leader      prometheus.Gauge
+	queueUsed   *prometheus.GaugeVec
+	queueGuar   *prometheus.GaugeVec
+	queueLimit  *prometheus.GaugeVec
 	// quotaMu guards quotas, the queues setQuotas last exported.
 	quotaMu sync.Mutex
 	quotas  []jobs.Queue
@@ -212,12 +217,18 @@ func (m *metrics) setQueueUsage(use map[string]jobs.Resources) {
 // observeView sets the GPU memory and skip gauges from a cycle's view and
 // the claims it was built from.
 func (m *metrics) observeView(v *view.View, claims []*resourceapi.ResourceClaim, skips []view.Skip) {
-	total, used := gpuMemory(v, claims)
-	m.gpuMemory.Reset()
-	for model, t := range total {
-		u := min(used[model], t)
-		m.gpuMemory.WithLabelValues(model, "allocated").Set(float64(u))
-		m.gpuMemory.WithLabelValues(model, "free").Set(float64(t - u))
+	// GPU memory walks every allocated claim: at most once a second
+	// (scrapes come every few seconds; cycles, one pod at a time, every
+	// few tens of milliseconds).
+	if now := time.Now(); now.Sub(m.gpuMemoryAt) >= gpuMemoryEvery {
+		m.gpuMemoryAt = now
+		total, used := gpuMemory(v, claims)
+		m.gpuMemory.Reset()
+		for model, t := range total {
+			u := min(used[model], t)
+			m.gpuMemory.WithLabelValues(model, "allocated").Set(float64(u))
+			m.gpuMemory.WithLabelValues(model, "free").Set(float64(t - u))
+		}
 	}
 	m.skipped.Reset()
 	for _, s := range skips {

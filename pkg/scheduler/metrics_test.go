@@ -5,9 +5,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpud/gpud/pkg/scheduler/plan"
+	"github.com/gpud/gpud/pkg/scheduler/view"
 )
 
 func TestSetPendingOldest(t *testing.T) {
@@ -73,4 +76,32 @@ func equalMaps(a, b map[string]float64) bool {
 		}
 	}
 	return true
+}
+
+// TestGPUMemoryAtMostOnceASecond: the GPU memory gauges follow the view
+// within a second, not every cycle (they walk every allocated claim).
+func TestGPUMemoryAtMostOnceASecond(t *testing.T) {
+	objs := l40sNode(t)
+	in := viewInputs(t, objs, nil, nil)
+	v, _ := view.Build(view.Inputs{Slices: in.slices, Nodes: in.nodes, Classes: in.classes})
+	held := wholeClaim("ns", "c", "gpu.gpud.io")
+	held.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpu", Driver: "gpu.gpud.io", Pool: "n1", Device: "gpu-0"}}}}
+	m := newMetrics()
+	allocated := func() float64 {
+		return testutil.ToFloat64(m.gpuMemory.WithLabelValues("NVIDIA L40S", "allocated"))
+	}
+	m.observeView(v, nil, nil)
+	if got := allocated(); got != 0 {
+		t.Fatalf("allocated %v with no claim", got)
+	}
+	m.observeView(v, []*resourceapi.ResourceClaim{held}, nil)
+	if got := allocated(); got != 0 {
+		t.Fatalf("allocated %v: worked out again within a second", got)
+	}
+	m.gpuMemoryAt = m.gpuMemoryAt.Add(-gpuMemoryEvery)
+	m.observeView(v, []*resourceapi.ResourceClaim{held}, nil)
+	if got := allocated(); got == 0 {
+		t.Fatal("allocated 0 a second later: the gauges do not follow the view")
+	}
 }

@@ -33,14 +33,16 @@ type fairShare struct {
 func newFairShare(nodes []*view.Node, queues []jobs.Queue) fairShare {
 	var f fairShare
 	seen := map[string]bool{}
+	last := "" // a node's GPUs are mostly of one model: look each up once
 	for _, n := range nodes {
 		f.capacity.CPUMilli += n.CPUMilli
 		f.capacity.MemoryMiB += n.MemoryMiB
 		for _, g := range n.GPUs {
-			if !seen[g.Model] {
+			if g.Model != last && !seen[g.Model] {
 				seen[g.Model] = true
 				f.models = append(f.models, g.Model)
 			}
+			last = g.Model
 			f.capacity.GPUMemoryMiB += g.MemoryBytes >> 20
 			if g.Whole != "" {
 				f.capacity.GPUMilli += allocator.MilliPerGPU

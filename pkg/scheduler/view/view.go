@@ -366,38 +366,36 @@ func newNode(kn *corev1.Node) *Node {
 // generation of each pool and only complete pools.
 func latestPools(in []*resourceapi.ResourceSlice, skips *[]Skip) map[string][]*resourceapi.ResourceSlice {
 	out := map[string][]*resourceapi.ResourceSlice{}
-	gen := map[string]int64{}
 	for _, s := range in {
 		if s == nil {
 			continue
-		}
-		skip := func(format string, args ...any) {
-			*skips = append(*skips, Skip{Kind: "ResourceSlice", Name: s.Name, Reason: fmt.Sprintf(format, args...)})
 		}
 		switch {
 		case s.Spec.Driver != DriverName:
 			continue // another driver's: pkg/scheduler/anydevice allocates them
 		case s.Spec.NodeName == nil || *s.Spec.NodeName == "":
-			skip("not local to one node")
+			*skips = append(*skips, Skip{Kind: "ResourceSlice", Name: s.Name, Reason: "not local to one node"})
 			continue
 		case s.Spec.Pool.Name != *s.Spec.NodeName:
-			skip("pool %q is not named after its node %q", s.Spec.Pool.Name, *s.Spec.NodeName)
+			*skips = append(*skips, Skip{Kind: "ResourceSlice", Name: s.Name,
+				Reason: fmt.Sprintf("pool %q is not named after its node %q", s.Spec.Pool.Name, *s.Spec.NodeName)})
 			continue
 		}
+		// One lookup a slice: the pool's group holds its latest
+		// generation (the group's first slice's).
 		p := s.Spec.Pool
-		switch g, ok := gen[p.Name]; {
-		case !ok || p.Generation > g:
-			gen[p.Name] = p.Generation
+		switch group, ok := out[p.Name]; {
+		case !ok || p.Generation > group[0].Spec.Pool.Generation:
 			out[p.Name] = []*resourceapi.ResourceSlice{s}
-		case p.Generation == g:
-			out[p.Name] = append(out[p.Name], s)
+		case p.Generation == group[0].Spec.Pool.Generation:
+			out[p.Name] = append(group, s)
 		}
 	}
 	for pool, group := range out {
 		want := group[0].Spec.Pool.ResourceSliceCount
 		if int64(len(group)) != want {
 			*skips = append(*skips, Skip{Kind: "ResourceSlice", Name: group[0].Name,
-				Reason: fmt.Sprintf("pool %q generation %d has %d of %d slices", pool, gen[pool], len(group), want)})
+				Reason: fmt.Sprintf("pool %q generation %d has %d of %d slices", pool, group[0].Spec.Pool.Generation, len(group), want)})
 			delete(out, pool)
 			continue
 		}

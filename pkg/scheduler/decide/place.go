@@ -444,6 +444,20 @@ func (c *cycle) placeAs(u *unit, p *plan.Pod, only map[string]bool) (*placed, *f
 	opt := view.Options{Policy: c.s.Policy, Typical: c.fit.typical, NodeFilter: filter, NewShareID: c.cfg.NewShareID, NodeUsed: c.nodes.used,
 		Measured: c.tel.now()}
 	cpu, mem := requests(p.Pod)
+	if c.s.Rules != nil {
+		// The preference ranking asks the rules about every node the pod
+		// may take: ask them all at once (in parallel where there are
+		// cores, as kube-scheduler filters).
+		var names []string
+		for _, n := range c.v.Nodes() {
+			if (pin == "" || n.Name == pin) && (only == nil || only[n.Name]) {
+				names = append(names, n.Name)
+			}
+		}
+		for i, r := range c.s.Rules.FilterAll(p.Pod, names) {
+			nodeWhy[names[i]] = r
+		}
+	}
 	prefer = c.preferred(p, filter)
 	if len(items) == 0 {
 		node, err := c.v.PlaceNode(allocator.Request{CPUMilli: cpu, MemoryMiB: mem >> 20}, opt)

@@ -272,6 +272,9 @@ type Devices interface {
 type Rules interface {
 	// Filter says why the rules refuse pod on node; "" when they allow it.
 	Filter(pod *corev1.Pod, node string) string
+	// FilterAll is Filter on each of nodes, the reasons in their order
+	// (the nodes may be checked in parallel).
+	FilterAll(pod *corev1.Pod, nodes []string) []string
 	// Unresolvable reports whether the rules refuse pod on every node for
 	// a reason no eviction changes, and the reason.
 	Unresolvable(pod *corev1.Pod) (string, bool)

@@ -3,7 +3,10 @@ package rules
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -141,6 +144,63 @@ func (c *Cycle) Filter(pod *corev1.Pod, node string) string {
 		c.record(pod, node, st.Plugin())
 	}
 	return reason(st)
+}
+
+// filterWorkers bounds the goroutines of [Cycle.FilterAll]
+// (kube-scheduler runs its filters on 16).
+const filterWorkers = 16
+
+// FilterAll is [Cycle.Filter] on each of nodes (the reasons in their
+// order), the nodes checked in parallel as kube-scheduler checks them, on
+// as many goroutines as the process may run at once.
+func (c *Cycle) FilterAll(pod *corev1.Pod, nodes []string) []string {
+	out := make([]string, len(nodes))
+	pc := c.check(pod)
+	workers := min(runtime.GOMAXPROCS(0), filterWorkers, len(nodes)/64)
+	if !pc.status.IsSuccess() || !pc.result.AllNodes() || workers < 2 {
+		for i, n := range nodes {
+			out[i] = c.Filter(pod, n)
+		}
+		return out
+	}
+	// The plugins read the snapshot and the pod's PreFilter state, as in
+	// kube-scheduler's parallel filter; what the cycle records of each
+	// verdict is written afterwards, on this goroutine.
+	refusedBy := make([]string, len(nodes))
+	found := make([]bool, len(nodes))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(nodes) {
+					return
+				}
+				ni, err := c.snap.NodeInfos().Get(nodes[i])
+				if err != nil {
+					continue
+				}
+				found[i] = true
+				if st := c.fw.RunFilterPlugins(c.ctx, pc.state, pod, ni); !st.IsSuccess() {
+					out[i], refusedBy[i] = reason(st), st.Plugin()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		switch {
+		case !found[i]:
+			c.record(pod, n, "")
+			out[i] = "node not found"
+		case out[i] == "":
+			c.record(pod, n)
+		default:
+			c.record(pod, n, refusedBy[i])
+		}
+	}
+	return out
 }
 
 // Unresolvable reports whether pod is refused everywhere for a reason no

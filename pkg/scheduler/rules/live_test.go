@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -211,5 +212,50 @@ func TestEndedCycle(t *testing.T) {
 	}
 	if err := old.Add(pod("z"), "a"); !errors.Is(err, ErrCycleOver) {
 		t.Errorf("Add on an ended cycle: %v, want ErrCycleOver", err)
+	}
+}
+
+// TestFilterAllMatchesFilter: FilterAll, the nodes checked in parallel,
+// says of every node what Filter says, and the cycle remembers the same
+// refusals (Rejected).
+func TestFilterAllMatchesFilter(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one CPU: FilterAll runs Filter in turn")
+	}
+	r := newRules(t)
+	var nodes []*corev1.Node
+	var names []string
+	var bound []*corev1.Pod
+	for i := range 300 {
+		n := node(fmt.Sprintf("n%03d", i))
+		if i%7 == 0 {
+			n.Spec.Taints = []corev1.Taint{{Key: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+		}
+		nodes, names = append(nodes, n), append(names, n.Name)
+		if i%3 == 0 {
+			bound = append(bound, pod(fmt.Sprintf("b%03d", i), on(n.Name), hostPort, antiAffinity))
+		}
+	}
+	probes := []*corev1.Pod{pod("plain"), pod("anti", antiAffinity), pod("port", hostPort), pod("spread", spread),
+		pod("big", func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("9") })}
+	for _, p := range probes {
+		seq, par := newCycle(t, r, nodes, bound...), (*Cycle)(nil)
+		var want []string
+		for _, n := range names {
+			want = append(want, seq.Filter(p, n))
+		}
+		wantRejected, wantOK := seq.Rejected(p)
+		par = newCycle(t, r, nodes, bound...)
+		got := par.FilterAll(p, names)
+		if !slices.Equal(got, want) {
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%s on %s: FilterAll %q, Filter %q", p.Name, names[i], got[i], want[i])
+				}
+			}
+		}
+		if gotRejected, gotOK := par.Rejected(p); gotOK != wantOK || !slices.Equal(gotRejected, wantRejected) {
+			t.Errorf("%s: Rejected after FilterAll %v %v, after Filter %v %v", p.Name, gotRejected, gotOK, wantRejected, wantOK)
+		}
 	}
 }

@@ -237,7 +237,9 @@ func TestFilterAllMatchesFilter(t *testing.T) {
 		}
 	}
 	probes := []*corev1.Pod{pod("plain"), pod("anti", antiAffinity), pod("port", hostPort), pod("spread", spread),
-		pod("big", func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("9") })}
+		pod("big", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("9")
+		})}
 	for _, p := range probes {
 		seq, par := newCycle(t, r, nodes, bound...), (*Cycle)(nil)
 		var want []string

@@ -132,18 +132,44 @@ func (c *Cycle) Filter(pod *corev1.Pod, node string) string {
 		c.record(pod, node, sets.List(pc.restricting)...)
 		return fmt.Sprintf("node(s) didn't satisfy plugin(s) %v", sets.List(pc.restricting))
 	}
+	v := c.filterNode(pc, pod, node)
+	c.recordVerdict(pod, node, v)
+	return v.reason
+}
+
+// verdict is the filter plugins' outcome for a pod on one node.
+type verdict struct {
+	// reason is why they refuse it, "" when they allow it; plugin is
+	// the refusing plugin; found is false for a node not in the snapshot.
+	reason, plugin string
+	found          bool
+}
+
+// filterNode runs the filter plugins for pod (past PreFilter: pc) on node.
+// It only reads the snapshot and pc's state, so it may run on several
+// goroutines at once (kube-scheduler's parallel filter does the same).
+func (c *Cycle) filterNode(pc *podCheck, pod *corev1.Pod, node string) verdict {
 	ni, err := c.snap.NodeInfos().Get(node)
 	if err != nil {
-		c.record(pod, node, "")
-		return "node not found"
+		return verdict{reason: "node not found"}
 	}
 	st := c.fw.RunFilterPlugins(c.ctx, pc.state, pod, ni)
 	if st.IsSuccess() {
-		c.record(pod, node)
-	} else {
-		c.record(pod, node, st.Plugin())
+		return verdict{found: true}
 	}
-	return reason(st)
+	return verdict{reason: reason(st), plugin: st.Plugin(), found: true}
+}
+
+// recordVerdict records v of pod on node for [Cycle.Rejected].
+func (c *Cycle) recordVerdict(pod *corev1.Pod, node string, v verdict) {
+	switch {
+	case !v.found:
+		c.record(pod, node, "")
+	case v.reason == "":
+		c.record(pod, node)
+	default:
+		c.record(pod, node, v.plugin)
+	}
 }
 
 // filterWorkers bounds the goroutines of [Cycle.FilterAll]
@@ -163,42 +189,22 @@ func (c *Cycle) FilterAll(pod *corev1.Pod, nodes []string) []string {
 		}
 		return out
 	}
-	// The plugins read the snapshot and the pod's PreFilter state, as in
-	// kube-scheduler's parallel filter; what the cycle records of each
+	// The plugins run on the workers; what the cycle records of each
 	// verdict is written afterwards, on this goroutine.
-	refusedBy := make([]string, len(nodes))
-	found := make([]bool, len(nodes))
+	verdicts := make([]verdict, len(nodes))
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(nodes) {
-					return
-				}
-				ni, err := c.snap.NodeInfos().Get(nodes[i])
-				if err != nil {
-					continue
-				}
-				found[i] = true
-				if st := c.fw.RunFilterPlugins(c.ctx, pc.state, pod, ni); !st.IsSuccess() {
-					out[i], refusedBy[i] = reason(st), st.Plugin()
-				}
+			for i := int(next.Add(1) - 1); i < len(nodes); i = int(next.Add(1) - 1) {
+				verdicts[i] = c.filterNode(pc, pod, nodes[i])
 			}
 		})
 	}
 	wg.Wait()
 	for i, n := range nodes {
-		switch {
-		case !found[i]:
-			c.record(pod, n, "")
-			out[i] = "node not found"
-		case out[i] == "":
-			c.record(pod, n)
-		default:
-			c.record(pod, n, refusedBy[i])
-		}
+		c.recordVerdict(pod, n, verdicts[i])
+		out[i] = verdicts[i].reason
 	}
 	return out
 }

@@ -155,8 +155,8 @@ func (l *live) update(log klog.Logger, nodes []*corev1.Node, bound []*corev1.Pod
 			continue
 		}
 		if old != nil {
-			if err := l.snap.RemovePod(log, old.Pod, old.Pod.Spec.NodeName); err != nil {
-				return fmt.Errorf("rules: remove pod %s/%s: %w", p.Namespace, p.Name, err)
+			if err := l.removeBound(log, old); err != nil {
+				return err
 			}
 		}
 		if err := l.addBound(p, nil); err != nil {
@@ -176,10 +176,19 @@ func (l *live) update(log klog.Logger, nodes []*corev1.Node, bound []*corev1.Pod
 		if still[uid] {
 			continue
 		}
-		if err := l.snap.RemovePod(log, pi.Pod, pi.Pod.Spec.NodeName); err != nil {
-			return fmt.Errorf("rules: remove pod %s/%s: %w", pi.Pod.Namespace, pi.Pod.Name, err)
+		if err := l.removeBound(log, pi); err != nil {
+			return err
 		}
 		delete(l.pods, uid)
+	}
+	return nil
+}
+
+// removeBound stops counting the bound pod of pi (as the snapshot holds
+// it) on its node.
+func (l *live) removeBound(log klog.Logger, pi *framework.PodInfo) error {
+	if err := l.snap.RemovePod(log, pi.Pod, pi.Pod.Spec.NodeName); err != nil {
+		return fmt.Errorf("rules: remove pod %s/%s: %w", pi.Pod.Namespace, pi.Pod.Name, err)
 	}
 	return nil
 }

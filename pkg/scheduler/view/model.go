@@ -157,7 +157,11 @@ const maxLists = 64
 // when an item alike made one.
 func (v *View) nodeList(it *Item, m *Measured, excluded map[gpuRef]bool) *nodeList {
 	var k listKey
-	cacheable := len(excluded) == 0 && (it == nil || (it.sel != nil && len(it.tolerations) == 0))
+	pk, kinded := partKey{}, true // a pod without devices: one kind
+	if it != nil {
+		pk, kinded = it.kindKey()
+	}
+	cacheable := len(excluded) == 0 && kinded
 	if cacheable {
 		if it != nil {
 			k = listKey{sel: it.sel, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute}
@@ -174,10 +178,6 @@ func (v *View) nodeList(it *Item, m *Measured, excluded map[gpuRef]bool) *nodeLi
 	// is kept on the node, which the next view takes over while its slices
 	// do not change (PoolCache), unless the measurement reports one of its
 	// devices down or the list is not kept.
-	var pk partKey
-	if cacheable && it != nil {
-		pk = partKey{sel: it.sel.key, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute}
-	}
 	nl := &nodeList{key: fnvOffset, cached: cacheable}
 	for _, n := range v.nodes {
 		if n.Unschedulable {
@@ -226,7 +226,19 @@ type partKey struct {
 	match resourceapi.FullyQualifiedName
 }
 
-// maxParts bounds the parts a node keeps; past it they are dropped.
+// kindKey is what decides which of a node's GPUs and devices it may
+// use, for an item whose node parts and offers a node may keep; false
+// for items with device tolerations (comparing them would cost more than
+// the walk) or without a selection.
+func (it *Item) kindKey() (partKey, bool) {
+	if it.sel == nil || len(it.tolerations) > 0 {
+		return partKey{}, false
+	}
+	return partKey{sel: it.sel.key, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute}, true
+}
+
+// maxParts bounds the parts a node keeps, and its offers
+// (View.MostPerNode); past it they are dropped.
 const maxParts = 16
 
 // nodePart is node n as an item sees it: as an allocator node whose GPUs

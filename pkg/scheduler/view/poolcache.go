@@ -88,26 +88,23 @@ func poolKey(group []*resourceapi.ResourceSlice) (string, bool) {
 // of the parsed pool when only kn changed, else a node parsed afresh (and
 // the parse remembered).
 func (c *PoolCache) node(kn *corev1.Node, group []*resourceapi.ResourceSlice, skips *[]Skip) *Node {
+	var p *parsedPool // the last parse of this pool
 	key, cacheable := "", false
 	if c != nil {
-		if p := c.m[kn.Name]; p != nil && slices.Equal(p.group, group) {
+		p = c.m[kn.Name]
+		if p != nil && slices.Equal(p.group, group) {
 			key, cacheable = p.key, true
-		} else {
-			key, cacheable = poolKey(group)
+		} else if key, cacheable = poolKey(group); p != nil && p.key == key {
+			p.group = slices.Clone(group) // new objects, same versions
 		}
 	}
 	var parsed *parsedPool
-	if cacheable {
-		if p := c.m[kn.Name]; p != nil && p.key == key {
-			if !slices.Equal(p.group, group) { // new objects, same versions
-				p.group = slices.Clone(group)
-			}
-			*skips = append(*skips, p.skips...)
-			if p.node != nil && p.kn == kn {
-				return p.node
-			}
-			parsed = p
+	if cacheable && p != nil && p.key == key {
+		*skips = append(*skips, p.skips...)
+		if p.node != nil && p.kn == kn {
+			return p.node
 		}
+		parsed = p
 	}
 	n := newNode(kn)
 	n.Generation = group[0].Spec.Pool.Generation

@@ -419,14 +419,14 @@ func (v *View) MostPerNode(it *Item) (devices int, fractionMemory int64) {
 // kind, not on usage (later views take the node over while its slices
 // do not change, as its parts of node lists).
 func offers(it *Item, n *Node) nodeMost {
-	if it.sel == nil || len(it.tolerations) > 0 {
+	pk, ok := it.kindKey()
+	if !ok {
 		return mostOn(it, n)
 	}
-	pk := partKey{sel: it.sel.key, kind: it.Kind, shape: it.shape, caps: it.caps, match: it.MatchAttribute}
 	m, ok := n.most[pk]
 	if !ok {
 		m = mostOn(it, n)
-		if n.most == nil {
+		if len(n.most) >= maxParts || n.most == nil {
 			n.most = map[partKey]nodeMost{}
 		}
 		n.most[pk] = m

@@ -58,9 +58,10 @@ func (c *UsageCache) carries(devs []*Device) bool {
 }
 
 // count fills v's usage from claims: from the cache's, by what changed,
-// when it carries over (v.usage is then the cache's), else afresh. It
-// returns the skips of claims naming devices v does not have.
-func (c *UsageCache) count(v *View, claims []*resourceapi.ResourceClaim) []Skip {
+// when it carries over (carried: [UsageCache.carries] of v's devices;
+// v.usage is then the cache's), else afresh. It returns the skips of
+// claims naming devices v does not have.
+func (c *UsageCache) count(v *View, claims []*resourceapi.ResourceClaim, carried bool) []Skip {
 	var skips []Skip
 	if c == nil {
 		for cl := range LatestAllocated(claims) {
@@ -70,7 +71,6 @@ func (c *UsageCache) count(v *View, claims []*resourceapi.ResourceClaim) []Skip 
 		}
 		return skips
 	}
-	carried := c.carries(v.devs)
 	if carried {
 		v.usage = c.usage
 	} else {

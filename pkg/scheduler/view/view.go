@@ -306,7 +306,7 @@ func Build(in Inputs) (*View, []Skip) {
 			touch(n)
 		}
 	}
-	skips = append(skips, in.Usage.count(v, in.Claims)...)
+	skips = append(skips, in.Usage.count(v, in.Claims, carried)...)
 	return v, skips
 }
 
